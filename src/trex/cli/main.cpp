@@ -1,0 +1,25 @@
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "trex/cli/commands.hpp"
+#include "trex/core/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"T-Rex: DeepSeek-V4 post-training and OR modelling toolkit", "trex"};
+  app.set_version_flag("--version", std::string("trex ") + TREX_VERSION);
+  app.require_subcommand(1);
+  trex::cli::add_or_commands(app);
+  trex::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const trex::Error& e) {
+    std::cerr << "trex: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "trex: internal error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

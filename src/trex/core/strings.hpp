@@ -1,0 +1,21 @@
+#pragma once
+// Small string helpers shared across modules.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trex {
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string trim(std::string_view text);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+bool starts_with(std::string_view text, std::string_view prefix);
+std::string to_lower(std::string_view text);
+std::string replace_all(std::string text, std::string_view from, std::string_view to);
+
+// Shortest decimal text that parses back to exactly `v` (integers without ".0").
+std::string format_number(double v);
+// Fixed number of decimals, trailing zeros removed ("12.50" -> "12.5").
+std::string format_fixed(double v, int decimals);
+
+}  // namespace trex

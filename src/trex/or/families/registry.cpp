@@ -1,0 +1,52 @@
+// The list of problem families. Each family lives in its own file and exposes
+// a `const Family& <name>_family()` accessor declared in family_list.hpp.
+#include "trex/core/error.hpp"
+#include "trex/core/strings.hpp"
+#include "trex/or/families/family.hpp"
+#include "trex/or/families/family_list.hpp"
+
+namespace trex::orlib {
+
+const std::vector<const Family*>& all_families() {
+  static const std::vector<const Family*> families = [] {
+    std::vector<const Family*> v;
+    // --- group A (LP and network families) ---
+    v.push_back(&knapsack_family());
+    // --- end group A ---
+    // --- group B ---
+    // --- end group B ---
+    // --- group C ---
+    // --- end group C ---
+    // --- group D ---
+    // --- end group D ---
+    return v;
+  }();
+  return families;
+}
+
+const Family& find_family(std::string_view name) {
+  std::vector<std::string> names;
+  for (const Family* f : all_families()) {
+    if (f->name() == name) return *f;
+    names.emplace_back(f->name());
+  }
+  throw Error("unknown problem family '" + std::string(name) + "'; known: " + join(names, ", "))
+      .field("families");
+}
+
+std::vector<const Family*> parse_family_list(std::string_view list) {
+  if (list == "all") return all_families();
+  std::vector<const Family*> out;
+  for (const auto& part : split(list, ',')) {
+    std::string name = trim(part);
+    if (name.empty()) continue;
+    const Family* f = &find_family(name);
+    for (const Family* seen : out)
+      if (seen == f) throw Error("family '" + name + "' listed twice").field("families");
+    out.push_back(f);
+  }
+  if (out.empty()) throw Error("no families given").field("families");
+  return out;
+}
+
+}  // namespace trex::orlib

@@ -1,0 +1,386 @@
+#include "trex/or/solver/linear_model.hpp"
+
+#include <glpk.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <utility>
+
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/strings.hpp"
+
+// CBC headers are not warning-clean; keep them out of -Werror.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wall"
+#pragma GCC diagnostic ignored "-Wextra"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wdeprecated-copy"
+#include <coin/CbcModel.hpp>
+#include <coin/CbcSolver.hpp>
+#include <coin/CoinPackedMatrix.hpp>
+#include <coin/OsiClpSolverInterface.hpp>
+#pragma GCC diagnostic pop
+
+namespace trex::orlib {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Routes GLPK's terminal output (thread-local in GLPK 5) into a string for the
+// lifetime of the object.
+class TerminalCapture {
+ public:
+  TerminalCapture() { glp_term_hook(&TerminalCapture::hook, this); }
+  ~TerminalCapture() { glp_term_hook(nullptr, nullptr); }
+  TerminalCapture(const TerminalCapture&) = delete;
+  TerminalCapture& operator=(const TerminalCapture&) = delete;
+  std::string take() { return std::move(text_); }
+
+ private:
+  static int hook(void* self, const char* s) {
+    auto* capture = static_cast<TerminalCapture*>(self);
+    if (capture->text_.size() < (1u << 20)) capture->text_ += s;  // cap runaway output
+    return 1;                                                      // suppress printing
+  }
+  std::string text_;
+};
+
+// A temporary file that GLPK's readers can open; removed on destruction.
+class TempFile {
+ public:
+  TempFile(const std::string& contents, const char* suffix) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string pattern = std::string(dir && *dir ? dir : "/tmp") + "/trex-model-XXXXXX" + suffix;
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    int fd = mkstemps(buf.data(), static_cast<int>(std::strlen(suffix)));
+    if (fd < 0) throw Error(std::string("cannot create temporary file: ") + std::strerror(errno));
+    path_ = buf.data();
+    size_t written = 0;
+    while (written < contents.size()) {
+      ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+      if (n <= 0) {
+        ::close(fd);
+        std::remove(path_.c_str());
+        throw Error("cannot write temporary file").file(path_);
+      }
+      written += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// First "<name>:<line>:" in GLPK's diagnostics, or 0.
+long first_error_line(const std::string& log, const std::string& name) {
+  std::regex pattern(std::regex_replace(name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                     R"(:(\d+):)");
+  std::smatch m;
+  if (std::regex_search(log, m, pattern)) return std::stol(m[1]);
+  return 0;
+}
+
+[[noreturn]] void throw_model_error(const std::string& what, std::string log,
+                                    const std::string& name) {
+  log = trim(log);
+  ModelError error(what + (log.empty() ? std::string() : ":\n" + log));
+  error.file(name);
+  if (long line = first_error_line(log, name); line > 0) error.line(line);
+  throw error;
+}
+
+}  // namespace
+
+const char* to_string(SolveStatus status) {
+  switch (status) {
+    case SolveStatus::optimal: return "optimal";
+    case SolveStatus::infeasible: return "infeasible";
+    case SolveStatus::unbounded: return "unbounded";
+    case SolveStatus::time_limit: return "time_limit";
+    case SolveStatus::error: return "error";
+  }
+  return "error";
+}
+
+LinearModel::LinearModel(LinearModel&& other) noexcept { *this = std::move(other); }
+
+LinearModel& LinearModel::operator=(LinearModel&& other) noexcept {
+  if (this != &other) {
+    if (tran_) glp_mpl_free_wksp(tran_);
+    if (prob_) glp_delete_prob(prob_);
+    prob_ = std::exchange(other.prob_, nullptr);
+    tran_ = std::exchange(other.tran_, nullptr);
+    name_ = std::move(other.name_);
+    build_log_ = std::move(other.build_log_);
+    column_names_ = std::move(other.column_names_);
+  }
+  return *this;
+}
+
+LinearModel::~LinearModel() {
+  if (tran_) glp_mpl_free_wksp(tran_);
+  if (prob_) glp_delete_prob(prob_);
+}
+
+LinearModel LinearModel::from_mathprog(const std::string& text, const std::string& name) {
+  TempFile temp(text, ".mod");
+  LinearModel model;
+  model.name_ = name;
+  TerminalCapture capture;
+  model.tran_ = glp_mpl_alloc_wksp();
+  model.prob_ = glp_create_prob();
+  auto fail = [&](const char* what) {
+    throw_model_error(what, replace_all(capture.take(), temp.path(), name), name);
+  };
+  if (glp_mpl_read_model(model.tran_, temp.path().c_str(), 0) != 0) fail("MathProg model error");
+  if (glp_mpl_generate(model.tran_, nullptr) != 0) fail("MathProg generation error");
+  glp_mpl_build_prob(model.tran_, model.prob_);
+  model.build_log_ = replace_all(capture.take(), temp.path(), name);
+  model.read_column_names();
+  return model;
+}
+
+LinearModel LinearModel::from_mathprog_file(const std::string& model_path,
+                                            const std::string& data_path) {
+  LinearModel model;
+  model.name_ = model_path;
+  TerminalCapture capture;
+  model.tran_ = glp_mpl_alloc_wksp();
+  model.prob_ = glp_create_prob();
+  auto fail = [&](const char* what) { throw_model_error(what, capture.take(), model_path); };
+  if (access(model_path.c_str(), R_OK) != 0) throw ModelError("cannot read model file").file(model_path);
+  if (glp_mpl_read_model(model.tran_, model_path.c_str(), data_path.empty() ? 0 : 1) != 0)
+    fail("MathProg model error");
+  if (!data_path.empty()) {
+    if (access(data_path.c_str(), R_OK) != 0) throw ModelError("cannot read data file").file(data_path);
+    if (glp_mpl_read_data(model.tran_, data_path.c_str()) != 0) fail("MathProg data error");
+  }
+  if (glp_mpl_generate(model.tran_, nullptr) != 0) fail("MathProg generation error");
+  glp_mpl_build_prob(model.tran_, model.prob_);
+  model.build_log_ = capture.take();
+  model.read_column_names();
+  return model;
+}
+
+LinearModel LinearModel::from_lp(const std::string& text, const std::string& name) {
+  TempFile temp(text, ".lp");
+  LinearModel model;
+  model.name_ = name;
+  TerminalCapture capture;
+  model.prob_ = glp_create_prob();
+  if (glp_read_lp(model.prob_, nullptr, temp.path().c_str()) != 0)
+    throw_model_error("CPLEX LP read error", replace_all(capture.take(), temp.path(), name), name);
+  model.build_log_ = replace_all(capture.take(), temp.path(), name);
+  model.read_column_names();
+  return model;
+}
+
+LinearModel LinearModel::from_lp_file(const std::string& path) {
+  if (access(path.c_str(), R_OK) != 0) throw ModelError("cannot read LP file").file(path);
+  LinearModel model;
+  model.name_ = path;
+  TerminalCapture capture;
+  model.prob_ = glp_create_prob();
+  if (glp_read_lp(model.prob_, nullptr, path.c_str()) != 0)
+    throw_model_error("CPLEX LP read error", capture.take(), path);
+  model.build_log_ = capture.take();
+  model.read_column_names();
+  return model;
+}
+
+void LinearModel::read_column_names() {
+  int n = glp_get_num_cols(prob_);
+  column_names_.resize(static_cast<size_t>(n));
+  for (int j = 1; j <= n; ++j) {
+    const char* s = glp_get_col_name(prob_, j);
+    column_names_[static_cast<size_t>(j - 1)] = s ? s : "C" + std::to_string(j);
+  }
+}
+
+int LinearModel::num_rows() const { return glp_get_num_rows(prob_); }
+int LinearModel::num_cols() const { return glp_get_num_cols(prob_); }
+int LinearModel::num_nonzeros() const { return glp_get_num_nz(prob_); }
+int LinearModel::num_integer() const { return glp_get_num_int(prob_); }
+int LinearModel::num_binary() const { return glp_get_num_bin(prob_); }
+bool LinearModel::maximize() const { return glp_get_obj_dir(prob_) == GLP_MAX; }
+double LinearModel::objective_constant() const { return glp_get_obj_coef(prob_, 0); }
+
+std::string LinearModel::to_cplex_lp() const {
+  TempFile temp("", ".lp");
+  TerminalCapture capture;
+  if (glp_write_lp(prob_, nullptr, temp.path().c_str()) != 0)
+    throw Error("GLPK could not write the LP file: " + capture.take()).file(name_);
+  return read_file(temp.path());
+}
+
+SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
+  SolveResult result;
+  TerminalCapture capture;
+  auto start = Clock::now();
+  const int limit_ms = static_cast<int>(std::min(options.time_limit_seconds * 1000.0, 2.0e9));
+  const bool mip = is_mip();
+
+  glp_smcp smcp;
+  glp_init_smcp(&smcp);
+  smcp.msg_lev = GLP_MSG_ERR;
+  smcp.tm_lim = limit_ms;
+  smcp.presolve = GLP_OFF;  // keep statuses exact (presolve reports infeasibility as an error code)
+  int rc = glp_simplex(prob_, &smcp);
+  if (rc == GLP_ETMLIM || rc == GLP_EITLIM) {
+    result.status = SolveStatus::time_limit;
+    result.message = "GLPK simplex hit the time limit";
+  } else if (rc != 0) {
+    result.status = SolveStatus::error;
+    result.message = "GLPK simplex failed (code " + std::to_string(rc) + ")";
+  } else {
+    switch (glp_get_status(prob_)) {
+      case GLP_OPT: result.status = SolveStatus::optimal; break;
+      case GLP_NOFEAS: result.status = SolveStatus::infeasible; break;
+      case GLP_UNBND: result.status = SolveStatus::unbounded; break;
+      default:
+        // Primal infeasible and dual infeasible at once: GLPK reports the LP
+        // as having no feasible solution via the dual status.
+        result.status = glp_get_dual_stat(prob_) == GLP_NOFEAS ? SolveStatus::unbounded
+                                                               : SolveStatus::infeasible;
+        if (glp_get_prim_stat(prob_) == GLP_NOFEAS) result.status = SolveStatus::infeasible;
+    }
+  }
+  if (result.status == SolveStatus::optimal && mip) {
+    glp_iocp iocp;
+    glp_init_iocp(&iocp);
+    iocp.msg_lev = GLP_MSG_ERR;
+    double left_ms = limit_ms - seconds_since(start) * 1000.0;
+    iocp.tm_lim = static_cast<int>(std::max(1.0, left_ms));
+    iocp.presolve = GLP_OFF;
+    iocp.gmi_cuts = GLP_ON;
+    iocp.mir_cuts = GLP_ON;
+    iocp.cov_cuts = GLP_ON;
+    iocp.clq_cuts = GLP_ON;
+    rc = glp_intopt(prob_, &iocp);
+    int status = glp_mip_status(prob_);
+    if (rc == GLP_ETMLIM) {
+      result.status = SolveStatus::time_limit;
+      result.message = "GLPK branch-and-cut hit the time limit";
+    } else if (rc != 0) {
+      result.status = SolveStatus::error;
+      result.message = "GLPK branch-and-cut failed (code " + std::to_string(rc) + ")";
+    } else if (status == GLP_OPT) {
+      result.status = SolveStatus::optimal;
+    } else if (status == GLP_NOFEAS) {
+      result.status = SolveStatus::infeasible;
+    } else {
+      result.status = SolveStatus::error;
+      result.message = "GLPK branch-and-cut ended without a proven optimum";
+    }
+  }
+  result.seconds = seconds_since(start);
+  if (result.status == SolveStatus::optimal) {
+    int n = num_cols();
+    result.x.resize(static_cast<size_t>(n));
+    for (int j = 1; j <= n; ++j)
+      result.x[static_cast<size_t>(j - 1)] = mip ? glp_mip_col_val(prob_, j) : glp_get_col_prim(prob_, j);
+    result.objective = mip ? glp_mip_obj_val(prob_) : glp_get_obj_val(prob_);
+    if (tran_ != nullptr) {
+      capture.take();  // drop solver chatter; keep only the model's own output
+      if (glp_mpl_postsolve(tran_, prob_, mip ? GLP_MIP : GLP_SOL) != 0)
+        result.message = "post-solve statements failed: " + trim(capture.take());
+      result.output = capture.take();
+    }
+  } else if (result.message.empty()) {
+    std::string log = trim(capture.take());
+    result.message = std::string("GLPK: ") + to_string(result.status) + (log.empty() ? "" : " (" + log + ")");
+  }
+  return result;
+}
+
+SolveResult LinearModel::solve_cbc(const SolveOptions& options) const {
+  SolveResult result;
+  auto start = Clock::now();
+  const int m = num_rows();
+  const int n = num_cols();
+
+  CoinPackedMatrix matrix(false, 0, 0);
+  matrix.setDimensions(0, n);
+  std::vector<double> row_lo(static_cast<size_t>(m)), row_hi(static_cast<size_t>(m));
+  std::vector<double> col_lo(static_cast<size_t>(n)), col_hi(static_cast<size_t>(n)),
+      cost(static_cast<size_t>(n));
+  std::vector<int> index(static_cast<size_t>(n) + 1);
+  std::vector<double> value(static_cast<size_t>(n) + 1);
+  auto lower = [](int type, double lb) {
+    return (type == GLP_FR || type == GLP_UP) ? -COIN_DBL_MAX : lb;
+  };
+  auto upper = [](int type, double ub) {
+    return (type == GLP_FR || type == GLP_LO) ? COIN_DBL_MAX : ub;
+  };
+  for (int i = 1; i <= m; ++i) {
+    int len = glp_get_mat_row(prob_, i, index.data(), value.data());
+    for (int k = 1; k <= len; ++k) index[static_cast<size_t>(k)] -= 1;
+    matrix.appendRow(len, index.data() + 1, value.data() + 1);
+    int type = glp_get_row_type(prob_, i);
+    row_lo[static_cast<size_t>(i - 1)] = lower(type, glp_get_row_lb(prob_, i));
+    row_hi[static_cast<size_t>(i - 1)] = upper(type, glp_get_row_ub(prob_, i));
+  }
+  for (int j = 1; j <= n; ++j) {
+    int type = glp_get_col_type(prob_, j);
+    col_lo[static_cast<size_t>(j - 1)] = lower(type, glp_get_col_lb(prob_, j));
+    col_hi[static_cast<size_t>(j - 1)] = upper(type, glp_get_col_ub(prob_, j));
+    cost[static_cast<size_t>(j - 1)] = glp_get_obj_coef(prob_, j);
+  }
+  OsiClpSolverInterface solver;
+  solver.messageHandler()->setLogLevel(0);
+  solver.loadProblem(matrix, col_lo.data(), col_hi.data(), cost.data(), row_lo.data(),
+                     row_hi.data());
+  for (int j = 1; j <= n; ++j)
+    if (glp_get_col_kind(prob_, j) != GLP_CV) solver.setInteger(j - 1);
+  solver.setObjSense(maximize() ? -1.0 : 1.0);
+
+  CbcModel model(solver);
+  model.messageHandler()->setLogLevel(0);
+  CbcSolverUsefulData data;  // per-call solver state: no statics shared between solves
+  data.noPrinting_ = true;
+  CbcMain0(model, data);
+  std::string seconds = format_number(std::max(0.01, options.time_limit_seconds));
+  const char* argv[] = {"trex", "-log", "0", "-sec", seconds.c_str(), "-solve", "-quit"};
+  CbcMain1(7, argv, model, [](CbcModel*, int) { return 0; }, data);
+
+  result.seconds = seconds_since(start);
+  if (model.isProvenOptimal()) {
+    result.status = SolveStatus::optimal;
+  } else if (model.isContinuousUnbounded() || model.secondaryStatus() == 7) {
+    result.status = SolveStatus::unbounded;
+  } else if (model.isProvenInfeasible() || model.secondaryStatus() == 1) {
+    result.status = SolveStatus::infeasible;
+  } else if (model.isSecondsLimitReached()) {
+    result.status = SolveStatus::time_limit;
+    result.message = "CBC hit the time limit";
+  } else {
+    result.status = SolveStatus::error;
+    result.message = "CBC ended with status " + std::to_string(model.status()) + "/" +
+                     std::to_string(model.secondaryStatus());
+  }
+  if (result.status == SolveStatus::optimal) {
+    const double* x = model.bestSolution() ? model.bestSolution() : model.solver()->getColSolution();
+    result.x.assign(x, x + n);
+    result.objective = model.getObjValue() + objective_constant();
+  } else if (result.message.empty()) {
+    result.message = std::string("CBC: ") + to_string(result.status);
+  }
+  return result;
+}
+
+}  // namespace trex::orlib

@@ -1,0 +1,90 @@
+#pragma once
+// The solver facade: an in-memory LP/MIP built by GLPK from GNU MathProg or
+// CPLEX LP text, solved by GLPK and by COIN-OR CBC from the *same* in-memory
+// rows and columns (never through LP text, whose dialects differ between the
+// two readers), with typed statuses and per-solve time limits.
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trex/core/error.hpp"
+
+struct glp_prob;
+struct glp_tran;
+
+namespace trex::orlib {
+
+enum class SolveStatus { optimal, infeasible, unbounded, time_limit, error };
+const char* to_string(SolveStatus status);
+
+struct SolveOptions {
+  double time_limit_seconds = 10.0;
+};
+
+struct SolveResult {
+  SolveStatus status = SolveStatus::error;
+  double objective = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x;  // primal values in model column order (empty unless optimal)
+  double seconds = 0.0;
+  std::string message;  // why, when status is not optimal
+  std::string output;   // text printed by the model's statements after `solve;` (GLPK only)
+};
+
+// A MathProg translation or LP-read failure. message() holds GLPK's own
+// diagnostics; line_number() is the first line GLPK complained about.
+class ModelError : public Error {
+ public:
+  using Error::Error;
+};
+
+class LinearModel {
+ public:
+  // `name` is used in diagnostics in place of any temporary file path.
+  static LinearModel from_mathprog(const std::string& text, const std::string& name = "model.mod");
+  static LinearModel from_mathprog_file(const std::string& model_path,
+                                        const std::string& data_path = {});
+  static LinearModel from_lp(const std::string& text, const std::string& name = "model.lp");
+  static LinearModel from_lp_file(const std::string& path);
+
+  LinearModel(LinearModel&& other) noexcept;
+  LinearModel& operator=(LinearModel&& other) noexcept;
+  LinearModel(const LinearModel&) = delete;
+  LinearModel& operator=(const LinearModel&) = delete;
+  ~LinearModel();
+
+  int num_rows() const;
+  int num_cols() const;
+  int num_nonzeros() const;
+  int num_integer() const;  // including binaries
+  int num_binary() const;
+  bool is_mip() const { return num_integer() > 0; }
+  bool maximize() const;
+  const std::vector<std::string>& column_names() const { return column_names_; }
+  const std::string& name() const { return name_; }
+  // Translator/reader messages (warnings included) from building the model.
+  const std::string& build_log() const { return build_log_; }
+
+  // CPLEX LP text as written by GLPK. GLPK's writer keeps an objective constant
+  // only as a comment; `objective_constant()` reports it.
+  std::string to_cplex_lp() const;
+  double objective_constant() const;
+
+  // GLPK simplex (+ branch-and-cut for MIPs). For MathProg models, statements
+  // after `solve;` run on the optimal solution and their output is captured.
+  SolveResult solve_glpk(const SolveOptions& options = {});
+  // CBC (CLP + branch-and-cut) on a copy of the same rows and columns.
+  SolveResult solve_cbc(const SolveOptions& options = {}) const;
+
+ private:
+  LinearModel() = default;
+  void read_column_names();
+
+  glp_prob* prob_ = nullptr;
+  glp_tran* tran_ = nullptr;  // MathProg workspace, kept for post-solve statements
+  std::string name_;
+  std::string build_log_;
+  std::vector<std::string> column_names_;
+};
+
+}  // namespace trex::orlib
