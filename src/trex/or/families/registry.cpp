@@ -12,12 +12,19 @@ const std::vector<const Family*>& all_families() {
     std::vector<const Family*> v;
     // --- group A (LP and network families) ---
     v.push_back(&knapsack_family());
+    v.push_back(&product_mix_family());
     // --- end group A ---
     // --- group B ---
+    v.push_back(&min_cost_flow_family());
+    v.push_back(&shortest_path_family());
     // --- end group B ---
     // --- group C ---
+    v.push_back(&bin_packing_family());
+    v.push_back(&facility_location_family());
     // --- end group C ---
     // --- group D ---
+    v.push_back(&lot_sizing_family());
+    v.push_back(&shift_scheduling_family());
     // --- end group D ---
     return v;
   }();

@@ -228,6 +228,44 @@ std::string LinearModel::to_cplex_lp() const {
   return read_file(temp.path());
 }
 
+namespace {
+
+// LP status after glp_simplex returned `rc`.
+SolveStatus lp_status(glp_prob* prob, int rc, std::string& message) {
+  if (rc == GLP_ETMLIM || rc == GLP_EITLIM) {
+    message = "GLPK simplex hit the time limit";
+    return SolveStatus::time_limit;
+  }
+  if (rc != 0) {
+    message = "GLPK simplex failed (code " + std::to_string(rc) + ")";
+    return SolveStatus::error;
+  }
+  switch (glp_get_status(prob)) {
+    case GLP_OPT: return SolveStatus::optimal;
+    case GLP_NOFEAS: return SolveStatus::infeasible;
+    case GLP_UNBND: return SolveStatus::unbounded;
+    default:
+      return glp_get_prim_stat(prob) == GLP_NOFEAS ? SolveStatus::infeasible
+                                                  : SolveStatus::unbounded;
+  }
+}
+
+// Solves the LP (or the LP relaxation) the way glpsol does for LPs: automatic
+// scaling, an advanced initial basis, primal simplex without presolve (so that
+// infeasibility and unboundedness come back as statuses, not error codes).
+SolveStatus solve_lp(glp_prob* prob, int limit_ms, std::string& message) {
+  glp_smcp smcp;
+  glp_init_smcp(&smcp);
+  smcp.msg_lev = GLP_MSG_ERR;
+  smcp.tm_lim = limit_ms;
+  smcp.presolve = GLP_OFF;
+  glp_scale_prob(prob, GLP_SF_AUTO);
+  glp_adv_basis(prob, 0);
+  return lp_status(prob, glp_simplex(prob, &smcp), message);
+}
+
+}  // namespace
+
 SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
   SolveResult result;
   TerminalCapture capture;
@@ -235,53 +273,34 @@ SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
   const int limit_ms = static_cast<int>(std::min(options.time_limit_seconds * 1000.0, 2.0e9));
   const bool mip = is_mip();
 
-  glp_smcp smcp;
-  glp_init_smcp(&smcp);
-  smcp.msg_lev = GLP_MSG_ERR;
-  smcp.tm_lim = limit_ms;
-  smcp.presolve = GLP_OFF;  // keep statuses exact (presolve reports infeasibility as an error code)
-  int rc = glp_simplex(prob_, &smcp);
-  if (rc == GLP_ETMLIM || rc == GLP_EITLIM) {
-    result.status = SolveStatus::time_limit;
-    result.message = "GLPK simplex hit the time limit";
-  } else if (rc != 0) {
-    result.status = SolveStatus::error;
-    result.message = "GLPK simplex failed (code " + std::to_string(rc) + ")";
+  if (!mip) {
+    result.status = solve_lp(prob_, limit_ms, result.message);
   } else {
-    switch (glp_get_status(prob_)) {
-      case GLP_OPT: result.status = SolveStatus::optimal; break;
-      case GLP_NOFEAS: result.status = SolveStatus::infeasible; break;
-      case GLP_UNBND: result.status = SolveStatus::unbounded; break;
-      default:
-        // Primal infeasible and dual infeasible at once: GLPK reports the LP
-        // as having no feasible solution via the dual status.
-        result.status = glp_get_dual_stat(prob_) == GLP_NOFEAS ? SolveStatus::unbounded
-                                                               : SolveStatus::infeasible;
-        if (glp_get_prim_stat(prob_) == GLP_NOFEAS) result.status = SolveStatus::infeasible;
-    }
-  }
-  if (result.status == SolveStatus::optimal && mip) {
+    // As glpsol does for MIPs: branch-and-cut with the MIP presolver, which
+    // also solves the LP relaxation.
     glp_iocp iocp;
     glp_init_iocp(&iocp);
     iocp.msg_lev = GLP_MSG_ERR;
-    double left_ms = limit_ms - seconds_since(start) * 1000.0;
-    iocp.tm_lim = static_cast<int>(std::max(1.0, left_ms));
-    iocp.presolve = GLP_OFF;
-    iocp.gmi_cuts = GLP_ON;
-    iocp.mir_cuts = GLP_ON;
-    iocp.cov_cuts = GLP_ON;
-    iocp.clq_cuts = GLP_ON;
-    rc = glp_intopt(prob_, &iocp);
-    int status = glp_mip_status(prob_);
+    iocp.tm_lim = limit_ms;
+    iocp.presolve = GLP_ON;
+    int rc = glp_intopt(prob_, &iocp);
     if (rc == GLP_ETMLIM) {
       result.status = SolveStatus::time_limit;
       result.message = "GLPK branch-and-cut hit the time limit";
+    } else if (rc == GLP_ENOPFS) {
+      result.status = SolveStatus::infeasible;
+    } else if (rc == GLP_ENODFS) {
+      // The relaxation has no dual feasible solution: unbounded, unless it is
+      // also primal infeasible. The simplex without presolve tells which.
+      double left_ms = std::max(1.0, limit_ms - seconds_since(start) * 1000.0);
+      result.status = solve_lp(prob_, static_cast<int>(left_ms), result.message);
+      if (result.status == SolveStatus::optimal) result.status = SolveStatus::unbounded;
     } else if (rc != 0) {
       result.status = SolveStatus::error;
       result.message = "GLPK branch-and-cut failed (code " + std::to_string(rc) + ")";
-    } else if (status == GLP_OPT) {
+    } else if (glp_mip_status(prob_) == GLP_OPT) {
       result.status = SolveStatus::optimal;
-    } else if (status == GLP_NOFEAS) {
+    } else if (glp_mip_status(prob_) == GLP_NOFEAS) {
       result.status = SolveStatus::infeasible;
     } else {
       result.status = SolveStatus::error;
@@ -293,7 +312,8 @@ SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
     int n = num_cols();
     result.x.resize(static_cast<size_t>(n));
     for (int j = 1; j <= n; ++j)
-      result.x[static_cast<size_t>(j - 1)] = mip ? glp_mip_col_val(prob_, j) : glp_get_col_prim(prob_, j);
+      result.x[static_cast<size_t>(j - 1)] =
+          mip ? glp_mip_col_val(prob_, j) : glp_get_col_prim(prob_, j);
     result.objective = mip ? glp_mip_obj_val(prob_) : glp_get_obj_val(prob_);
     if (tran_ != nullptr) {
       capture.take();  // drop solver chatter; keep only the model's own output
@@ -303,7 +323,8 @@ SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
     }
   } else if (result.message.empty()) {
     std::string log = trim(capture.take());
-    result.message = std::string("GLPK: ") + to_string(result.status) + (log.empty() ? "" : " (" + log + ")");
+    result.message =
+        std::string("GLPK: ") + to_string(result.status) + (log.empty() ? "" : " (" + log + ")");
   }
   return result;
 }

@@ -36,6 +36,15 @@ struct SolveResult {
 class ModelError : public Error {
  public:
   using Error::Error;
+  // Keep the static type when chaining, so `throw ModelError(..).file(..)` throws a ModelError.
+  ModelError& file(std::string path) {
+    Error::file(std::move(path));
+    return *this;
+  }
+  ModelError& line(long number) {
+    Error::line(number);
+    return *this;
+  }
 };
 
 class LinearModel {

@@ -1,0 +1,441 @@
+// Shortest path from a source to a sink as a unit-flow LP (the constraint
+// matrix is totally unimodular, so a basic optimum is a simple path), on
+// two-way road maps (each road modelled as two arcs) or one-way networks, with
+// optional closed-road, closed-node and must-visit side constraints. LP.
+//
+// Generator: places nodes on a map and links near neighbours, plants a
+// west-to-east path so the sink is reachable, and only adds a side constraint
+// after checking (Dijkstra) that a route satisfying all of them still exists.
+// One-way networks only run eastwards (a DAG), which keeps the must-visit
+// condition exact in the LP: with no cycles, every unit of flow must pass
+// through the node.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "trex/core/strings.hpp"
+#include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/family_list.hpp"
+#include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/text.hpp"
+
+namespace trex::orlib {
+namespace {
+
+enum class Layout { table, by_node, list };
+
+struct Theme {
+  std::string intro;  // {org}, {from} and {to} are replaced
+  std::string node_noun;   // "town", "junction", "router"
+  std::string link_noun;   // "road", "trail", "link"
+  std::string length_name; // "distance", "travel time", "latency"
+  std::string unit;        // "km", "minutes", "ms"
+  bool two_way;            // links usable in both directions
+  int pool;                // 0 cities, 1 landmarks, 2 stops
+  Layout layout;
+};
+
+const std::vector<Theme>& themes() {
+  static const std::vector<Theme> t = {
+      {"A courier van for {org} must drive from {from} to {to}.", "town", "road", "distance",
+       "km", true, 0, Layout::table},
+      {"A park ranger has to hike from {from} to {to} as quickly as possible to reach an injured "
+       "walker.",
+       "trail point", "trail", "walking time", "minutes", true, 1, Layout::by_node},
+      {"{org} wants to route a video stream from its {from} data centre to its {to} data centre "
+       "over one-way leased links with the lowest total latency.",
+       "data centre", "link", "latency", "ms", false, 0, Layout::table},
+      {"A delivery drone operated by {org} must fly from {from} to {to}. Airspace rules allow "
+       "only the one-way corridors listed below.",
+       "waypoint", "corridor", "flight time", "minutes", false, 0, Layout::list},
+      {"A commuter wants to get from {from} to {to} by the fastest combination of one-way bus "
+       "legs.",
+       "stop", "bus leg", "travel time", "minutes", false, 2, Layout::by_node},
+      {"An ambulance crew stationed at {from} is called to an emergency at {to} and needs the "
+       "shortest way through the street network.",
+       "junction", "street", "length", "metres", true, 2, Layout::list},
+  };
+  return t;
+}
+
+const std::vector<std::string>& landmarks() {
+  static const std::vector<std::string> v = {
+      "Eagle Rock",   "Pine Lake",    "Bear Cave",    "Fox Meadow",  "Owl Ridge",    "Cedar Falls",
+      "Hawk Point",   "Elk Pass",     "Moss Bridge",  "Wolf Creek",  "Sunset Cliff", "Fern Gully",
+      "Aspen Grove",  "Stone Arch",   "Lynx Hollow",  "Echo Valley", "Heron Pond",   "Maple Hut",
+      "Granite Dome", "Willow Ford",  "Raven Peak",   "Birch Camp",  "Otter Bay",    "Thunder Gap",
+      "Crystal Spring", "Lookout Tower", "Old Mill",  "Badger Hill", "Misty Saddle", "Trout Pool"};
+  return v;
+}
+
+const std::vector<std::string>& stops() {
+  static const std::vector<std::string> v = {
+      "Market Square", "Station Road",  "City Hall",    "Harbour Gate", "Museum Lane",
+      "Park Avenue",   "Hospital",      "University",   "Old Town",     "River Quay",
+      "Stadium",       "Library Court", "Mill Street",  "Church Green", "Airport Road",
+      "Bridge End",    "Canal Street",  "Garden Plaza", "High Street",  "Kings Cross",
+      "Lake View",     "North Gate",    "Orchard Way",  "Queens Park",  "Rose Hill",
+      "South Pier",    "Tower Bridge",  "Union Square", "Victoria Road", "West End"};
+  return v;
+}
+
+struct Arc {
+  size_t from = 0, to = 0;
+  double length = 0;
+};
+
+std::string plural(const std::string& noun) {
+  if (noun.ends_with("s") || noun.ends_with("x")) return noun + "es";
+  return noun + "s";
+}
+
+// Shortest path by Dijkstra over arcs that are not blocked; returns the arc
+// indices from s to t, or an empty vector when t is unreachable.
+std::vector<size_t> dijkstra(size_t n, const std::vector<Arc>& arcs,
+                             const std::vector<bool>& arc_blocked,
+                             const std::vector<bool>& node_blocked, size_t s, size_t t) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> dist(n, inf);
+  std::vector<int> via(n, -1);
+  std::vector<bool> done(n, false);
+  dist[s] = 0;
+  for (size_t round = 0; round < n; ++round) {
+    size_t u = n;
+    for (size_t v = 0; v < n; ++v)
+      if (!done[v] && dist[v] < inf && (u == n || dist[v] < dist[u])) u = v;
+    if (u == n) break;
+    done[u] = true;
+    for (size_t k = 0; k < arcs.size(); ++k) {
+      const Arc& a = arcs[k];
+      if (a.from != u || arc_blocked[k] || node_blocked[a.to]) continue;
+      if (dist[u] + a.length < dist[a.to]) {
+        dist[a.to] = dist[u] + a.length;
+        via[a.to] = static_cast<int>(k);
+      }
+    }
+  }
+  std::vector<size_t> path;
+  if (dist[t] == inf) return path;
+  for (size_t v = t; v != s; v = arcs[static_cast<size_t>(via[v])].from)
+    path.push_back(static_cast<size_t>(via[v]));
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+class ShortestPathInstance : public Instance {
+ public:
+  int template_id = 0;
+  std::string org;
+  std::vector<std::string> names;  // display names
+  std::vector<std::string> keys;   // MathProg symbols
+  std::vector<Arc> arcs;  // two-way themes: arcs 2k and 2k+1 are the same road
+  size_t source = 0, sink = 0;
+  // Optional side constraints (-1 = absent).
+  int closed_arc = -1;   // index of a closed arc (two-way: both directions close)
+  int closed_node = -1;  // node that cannot be entered
+  int via_node = -1;     // node the route must pass (one-way themes only)
+
+  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
+  size_t n() const { return names.size(); }
+  int side_count() const { return (closed_arc >= 0) + (closed_node >= 0) + (via_node >= 0); }
+  std::string len(double v) const { return text::num(v) + " " + theme().unit; }
+  // Arcs that the closed road blocks (both directions for two-way themes).
+  std::vector<size_t> closed_arcs() const {
+    std::vector<size_t> out;
+    if (closed_arc < 0) return out;
+    const size_t k = static_cast<size_t>(closed_arc);
+    if (theme().two_way) {
+      out.push_back(k - k % 2);
+      out.push_back(k - k % 2 + 1);
+    } else {
+      out.push_back(k);
+    }
+    return out;
+  }
+
+  json size() const override {
+    return {{"nodes", n()},
+            {"arcs", arcs.size()},
+            {"two_way", theme().two_way},
+            {"side_constraints", side_count()}};
+  }
+  std::vector<std::string> variants() const override {
+    std::vector<std::string> v;
+    if (closed_arc >= 0) v.push_back("closed_link");
+    if (closed_node >= 0) v.push_back("closed_node");
+    if (via_node >= 0) v.push_back("must_visit");
+    return v;
+  }
+  int nl_template() const override { return template_id; }
+
+  std::string nl() const override {
+    const Theme& th = theme();
+    std::string out = replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}",
+                                              names[source]),
+                                  "{to}", names[sink]) +
+                      " ";
+    const size_t step = th.two_way ? 2 : 1;  // two-way roads are described once
+    const std::string kind = th.two_way ? "two-way" : "one-way";
+    out += "The network has " + std::to_string(n()) + " " + plural(th.node_noun) + " and " +
+           std::to_string(arcs.size() / step) + " " + kind + " " + plural(th.link_noun) + ". ";
+    if (th.layout == Layout::table) {
+      out += "The " + th.length_name + " of each " + th.link_noun + " is given in " + th.unit +
+             (th.two_way ? " (the same in both directions)" : "") + ":\n\n";
+      std::vector<std::vector<std::string>> rows;
+      for (size_t k = 0; k < arcs.size(); k += step)
+        rows.push_back({names[arcs[k].from], names[arcs[k].to], text::num(arcs[k].length)});
+      out += text::markdown_table({th.two_way ? "Between" : "From", th.two_way ? "And" : "To",
+                                   text::capitalize(th.length_name) + " (" + th.unit + ")"},
+                                  rows) +
+             "\n";
+    } else if (th.layout == Layout::by_node) {
+      out += th.two_way ? "Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
+                        : "\n\n";
+      for (size_t v = 0; v < n(); ++v) {
+        std::vector<std::string> legs;
+        for (size_t k = 0; k < arcs.size(); k += step)
+          if (arcs[k].from == v) legs.push_back(names[arcs[k].to] + " (" + len(arcs[k].length) + ")");
+        if (legs.empty()) continue;
+        out += "- From " + names[v] + (th.two_way ? " there are " + th.link_noun + "s to " : " you can go to ") +
+               text::english_list(legs) + ".\n";
+      }
+      out += "\n";
+    } else {
+      out += th.two_way ? "Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
+                        : "\n\n";
+      const std::string arrow = th.two_way ? " <-> " : " -> ";
+      for (size_t k = 0; k < arcs.size(); k += step)
+        out += "- " + names[arcs[k].from] + arrow + names[arcs[k].to] + ": " +
+               len(arcs[k].length) + "\n";
+      out += "\n";
+    }
+    if (closed_arc >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(closed_arc)];
+      out += th.two_way ? "Today the " + th.link_noun + " between " + names[a.from] + " and " +
+                              names[a.to] + " is closed in both directions. "
+                        : "Today the " + th.link_noun + " from " + names[a.from] + " to " +
+                              names[a.to] + " is closed. ";
+    }
+    if (closed_node >= 0)
+      out += names[static_cast<size_t>(closed_node)] + " is closed and cannot be passed through. ";
+    if (via_node >= 0)
+      out += "The route must pass through " + names[static_cast<size_t>(via_node)] +
+             " on the way. ";
+    out += "Find the route from " + names[source] + " to " + names[sink] + " with the smallest total " +
+           th.length_name + " and state that minimum " + th.length_name + " in " + th.unit + ".";
+    return out;
+  }
+
+  std::string alg() const override {
+    AlgebraicFormulation f("Shortest path as a unit flow");
+    std::vector<std::string> pairs;
+    std::vector<double> lengths;
+    for (const Arc& a : arcs) {
+      pairs.push_back("(" + latex_name(keys[a.from]) + ", " + latex_name(keys[a.to]) + ")");
+      lengths.push_back(a.length);
+    }
+    std::string arc_set = "\\{";
+    arc_set += join(pairs, ", ");
+    arc_set += "\\}";
+    f.set("$N = " + latex_set(keys) + "$", plural(theme().node_noun));
+    f.set("$A = " + arc_set + "$",
+          theme().two_way ? "directed arcs (each two-way " + theme().link_noun +
+                                " appears in both directions)"
+                          : "one-way " + plural(theme().link_noun));
+    f.parameter("$\\ell_{ij}$", theme().length_name + " of arc $(i,j)$ (" + theme().unit +
+                                    ", in the order of $A$)",
+                latex_vector(lengths));
+    f.parameter("$s = " + latex_name(keys[source]) + ", t = " + latex_name(keys[sink]) + "$",
+                "start and destination");
+    f.parameter("$b_i$", "net outflow: $b_s = 1$, $b_t = -1$, $b_i = 0$ otherwise");
+    f.variable("$0 \\le x_{ij} \\le 1$",
+               "1 if arc $(i,j)$ is on the route (the LP has an integral optimum)");
+    f.objective("\\min \\sum_{(i,j) \\in A} \\ell_{ij} x_{ij}",
+                "Minimise the total " + theme().length_name);
+    f.constraint("flow balance", "\\sum_{(i,j) \\in A} x_{ij} - \\sum_{(j,i) \\in A} x_{ji} = b_i "
+                 "\\quad \\forall i \\in N");
+    for (size_t k : closed_arcs())
+      f.constraint("closed " + theme().link_noun,
+                   "x_{" + latex_name(keys[arcs[k].from]) + "," + latex_name(keys[arcs[k].to]) +
+                       "} = 0");
+    if (closed_node >= 0) {
+      std::string v = latex_name(keys[static_cast<size_t>(closed_node)]);
+      f.constraint("closed " + theme().node_noun, "\\sum_{(i," + v + ") \\in A} x_{i," + v + "} = 0");
+    }
+    if (via_node >= 0) {
+      std::string v = latex_name(keys[static_cast<size_t>(via_node)]);
+      f.constraint("must visit", "\\sum_{(i," + v + ") \\in A} x_{i," + v + "} \\ge 1");
+    }
+    return f.markdown();
+  }
+
+  std::string gmpl() const override {
+    std::string model =
+        "set NODES;\nset ARCS within NODES cross NODES;\n"
+        "param len{ARCS} >= 0;\nparam source symbolic in NODES;\nparam sink symbolic in NODES;\n"
+        "var x{ARCS} >= 0, <= 1;\n"
+        "minimize TotalLength: sum{(i, j) in ARCS} len[i, j] * x[i, j];\n"
+        "s.t. Balance{v in NODES}: sum{(i, j) in ARCS: i = v} x[i, j]\n"
+        "  - sum{(i, j) in ARCS: j = v} x[i, j]\n"
+        "  = (if v = source then 1 else if v = sink then -1 else 0);\n";
+    int counter = 0;
+    for (size_t k : closed_arcs())
+      model += "s.t. Closed" + std::to_string(++counter) + ": x['" + keys[arcs[k].from] + "', '" +
+               keys[arcs[k].to] + "'] = 0;\n";
+    if (closed_node >= 0)
+      model += "s.t. ClosedNode: sum{(i, j) in ARCS: j = '" +
+               keys[static_cast<size_t>(closed_node)] + "'} x[i, j] = 0;\n";
+    if (via_node >= 0)
+      model += "s.t. MustVisit: sum{(i, j) in ARCS: j = '" + keys[static_cast<size_t>(via_node)] +
+               "'} x[i, j] >= 1;\n";
+    std::vector<std::vector<std::string>> tuples;
+    std::vector<std::pair<std::vector<std::string>, double>> lengths;
+    for (const Arc& a : arcs) {
+      tuples.push_back({keys[a.from], keys[a.to]});
+      lengths.push_back({{keys[a.from], keys[a.to]}, a.length});
+    }
+    GmplData data;
+    data.set("NODES", keys).set_of_tuples("ARCS", tuples).param_sparse("len", lengths);
+    data.raw("param source := " + keys[source] + ";").raw("param sink := " + keys[sink] + ";");
+    return compose_gmpl(model, "TotalLength", data);
+  }
+
+  CheckResult check(const Solution& s) const override {
+    Checker c;
+    std::vector<double> x(arcs.size()), net(n(), 0.0), in(n(), 0.0);
+    double objective = 0;
+    for (size_t k = 0; k < arcs.size(); ++k) {
+      const Arc& a = arcs[k];
+      x[k] = s.value("x", {keys[a.from], keys[a.to]});
+      const std::string name = "x[" + keys[a.from] + "," + keys[a.to] + "]";
+      c.ge(x[k], 0, name + " >= 0");
+      c.le(x[k], 1, name + " <= 1");
+      net[a.from] += x[k];
+      net[a.to] -= x[k];
+      in[a.to] += x[k];
+      objective += a.length * x[k];
+    }
+    for (size_t v = 0; v < n(); ++v)
+      c.eq(net[v], v == source ? 1.0 : v == sink ? -1.0 : 0.0, "flow balance at " + keys[v]);
+    for (size_t k : closed_arcs())
+      c.eq(x[k], 0, "closed arc " + keys[arcs[k].from] + "->" + keys[arcs[k].to]);
+    if (closed_node >= 0)
+      c.eq(in[static_cast<size_t>(closed_node)], 0, "closed node " + keys[static_cast<size_t>(closed_node)]);
+    if (via_node >= 0)
+      c.ge(in[static_cast<size_t>(via_node)], 1, "must visit " + keys[static_cast<size_t>(via_node)]);
+    return c.result(objective);
+  }
+};
+
+class ShortestPathFamily : public Family {
+ public:
+  std::string_view name() const override { return "shortest_path"; }
+  std::string_view title() const override { return "Shortest path (unit-flow LP)"; }
+  ProblemClass problem_class() const override { return ProblemClass::lp; }
+  int nl_templates() const override { return static_cast<int>(themes().size()); }
+
+  std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
+    auto inst = std::make_unique<ShortestPathInstance>();
+    inst->template_id = choose_template(rng, options, nl_templates());
+    const Theme& th = inst->theme();
+    inst->org = rng.pick(text::companies());
+    const size_t n =
+        static_cast<size_t>(size_for(rng, options.difficulty, {6, 8}, {9, 12}, {13, 17}));
+    const std::vector<std::string>& pool =
+        th.pool == 0 ? text::cities() : th.pool == 1 ? landmarks() : stops();
+    inst->names = text::pick_distinct(rng, pool, n);
+    inst->keys = text::symbols(inst->names);
+
+    // Map positions, sorted west to east; the source is the westernmost node.
+    std::vector<std::pair<double, double>> pos(n);
+    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 60.0)};
+    std::sort(pos.begin(), pos.end());
+    // Keep the extremes apart so the route needs several links.
+    pos.front().first = rng.uniform(0.0, 5.0);
+    pos.back().first = rng.uniform(95.0, 100.0);
+    const double scale = th.unit == "metres" ? 20.0 : th.unit == "ms" ? 0.3 : 0.8;
+    auto length = [&](size_t a, size_t b) {
+      double d = std::hypot(pos[a].first - pos[b].first, pos[a].second - pos[b].second);
+      return std::max(1.0, std::round(d * scale * rng.uniform(1.05, 1.4)));
+    };
+    std::vector<std::vector<bool>> linked(n, std::vector<bool>(n, false));
+    auto link = [&](size_t a, size_t b) {
+      if (th.two_way && a > b) std::swap(a, b);
+      if (a == b || linked[a][b] || (a == 0 && b == n - 1)) return;
+      linked[a][b] = true;
+      const double d = length(a, b);
+      inst->arcs.push_back({a, b, d});
+      if (th.two_way) inst->arcs.push_back({b, a, d});
+    };
+    // Planted route: an increasing chain from source to sink.
+    std::vector<size_t> chain = {0};
+    for (size_t v = 1; v + 1 < n; ++v)
+      if (rng.bernoulli(0.4)) chain.push_back(v);
+    if (chain.size() == 1) chain.push_back(1 + rng.index(n - 2));
+    chain.push_back(n - 1);
+    for (size_t i = 0; i + 1 < chain.size(); ++i) link(chain[i], chain[i + 1]);
+    // Near neighbours (eastwards only for one-way networks).
+    const size_t degree = options.difficulty == Difficulty::easy ? 2 : 3;
+    for (size_t v = 0; v < n; ++v) {
+      std::vector<std::pair<double, size_t>> near;
+      for (size_t w = 0; w < n; ++w)
+        if (w != v && (th.two_way || w > v))
+          near.push_back({std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
+      std::sort(near.begin(), near.end());
+      for (size_t i = 0; i < std::min(degree, near.size()); ++i)
+        if (i < 2 || rng.bernoulli(0.5)) link(v, near[i].second);
+    }
+    inst->source = 0;
+    inst->sink = n - 1;
+
+    // Side constraints, each kept only if a feasible route remains.
+    const auto& arcs = inst->arcs;
+    std::vector<bool> arc_blocked(arcs.size(), false), node_blocked(n, false);
+    auto best = [&]() { return dijkstra(n, arcs, arc_blocked, node_blocked, 0, n - 1); };
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<size_t> path = best();
+      const size_t k = rng.pick(path);
+      const size_t first = th.two_way ? k - k % 2 : k;
+      const size_t count = th.two_way ? 2 : 1;
+      for (size_t i = first; i < first + count; ++i) arc_blocked[i] = true;
+      if (!best().empty()) {
+        inst->closed_arc = static_cast<int>(k);
+      } else {
+        for (size_t i = first; i < first + count; ++i) arc_blocked[i] = false;
+      }
+    }
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<size_t> path = best();
+      if (path.size() >= 2) {
+        const size_t v = arcs[path[rng.index(path.size() - 1)]].to;  // an interior node
+        node_blocked[v] = true;
+        if (!best().empty())
+          inst->closed_node = static_cast<int>(v);
+        else
+          node_blocked[v] = false;
+      }
+    }
+    if (!th.two_way && rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<size_t> path = best();
+      std::vector<bool> on_path(n, false);
+      for (size_t k : path) on_path[arcs[k].to] = true;
+      std::vector<size_t> candidates;
+      for (size_t v = 1; v + 1 < n; ++v)
+        if (!on_path[v] && !node_blocked[v] &&
+            !dijkstra(n, arcs, arc_blocked, node_blocked, 0, v).empty() &&
+            !dijkstra(n, arcs, arc_blocked, node_blocked, v, n - 1).empty())
+          candidates.push_back(v);
+      if (!candidates.empty()) inst->via_node = static_cast<int>(rng.pick(candidates));
+    }
+    return inst;
+  }
+};
+
+}  // namespace
+
+const Family& shortest_path_family() {
+  static const ShortestPathFamily family;
+  return family;
+}
+
+}  // namespace trex::orlib
