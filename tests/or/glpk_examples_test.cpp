@@ -57,6 +57,9 @@ TEST(GlpkExamples, SolverPathReproducesGlpsol) {
 
   int compared = 0, cbc_compared = 0;
   test::TempDir dir;
+  // Some examples write output files (graph.eps, tas.ps) into the working directory.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
   for (const auto& path : models) {
     std::string name = std::filesystem::path(path).stem().string();
     if (kNotCompared.count(name)) {
@@ -84,6 +87,7 @@ TEST(GlpkExamples, SolverPathReproducesGlpsol) {
       }
     }
   }
+  std::filesystem::current_path(cwd);
   std::printf("  compared %d models with glpsol (%d also with CBC), %zu not compared\n", compared,
               cbc_compared, kNotCompared.size());
   EXPECT_GE(compared, 50);
