@@ -149,3 +149,35 @@ TEST(Jsonl, RoundTripAndErrorsNameTheLine) {
 
 }  // namespace
 }  // namespace trex
+
+#include "trex/core/thread_pool.hpp"
+
+namespace trex {
+namespace {
+
+TEST(ThreadPool, ParallelForVisitsEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<int> hits(1000, 0);
+  pool.parallel_for(0, 1000, [&](int64_t i) { hits[static_cast<size_t>(i)] += 1; });
+  for (int h : hits) ASSERT_EQ(h, 1);
+  pool.parallel_for(5, 5, [&](int64_t) { FAIL(); });
+}
+
+TEST(ThreadPool, ExceptionsPropagate) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(0, 100,
+                                 [](int64_t i) {
+                                   if (i == 57) throw Error("boom");
+                                 }),
+               Error);
+  int64_t sum = 0;
+  std::mutex m;
+  pool.parallel_for(0, 10, [&](int64_t i) {
+    std::lock_guard<std::mutex> lock(m);
+    sum += i;
+  });
+  EXPECT_EQ(sum, 45);
+}
+
+}  // namespace
+}  // namespace trex

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <regex>
+#include <sstream>
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
@@ -39,10 +39,20 @@ GlpsolResult run_glpsol(const std::string& model, const std::string& dir) {
   GlpsolResult r;
   if (std::system(cmd.c_str()) != 0) return r;
   std::string text = read_file(sol);
-  std::smatch m;
-  if (std::regex_search(text, m, std::regex(R"(Status:\s+([A-Z ]+?)\s*\n)"))) r.status = m[1];
-  if (std::regex_search(text, m, std::regex(R"(Objective:\s+(?:\S+\s+=\s+)?(-?[0-9.eE+-]+))")))
-    r.objective = std::stod(m[1]);
+  // "Status:     INTEGER OPTIMAL" and "Objective:  obj = 76 (MINimum)" (the name and
+  // '=' are absent when the model has no objective).
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("Status:", 0) == 0) {
+      r.status = line.substr(7);
+      r.status.erase(0, r.status.find_first_not_of(' '));
+      r.status.erase(r.status.find_last_not_of(' ') + 1);
+    } else if (line.rfind("Objective:", 0) == 0) {
+      size_t eq = line.find('=');
+      r.objective = std::stod(line.substr(eq == std::string::npos ? 10 : eq + 1));
+    }
+  }
   return r;
 }
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <regex>
+#include <cctype>
 #include <utility>
 
 #include "trex/core/atomic_file.hpp"
@@ -88,10 +88,13 @@ class TempFile {
 
 // First "<name>:<line>:" in GLPK's diagnostics, or 0.
 long first_error_line(const std::string& log, const std::string& name) {
-  std::regex pattern(std::regex_replace(name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                     R"(:(\d+):)");
-  std::smatch m;
-  if (std::regex_search(log, m, pattern)) return std::stol(m[1]);
+  const std::string prefix = name + ":";
+  for (size_t pos = log.find(prefix); pos != std::string::npos; pos = log.find(prefix, pos + 1)) {
+    size_t digits = pos + prefix.size(), end = digits;
+    while (end < log.size() && std::isdigit(static_cast<unsigned char>(log[end]))) ++end;
+    if (end > digits && end < log.size() && log[end] == ':')
+      return std::stol(log.substr(digits, end - digits));
+  }
   return 0;
 }
 

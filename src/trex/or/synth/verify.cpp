@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <regex>
+#include <cstdlib>
 
 #include "trex/core/jsonl.hpp"
 #include "trex/core/strings.hpp"
@@ -50,14 +50,13 @@ VerifyOutcome reject(std::string reason, std::string detail, double glpk_s = 0, 
 
 // The value printed by the model's "Optimal objective: <z>" line, or NaN.
 double printed_objective(const std::string& output) {
-  static const std::regex line(R"(Optimal objective:\s*([-+0-9.eE]+|-?inf|nan))");
-  std::smatch m;
-  if (!std::regex_search(output, m, line)) return std::nan("");
-  try {
-    return std::stod(m[1]);
-  } catch (...) {
-    return std::nan("");
-  }
+  const std::string marker = "Optimal objective:";
+  size_t pos = output.find(marker);
+  if (pos == std::string::npos) return std::nan("");
+  const char* begin = output.c_str() + pos + marker.size();
+  char* end = nullptr;
+  double value = std::strtod(begin, &end);
+  return end == begin ? std::nan("") : value;
 }
 
 nlohmann::ordered_json solver_json(const SolveResult& r, bool timings) {
