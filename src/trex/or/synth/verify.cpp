@@ -149,7 +149,10 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   nlohmann::ordered_json record;
   record["id"] = id;
   record["family"] = family.name();
-  record["problem_class"] = to_string(family.problem_class());
+  // The class of this instance's model (a family may be LP in one story and IP in another).
+  record["problem_class"] = model->num_integer() == 0                 ? "LP"
+                            : model->num_integer() == model->num_cols() ? "IP"
+                                                                      : "MILP";
   record["difficulty"] = to_string(options.difficulty);
   record["size"] = size;
   record["variants"] = instance->variants();
