@@ -27,19 +27,19 @@ struct Attribute {
   std::string suffix;   // text right after a number inside `content`: " g", "%", ""
   double lo, hi;        // content range per unit of food / ingredient
   int decimals;
-  Bounds bounds;        // which requirements this attribute may carry
+  Bounds bounds;  // which requirements this attribute may carry
 };
 
 struct Theme {
   bool blend;
-  std::string intro;   // {org} and {batch} are replaced
+  std::string intro;  // {org} and {batch} are replaced
   std::string item_noun;
   std::vector<std::string> items;
   std::string amount_unit;   // "serving", "kg", "tonne", "barrel"
   std::string amount_units;  // plural
   double cost_lo, cost_hi;
   int cost_decimals;
-  std::string product;       // blends: "the feed"; diets: "the daily plan"
+  std::string product;           // blends: "the feed"; diets: "the daily plan"
   std::string requirement_verb;  // "must provide", "must contain", "must have"
   std::vector<Attribute> attributes;
   double batch_lo, batch_hi, batch_step;  // blends only
@@ -64,18 +64,28 @@ const std::vector<Theme>& themes() {
       {false,
        "A nutritionist at {org} is designing the cheapest daily meal plan that still meets a "
        "patient's nutritional requirements.",
-       "food", text::foods(), "serving", "servings", 0.15, 3.5, 2, "the daily plan",
-       "must provide", diet_nutrients(), 0, 0, 0, true},
+       "food", text::foods(), "serving", "servings", 0.15, 3.5, 2, "the daily plan", "must provide",
+       diet_nutrients(), 0, 0, 0, true},
       {false,
        "The quartermaster of a mountain expedition organised by {org} is planning the daily "
        "rations for one climber and wants to keep the cost as low as possible.",
        "ration item",
-       {"oatmeal", "trail mix", "dried apricots", "beef jerky", "hard cheese", "peanut butter",
-        "pasta", "rice", "dehydrated soup", "dark chocolate", "crackers", "powdered milk",
-        "lentils", "salami", "energy bars", "instant noodles", "dried mango", "granola",
-        "tuna pouches", "couscous"},
-       "serving", "servings", 0.2, 4, 2, "the daily ration", "must provide", diet_nutrients(), 0,
-       0, 0, false},
+       {"oatmeal",         "trail mix",     "dried apricots", "beef jerky",      "hard cheese",
+        "peanut butter",   "pasta",         "rice",           "dehydrated soup", "dark chocolate",
+        "crackers",        "powdered milk", "lentils",        "salami",          "energy bars",
+        "instant noodles", "dried mango",   "granola",        "tuna pouches",    "couscous"},
+       "serving",
+       "servings",
+       0.2,
+       4,
+       2,
+       "the daily ration",
+       "must provide",
+       diet_nutrients(),
+       0,
+       0,
+       0,
+       false},
       {true,
        "{org} mixes cattle feed and has an order for a batch of exactly {batch} kg. The feed is "
        "blended from the ingredients below.",
@@ -83,12 +93,21 @@ const std::vector<Theme>& themes() {
        {"wheat", "barley", "soybean meal", "fish meal", "corn gluten", "molasses", "wheat bran",
         "sorghum", "canola meal", "alfalfa", "oat hulls", "sunflower meal", "field peas",
         "rice bran", "maize"},
-       "kg", "kg", 0.12, 0.95, 2, "the feed", "must contain",
+       "kg",
+       "kg",
+       0.12,
+       0.95,
+       2,
+       "the feed",
+       "must contain",
        {{"protein", "%", "{v}% protein", "%", 2, 60, 1, Bounds::both},
         {"fibre", "%", "{v}% fibre", "%", 1, 35, 1, Bounds::upper},
         {"fat", "%", "{v}% fat", "%", 0.5, 12, 1, Bounds::both},
         {"calcium", "%", "{v}% calcium", "%", 0.05, 4, 2, Bounds::lower}},
-       1000, 5000, 500, true},
+       1000,
+       5000,
+       500,
+       true},
       {true,
        "A foundry operated by {org} must melt exactly {batch} tonnes of stainless steel from the "
        "charge materials below.",
@@ -96,39 +115,65 @@ const std::vector<Theme>& themes() {
        {"stainless scrap", "carbon steel scrap", "pig iron", "ferrochrome", "ferronickel",
         "nickel scrap", "cast iron scrap", "ferromanganese", "turnings", "bundled sheet",
         "rail scrap", "shredded scrap"},
-       "tonne", "tonnes", 150, 2500, 0, "the melt", "must contain",
+       "tonne",
+       "tonnes",
+       150,
+       2500,
+       0,
+       "the melt",
+       "must contain",
        {{"carbon", "%", "{v}% carbon", "%", 0.05, 4.5, 2, Bounds::upper},
         {"chromium", "%", "{v}% chromium", "%", 0, 40, 1, Bounds::both},
         {"nickel", "%", "{v}% nickel", "%", 0, 25, 1, Bounds::both},
         {"manganese", "%", "{v}% manganese", "%", 0, 10, 1, Bounds::upper}},
-       50, 300, 10, false},
+       50,
+       300,
+       10,
+       false},
       {true,
        "{org} produces custom fertiliser blends. A farm cooperative has ordered exactly {batch} "
        "tonnes, to be mixed from the raw materials below.",
        "raw material",
        {"urea", "ammonium nitrate", "ammonium sulfate", "diammonium phosphate",
-        "triple superphosphate", "potassium chloride", "potassium sulfate", "bone meal",
-        "compost", "rock phosphate", "poultry litter", "gypsum"},
-       "tonne", "tonnes", 40, 700, 0, "the blend", "must contain",
+        "triple superphosphate", "potassium chloride", "potassium sulfate", "bone meal", "compost",
+        "rock phosphate", "poultry litter", "gypsum"},
+       "tonne",
+       "tonnes",
+       40,
+       700,
+       0,
+       "the blend",
+       "must contain",
        {{"nitrogen", "%", "{v}% nitrogen", "%", 0, 46, 1, Bounds::lower},
         {"phosphate", "%", "{v}% phosphate", "%", 0, 46, 1, Bounds::lower},
         {"potash", "%", "{v}% potash", "%", 0, 60, 1, Bounds::both},
         {"sulfur", "%", "{v}% sulfur", "%", 0, 24, 1, Bounds::upper}},
-       20, 200, 10, true},
+       20,
+       200,
+       10,
+       true},
       {true,
        "A refinery owned by {org} blends gasoline from several components. Tomorrow's batch must "
        "be exactly {batch} barrels.",
        "component",
-       {"alkylate", "reformate", "FCC gasoline", "light naphtha", "isomerate", "butane",
-        "ethanol", "straight-run gasoline", "hydrocrackate", "polymer gasoline", "coker naphtha",
-        "MTBE"},
-       "barrel", "barrels", 60, 120, 2, "the gasoline", "must have",
+       {"alkylate", "reformate", "FCC gasoline", "light naphtha", "isomerate", "butane", "ethanol",
+        "straight-run gasoline", "hydrocrackate", "polymer gasoline", "coker naphtha", "MTBE"},
+       "barrel",
+       "barrels",
+       60,
+       120,
+       2,
+       "the gasoline",
+       "must have",
        {{"octane number", "", "an octane number of {v}", "", 80, 110, 1, Bounds::lower},
         {"sulfur", "ppm", "{v} ppm sulfur", " ppm", 1, 400, 0, Bounds::upper},
         {"vapour pressure", "kPa", "a vapour pressure of {v} kPa", " kPa", 20, 120, 0,
          Bounds::both},
         {"benzene", "%", "{v}% benzene", "%", 0, 5, 1, Bounds::upper}},
-       2000, 10000, 500, false},
+       2000,
+       10000,
+       500,
+       false},
   };
   return t;
 }
@@ -157,6 +202,7 @@ class DietInstance : public Instance {
   std::vector<double> cost;
   std::vector<double> lower, upper;  // per attribute; < 0 means no bound
   double batch = 0;                  // blends only
+  double max_servings = 0;           // diets only: cap on servings of any single food
   struct Limit {
     size_t item;
     double value;
@@ -194,12 +240,29 @@ class DietInstance : public Instance {
   }
   int nl_template() const override { return template_id; }
 
+  // Whether some single food / ingredient alone satisfies every nutrient or quality bound.
+  bool single_item_suffices() const {
+    for (size_t f = 0; f < n(); ++f) {
+      double lo = 0, hi = 1e300;  // feasible amounts of f alone (diets scale; blends don't)
+      for (size_t k = 0; k < m(); ++k) {
+        const double q = content[k][f];
+        if (blend()) {
+          if ((lower[k] >= 0 && q < lower[k]) || (upper[k] >= 0 && q > upper[k])) hi = -1;
+        } else {
+          if (lower[k] >= 0) lo = q > 0 ? std::max(lo, lower[k] / q) : 1e300;
+          if (upper[k] >= 0 && q > 0) hi = std::min(hi, upper[k] / q);
+        }
+      }
+      if (!blend()) hi = std::min(hi, max_servings);
+      if (lo <= hi) return true;
+    }
+    return false;
+  }
+
   std::string amount(double v) const {
     return text::num(v) + " " + (v == 1 ? theme().amount_unit : theme().amount_units);
   }
-  std::string price(double v) const {
-    return text::money(v) + " per " + theme().amount_unit;
-  }
+  std::string price(double v) const { return text::money(v) + " per " + theme().amount_unit; }
   std::string requirement(size_t k) const {
     const Attribute& a = attr(k);
     std::string v;
@@ -216,8 +279,9 @@ class DietInstance : public Instance {
     const Theme& th = theme();
     std::string out = replace_all(replace_all(th.intro, "{org}", org), "{batch}", text::num(batch));
     out += " There are " + std::to_string(n()) + " " + th.item_noun + "s to choose from";
-    out += blend() ? "; their costs and compositions (per " + th.amount_unit + ") are:\n\n"
-                   : "; the cost and nutrient content of one " + th.amount_unit + " of each are:\n\n";
+    out += blend()
+               ? "; their costs and compositions (per " + th.amount_unit + ") are:\n\n"
+               : "; the cost and nutrient content of one " + th.amount_unit + " of each are:\n\n";
     if (th.table) {
       std::vector<std::string> header = {text::capitalize(th.item_noun),
                                          "Cost ($ per " + th.amount_unit + ")"};
@@ -249,19 +313,25 @@ class DietInstance : public Instance {
     for (size_t k = 0; k < m(); ++k)
       if (lower[k] >= 0 || upper[k] >= 0) reqs.push_back(requirement(k));
     out += text::capitalize(th.product) + " " + th.requirement_verb + " " +
-           text::english_list(reqs) + (blend() ? " (qualities blend in proportion to the amounts "
-                                                 "used)" : "") + ". ";
+           text::english_list(reqs) +
+           (blend() ? " (qualities blend in proportion to the amounts "
+                      "used)"
+                    : "") +
+           ". ";
+    if (!blend())
+      out += "For variety, no more than " + amount(max_servings) + " of any single " +
+             th.item_noun + " may be included. ";
     for (const auto& l : max_share)
       out += "At most " + text::num(l.value) + "% of the batch may be " + names[l.item] + ". ";
     for (const auto& l : availability)
       out += (blend() ? "Only " + amount(l.value) + " of " + names[l.item] + " are in stock. "
-                      : "The plan may include at most " + amount(l.value) + " of " +
-                            names[l.item] + ". ");
+                      : "The plan may include at most " + amount(l.value) + " of " + names[l.item] +
+                            ". ");
     for (const auto& l : min_use)
       out += (blend() ? "At least " + amount(l.value) + " of " + names[l.item] +
                             " must be used up because it is surplus stock. "
-                      : "For variety, the plan must include at least " + amount(l.value) + " of " +
-                            names[l.item] + ". ");
+                      : "By personal preference, the plan must include at least " +
+                            amount(l.value) + " of " + names[l.item] + ". ");
     out += "Fractional amounts are allowed. ";
     out += blend() ? "How many " + th.amount_units + " of each " + th.item_noun +
                          " should be blended to minimise the total cost, and what is that "
@@ -297,8 +367,8 @@ class DietInstance : public Instance {
             attr_word + " with an upper bound");
     f.parameter("$c_f$", "cost per " + th.amount_unit + " of $f$ (dollars)", latex_vector(cost));
     f.parameter("$q_{k,f}$",
-                blend() ? "value of attribute $k$ in $f$" : "amount of nutrient $k$ in one " +
-                                                                th.amount_unit + " of $f$",
+                blend() ? "value of attribute $k$ in $f$"
+                        : "amount of nutrient $k$ in one " + th.amount_unit + " of $f$",
                 latex_matrix(content));
     if (!lo_set.empty())
       f.parameter("$L_k$", blend() ? "minimum value of $k$ in the blend" : "minimum total of $k$",
@@ -306,17 +376,23 @@ class DietInstance : public Instance {
     if (!hi_set.empty())
       f.parameter("$U_k$", blend() ? "maximum value of $k$ in the blend" : "maximum total of $k$",
                   subset_values(hi_set, upper));
-    if (blend()) f.parameter("$B$", "batch size (" + th.amount_units + ")", text::num(batch));
+    if (blend())
+      f.parameter("$B$", "batch size (" + th.amount_units + ")", text::num(batch));
+    else
+      f.parameter("$S$", "maximum " + th.amount_units + " of any single " + th.item_noun,
+                  text::num(max_servings));
     f.variable("$x_f \\ge 0$", th.amount_units + " of $f$ used");
     f.objective("\\min \\sum_{f \\in F} c_f x_f", "Minimise the total cost");
     if (blend()) {
       f.constraint("batch size", "\\sum_{f \\in F} x_f = B");
       if (!lo_set.empty())
-        f.constraint("minimum quality (linearised ratio)",
-                     "\\sum_{f \\in F} (q_{k,f} - L_k) x_f \\ge 0 \\quad \\forall k \\in K^{\\min}");
+        f.constraint(
+            "minimum quality (linearised ratio)",
+            "\\sum_{f \\in F} (q_{k,f} - L_k) x_f \\ge 0 \\quad \\forall k \\in K^{\\min}");
       if (!hi_set.empty())
-        f.constraint("maximum quality (linearised ratio)",
-                     "\\sum_{f \\in F} (q_{k,f} - U_k) x_f \\le 0 \\quad \\forall k \\in K^{\\max}");
+        f.constraint(
+            "maximum quality (linearised ratio)",
+            "\\sum_{f \\in F} (q_{k,f} - U_k) x_f \\le 0 \\quad \\forall k \\in K^{\\max}");
     } else {
       if (!lo_set.empty())
         f.constraint("nutrient minimum",
@@ -324,6 +400,7 @@ class DietInstance : public Instance {
       if (!hi_set.empty())
         f.constraint("nutrient maximum",
                      "\\sum_{f \\in F} q_{k,f} x_f \\le U_k \\quad \\forall k \\in K^{\\max}");
+      f.constraint("variety", "x_f \\le S \\quad \\forall f \\in F");
     }
     for (const auto& l : max_share)
       f.constraint("maximum share", "x_{" + latex_name(keys[l.item]) + "} \\le \\frac{" +
@@ -332,7 +409,8 @@ class DietInstance : public Instance {
       f.constraint("availability",
                    "x_{" + latex_name(keys[l.item]) + "} \\le " + text::num(l.value));
     for (const auto& l : min_use)
-      f.constraint("minimum use", "x_{" + latex_name(keys[l.item]) + "} \\ge " + text::num(l.value));
+      f.constraint("minimum use",
+                   "x_{" + latex_name(keys[l.item]) + "} \\ge " + text::num(l.value));
     return f.markdown();
   }
 
@@ -341,7 +419,7 @@ class DietInstance : public Instance {
     std::string model = "set F;\nset K;\nparam c{F} >= 0;\nparam q{K, F};\n";
     if (!lo_set.empty()) model += "set KMIN within K;\nparam L{KMIN};\n";
     if (!hi_set.empty()) model += "set KMAX within K;\nparam U{KMAX};\n";
-    if (blend()) model += "param B > 0;\n";
+    model += blend() ? "param B > 0;\n" : "param S > 0;\n";
     model += "var x{F} >= 0;\n";
     model += "minimize TotalCost: sum{f in F} c[f] * x[f];\n";
     if (blend()) {
@@ -355,13 +433,14 @@ class DietInstance : public Instance {
         model += "s.t. MinNutrient{k in KMIN}: sum{f in F} q[k, f] * x[f] >= L[k];\n";
       if (!hi_set.empty())
         model += "s.t. MaxNutrient{k in KMAX}: sum{f in F} q[k, f] * x[f] <= U[k];\n";
+      model += "s.t. Variety{f in F}: x[f] <= S;\n";
     }
     for (size_t i = 0; i < max_share.size(); ++i)
       model += "s.t. MaxShare" + std::to_string(i + 1) + ": x['" + keys[max_share[i].item] +
                "'] <= " + text::num(max_share[i].value) + " / 100 * sum{f in F} x[f];\n";
     for (size_t i = 0; i < availability.size(); ++i)
-      model += "s.t. Availability" + std::to_string(i + 1) + ": x['" +
-               keys[availability[i].item] + "'] <= " + text::num(availability[i].value) + ";\n";
+      model += "s.t. Availability" + std::to_string(i + 1) + ": x['" + keys[availability[i].item] +
+               "'] <= " + text::num(availability[i].value) + ";\n";
     for (size_t i = 0; i < min_use.size(); ++i)
       model += "s.t. MinUse" + std::to_string(i + 1) + ": x['" + keys[min_use[i].item] +
                "'] >= " + text::num(min_use[i].value) + ";\n";
@@ -380,7 +459,10 @@ class DietInstance : public Instance {
     };
     if (!lo_set.empty()) subset("KMIN", "L", lo_set, lower);
     if (!hi_set.empty()) subset("KMAX", "U", hi_set, upper);
-    if (blend()) data.param("B", batch);
+    if (blend())
+      data.param("B", batch);
+    else
+      data.param("S", max_servings);
     return compose_gmpl(model, "TotalCost", data);
   }
 
@@ -395,6 +477,8 @@ class DietInstance : public Instance {
       total += x[f];
     }
     if (blend()) c.eq(total, batch, "batch size");
+    for (size_t f = 0; f < n() && !blend(); ++f)
+      c.le(x[f], max_servings, "variety limit on " + keys[f]);
     for (size_t k = 0; k < m(); ++k) {
       double sum = 0;
       for (size_t f = 0; f < n(); ++f) sum += content[k][f] * x[f];
@@ -416,7 +500,9 @@ class DietInstance : public Instance {
 class DietFamily : public Family {
  public:
   std::string_view name() const override { return "diet"; }
-  std::string_view title() const override { return "Diet and blending (min cost, nutrient/quality bounds)"; }
+  std::string_view title() const override {
+    return "Diet and blending (min cost, nutrient/quality bounds)";
+  }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
   int nl_templates() const override { return static_cast<int>(themes().size()); }
 
@@ -425,12 +511,12 @@ class DietFamily : public Family {
     inst->template_id = choose_template(rng, options, nl_templates());
     const Theme& th = inst->theme();
     const bool blend = th.blend;
-    const size_t n = static_cast<size_t>(
-        blend ? size_for(rng, options.difficulty, {3, 4}, {4, 6}, {6, 9})
-              : size_for(rng, options.difficulty, {3, 5}, {5, 8}, {8, 12}));
-    const size_t m = static_cast<size_t>(
-        blend ? size_for(rng, options.difficulty, {2, 2}, {2, 3}, {3, 4})
-              : size_for(rng, options.difficulty, {2, 3}, {3, 4}, {4, 6}));
+    const size_t n =
+        static_cast<size_t>(blend ? size_for(rng, options.difficulty, {3, 4}, {4, 6}, {6, 9})
+                                  : size_for(rng, options.difficulty, {3, 5}, {5, 8}, {8, 12}));
+    const size_t m =
+        static_cast<size_t>(blend ? size_for(rng, options.difficulty, {2, 2}, {2, 3}, {3, 4})
+                                  : size_for(rng, options.difficulty, {2, 3}, {3, 4}, {4, 6}));
     inst->org = rng.pick(text::companies());
     inst->names = text::pick_distinct(rng, th.items, n);
     inst->keys = text::symbols(inst->names);
@@ -448,70 +534,82 @@ class DietFamily : public Family {
 
     for (size_t f = 0; f < n; ++f)
       inst->cost.push_back(round_to(rng.uniform(th.cost_lo, th.cost_hi), th.cost_decimals));
-    inst->content.assign(m, std::vector<double>(n, 0.0));
-    for (size_t k = 0; k < m; ++k) {
-      const Attribute& a = inst->attr(k);
-      for (size_t f = 0; f < n; ++f) {
-        // Diets: some foods lack a nutrient entirely; blends: every input has some value.
-        if (!blend && a.lo == 0 && rng.bernoulli(0.25)) continue;
-        inst->content[k][f] = round_to(rng.uniform(a.lo, a.hi), a.decimals);
-      }
-    }
-    // Planted plan: servings in halves, or a blend recipe over at least two inputs.
+    // Redraw until no single item meets every requirement on its own: an optimum that
+    // buys one food (or blends one input) is too easy.
     std::vector<double> plan(n, 0.0);
-    if (blend) {
-      inst->batch = th.batch_lo + th.batch_step * rng.uniform_int(
-                                                      0, static_cast<int>(std::round(
-                                                             (th.batch_hi - th.batch_lo) /
-                                                             th.batch_step)));
-      std::vector<double> w(n, 0.0);
-      double sum = 0;
-      for (size_t f = 0; f < n; ++f) {
-        if (f >= 2 && rng.bernoulli(0.3)) continue;
-        w[f] = rng.uniform(0.1, 1.0);
-        sum += w[f];
+    for (int attempt = 0; attempt < 30; ++attempt) {
+      inst->content.assign(m, std::vector<double>(n, 0.0));
+      for (size_t k = 0; k < m; ++k) {
+        const Attribute& a = inst->attr(k);
+        for (size_t f = 0; f < n; ++f) {
+          // Diets: some foods lack a nutrient entirely; blends: every input has some value.
+          if (!blend && a.lo == 0 && rng.bernoulli(0.25)) continue;
+          inst->content[k][f] = round_to(rng.uniform(a.lo, a.hi), a.decimals);
+        }
       }
-      for (size_t f = 0; f < n; ++f) plan[f] = inst->batch * w[f] / sum;
-      rng.shuffle(plan);
-    } else {
-      size_t active = 0;
-      for (size_t f = 0; f < n; ++f) {
-        if (rng.bernoulli(0.3) && f + 3 < n + active) continue;
-        plan[f] = 0.5 * rng.uniform_int(1, 8);
-        ++active;
+      // Planted plan: servings in halves, or a blend recipe over at least two inputs.
+      plan.assign(n, 0.0);
+      if (blend) {
+        inst->batch =
+            th.batch_lo +
+            th.batch_step *
+                rng.uniform_int(
+                    0, static_cast<int>(std::round((th.batch_hi - th.batch_lo) / th.batch_step)));
+        std::vector<double> w(n, 0.0);
+        double sum = 0;
+        for (size_t f = 0; f < n; ++f) {
+          if (f >= 2 && rng.bernoulli(0.3)) continue;
+          w[f] = rng.uniform(0.1, 1.0);
+          sum += w[f];
+        }
+        for (size_t f = 0; f < n; ++f) plan[f] = inst->batch * w[f] / sum;
+        rng.shuffle(plan);
+      } else {
+        size_t active = 0;
+        for (size_t f = 0; f < n; ++f) {
+          if (rng.bernoulli(0.3) && f + 3 < n + active) continue;
+          plan[f] = 0.5 * rng.uniform_int(1, 8);
+          ++active;
+        }
+        const double most = *std::max_element(plan.begin(), plan.end());
+        inst->max_servings = std::max(2.0, std::ceil(most)) + rng.uniform_int(0, 1);
       }
-    }
-    const double total_plan = blend ? inst->batch : 1.0;
-    inst->lower.assign(m, -1.0);
-    inst->upper.assign(m, -1.0);
-    for (size_t k = 0; k < m; ++k) {
-      const Attribute& a = inst->attr(k);
-      double level = 0;  // diet: nutrient total; blend: quality of the planted mix
-      for (size_t f = 0; f < n; ++f) level += inst->content[k][f] * plan[f];
-      level /= total_plan;
-      bool want_lower = a.bounds != Bounds::upper && (k == 0 || rng.bernoulli(0.8));
-      bool want_upper = a.bounds == Bounds::upper || (a.bounds == Bounds::both && rng.bernoulli(0.4));
-      const int dec = blend ? std::max(a.decimals, 1) : a.decimals;
-      if (want_lower && level > 0) inst->lower[k] = floor_to(level * rng.uniform(0.75, 0.97), dec);
-      if (want_upper && level > 0) {
-        double hi = ceil_to(level * rng.uniform(1.03, 1.3), dec);
-        inst->upper[k] = std::max(hi, std::pow(10.0, -dec));
+      const double total_plan = blend ? inst->batch : 1.0;
+      inst->lower.assign(m, -1.0);
+      inst->upper.assign(m, -1.0);
+      for (size_t k = 0; k < m; ++k) {
+        const Attribute& a = inst->attr(k);
+        double level = 0;  // diet: nutrient total; blend: quality of the planted mix
+        for (size_t f = 0; f < n; ++f) level += inst->content[k][f] * plan[f];
+        level /= total_plan;
+        const bool want_lower = a.bounds != Bounds::upper;
+        bool want_upper =
+            a.bounds == Bounds::upper || (a.bounds == Bounds::both && rng.bernoulli(0.4));
+        const int dec = blend ? std::max(a.decimals, 1) : a.decimals;
+        if (want_lower && level > 0)
+          inst->lower[k] = floor_to(level * rng.uniform(0.75, 0.97), dec);
+        if (want_upper && level > 0) {
+          double hi = ceil_to(level * rng.uniform(1.03, 1.3), dec);
+          inst->upper[k] = std::max(hi, std::pow(10.0, -dec));
+        }
+        if (inst->lower[k] <= 0) inst->lower[k] = -1.0;
       }
-      if (inst->lower[k] <= 0) inst->lower[k] = -1.0;
-    }
-    if (inst->lower[0] < 0) {
-      // Without a lower bound a diet could buy nothing: the planted plan lacks attribute 0,
-      // so make its first item rich in it and require most of that amount.
-      const Attribute& a = inst->attr(0);
-      size_t f = 0;
-      while (plan[f] <= 0) ++f;
-      inst->content[0][f] = round_to(std::max(a.hi / 2, 1.0), a.decimals);
-      double level = 0;
-      for (size_t g = 0; g < n; ++g) level += inst->content[0][g] * plan[g];
-      level /= total_plan;
-      const int dec = blend ? std::max(a.decimals, 1) : a.decimals;
-      inst->lower[0] = floor_to(level * 0.9, dec);
-      if (inst->upper[0] >= 0 && inst->upper[0] < level) inst->upper[0] = ceil_to(level * 1.1, dec);
+      if (inst->lower[0] < 0) {
+        // Without a lower bound a diet could buy nothing: the planted plan lacks attribute 0,
+        // so make its first item rich in it and require most of that amount.
+        const Attribute& a = inst->attr(0);
+        size_t f = 0;
+        while (plan[f] <= 0) ++f;
+        inst->content[0][f] = round_to(std::max(a.hi / 2, 1.0), a.decimals);
+        double level = 0;
+        for (size_t g = 0; g < n; ++g) level += inst->content[0][g] * plan[g];
+        level /= total_plan;
+        const int dec = blend ? std::max(a.decimals, 1) : a.decimals;
+        inst->lower[0] = floor_to(level * 0.9, dec);
+        if (inst->upper[0] >= 0 && inst->upper[0] < level)
+          inst->upper[0] = ceil_to(level * 1.1, dec);
+      }
+      if (!inst->single_item_suffices()) break;
     }
     // Optional side conditions, each satisfied by the plan.
     auto planted_item = [&]() {
@@ -528,7 +626,8 @@ class DietFamily : public Family {
     if (rng.bernoulli(options.side_constraint_rate)) {
       size_t f = planted_item();
       double step = blend ? th.batch_step / 10 : 0.5;
-      inst->availability.push_back({f, std::ceil(plan[f] * rng.uniform(1.0, 1.2) / step) * step});
+      const double limit = std::ceil(plan[f] * rng.uniform(1.0, 1.2) / step) * step;
+      if (blend || limit < inst->max_servings) inst->availability.push_back({f, limit});
     }
     if (rng.bernoulli(options.side_constraint_rate)) {
       size_t f = planted_item();

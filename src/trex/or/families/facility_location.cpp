@@ -20,13 +20,15 @@ namespace trex::orlib {
 namespace {
 
 struct Theme {
-  std::string intro;     // {org} is replaced by an organisation name
-  std::string site;      // "warehouse"
-  std::string customer;  // "store"
-  std::string unit;      // "pallets"
-  std::string period;    // "per week"
+  std::string intro;                       // {org} is replaced by an organisation name
+  std::string site;                        // "warehouse"
+  std::string customer;                    // "store"
+  std::string unit;                        // "pallets"
+  std::string unit_one;                    // "pallet"
+  std::string period;                      // "per week"
   std::vector<std::string> customer_pool;  // empty: city names
-  double cost_rate;      // transport cost per unit per 10 distance units
+  std::vector<std::string> org_pool;       // empty: company names
+  double cost_rate;            // transport cost per unit per 10 distance units; < 1 gives cents
   std::pair<int, int> demand;  // demand range
   int demand_step;
   bool tables;  // Markdown tables (else prose)
@@ -36,47 +38,100 @@ const std::vector<Theme>& themes() {
   static const std::vector<Theme> t = {
       {"{org} is redesigning its retail distribution network. It can rent warehouses in several "
        "candidate cities and must supply its stores from the warehouses it opens.",
-       "warehouse", "store", "pallets", "per week", {}, 1.0, {20, 90}, 5, true},
-      {"A regional blood service run by {org} is deciding where to operate blood banks that "
-       "supply the hospitals in its area.",
-       "blood bank", "hospital", "units of blood", "per week",
-       {"St Mary", "General", "Children's", "Riverside", "University", "Memorial", "Mercy",
-        "Sacred Heart", "Northside", "Lakeview", "Good Samaritan", "Valley", "Hillcrest",
-        "St Luke", "Royal", "Community", "Veterans", "Harbor", "Pine Grove", "Westgate"},
-       0.5, {30, 150}, 10, false},
+       "warehouse",
+       "store",
+       "pallets",
+       "pallet",
+       "per week",
+       {},
+       {},
+       1.0,
+       {20, 90},
+       5,
+       true},
+      {"{org} is deciding where to operate blood banks that supply the hospitals in its area.",
+       "blood bank",
+       "hospital",
+       "units of blood",
+       "unit of blood",
+       "per week",
+       {"St Mary",        "General",  "Children's",   "Riverside",  "University",
+        "Memorial",       "Mercy",    "Sacred Heart", "Northside",  "Lakeview",
+        "Good Samaritan", "Valley",   "Hillcrest",    "St Luke",    "Royal",
+        "Community",      "Veterans", "Harbor",       "Pine Grove", "Westgate"},
+       {"The regional blood service", "The county health board", "The Red Cross chapter",
+        "The hospital trust"},
+       0.5,
+       {30, 150},
+       10,
+       false},
       {"{org} wants to serve its online customers from a few data centres. Each candidate data "
        "centre has a daily fixed cost and a limited serving capacity, and each customer region "
        "generates a steady load.",
-       "data centre", "region", "million requests", "per day",
+       "data centre",
+       "region",
+       "million requests",
+       "million requests",
+       "per day",
        {"Pacific Northwest", "California", "Mountain West", "Texas", "Great Plains", "Midwest",
-        "Great Lakes", "Southeast", "Florida", "Mid-Atlantic", "New England", "New York",
-        "Ontario", "Quebec", "Mexico North", "Mexico South", "Caribbean", "Alaska"},
-       0.2, {10, 60}, 2, true},
-      {"{org} is a brewery that delivers kegs to bars. It is choosing which delivery depots to run "
-       "next year.",
-       "depot", "bar", "kegs", "per week",
-       {"The Anchor", "Red Lion", "Crown and Kettle", "Blue Door", "The Ferryman", "Old Mill",
-        "Golden Hind", "Fox and Hounds", "Hop House", "Green Man", "The Lantern", "Brass Monkey",
-        "Black Swan", "Rose and Thistle", "The Granary", "Kings Head", "Wheatsheaf",
-        "The Railway", "Silver Birch", "Copper Kettle"},
-       1.5, {10, 40}, 2, false},
-      {"A farming cooperative, {org}, must store this season's grain harvest. It can rent storage "
+        "Great Lakes", "Southeast", "Florida", "Mid-Atlantic", "New England", "New York", "Ontario",
+        "Quebec", "Mexico North", "Mexico South", "Caribbean", "Alaska"},
+       {},
+       0.2,
+       {10, 60},
+       2,
+       true},
+      {"{org} delivers kegs of beer to bars and is choosing which delivery depots to run next "
+       "year.",
+       "depot",
+       "bar",
+       "kegs",
+       "keg",
+       "per week",
+       {"The Anchor",  "Red Lion",     "Crown and Kettle", "Blue Door",        "The Ferryman",
+        "Old Mill",    "Golden Hind",  "Fox and Hounds",   "Hop House",        "Green Man",
+        "The Lantern", "Brass Monkey", "Black Swan",       "Rose and Thistle", "The Granary",
+        "Kings Head",  "Wheatsheaf",   "The Railway",      "Silver Birch",     "Copper Kettle"},
+       {"Riverbend Brewing", "The Hop Yard brewery", "Old Town Ales", "Kettle Creek Brewery"},
+       1.5,
+       {10, 40},
+       2,
+       false},
+      {"{org} must store this season's grain harvest of its member farms. It can rent storage "
        "silos at several locations, and every farm's harvest has to be trucked to open silos.",
-       "silo", "farm", "tonnes", "this season",
-       {"Hillside Farm", "Oak Farm", "Meadowbrook", "Sunny Acres", "Willow Farm", "Stony Creek",
-        "Maple Farm", "Elm Ridge", "Clearwater", "Brookside", "Fox Hollow", "Cedar Farm",
-        "Golden Field", "Pine Hill", "Mill Farm", "Red Barn", "High Meadow", "Long Acre",
-        "Ashgrove", "Birch Farm"},
-       0.6, {40, 200}, 10, true},
-      {"The school district run by {org} wants to prepare lunches in a few central kitchens and "
-       "deliver them to its schools.",
-       "kitchen", "school", "meals", "per day",
+       "silo",
+       "farm",
+       "tonnes",
+       "tonne",
+       "this season",
+       {"Hillside Farm", "Oak Farm",    "Meadowbrook",  "Sunny Acres", "Willow Farm",
+        "Stony Creek",   "Maple Farm",  "Elm Ridge",    "Clearwater",  "Brookside",
+        "Fox Hollow",    "Cedar Farm",  "Golden Field", "Pine Hill",   "Mill Farm",
+        "Red Barn",      "High Meadow", "Long Acre",    "Ashgrove",    "Birch Farm"},
+       {"The Prairie Grain Cooperative", "The Valley Farmers Union", "Golden Plains Co-op",
+        "The Northern Grain Pool"},
+       0.6,
+       {40, 200},
+       10,
+       true},
+      {"{org} wants to prepare school lunches in a few central kitchens and deliver them to its "
+       "schools.",
+       "kitchen",
+       "school",
+       "meals",
+       "meal",
+       "per day",
        {"Lincoln Elementary", "Jefferson Middle", "Roosevelt High", "Oak Park Elementary",
         "Westside Middle", "Central High", "Maple Elementary", "Hillview Middle",
         "Riverside Elementary", "Eastwood High", "Parkside Elementary", "Northgate Middle",
         "Lakeshore Elementary", "Southfield High", "Cedar Elementary", "Valley Middle",
         "Brookfield Elementary", "Summit High"},
-       0.1, {100, 400}, 10, false},
+       {"The Maple County school district", "The Riverton unified school district",
+        "The Lakeside school board", "The city education department"},
+       0.1,
+       {100, 400},
+       10,
+       false},
   };
   return t;
 }
@@ -87,9 +142,9 @@ class FacilityLocationInstance : public Instance {
   std::string org;
   std::vector<std::string> site_names, site_keys;
   std::vector<std::string> cust_names, cust_keys;
-  std::vector<double> fixed;     // f_j
-  std::vector<double> capacity;  // Q_j
-  std::vector<double> demand;    // d_i
+  std::vector<double> fixed;              // f_j
+  std::vector<double> capacity;           // Q_j
+  std::vector<double> demand;             // d_i
   std::vector<std::vector<double>> cost;  // c_{i,j}
   int max_open = 0;                       // 0 = no limit
   std::vector<std::pair<int, int>> exclusive;
@@ -128,8 +183,8 @@ class FacilityLocationInstance : public Instance {
       rows.clear();
       for (size_t i = 0; i < n(); ++i) rows.push_back({cust_names[i], text::num(demand[i])});
       out += "\nDemand of each " + th.customer + " (" + th.unit + " " + th.period + "):\n\n";
-      out += text::markdown_table(
-          {text::capitalize(th.customer), "Demand (" + th.unit + ")"}, rows);
+      out +=
+          text::markdown_table({text::capitalize(th.customer), "Demand (" + th.unit + ")"}, rows);
       rows.clear();
       std::vector<std::string> header = {text::capitalize(th.customer) + " / " + th.site};
       for (const auto& s : site_names) header.push_back(s);
@@ -138,8 +193,8 @@ class FacilityLocationInstance : public Instance {
         for (size_t j = 0; j < m(); ++j) r.push_back(text::money(cost[i][j]));
         rows.push_back(r);
       }
-      out += "\nCost of delivering one unit (one of the " + th.unit + ") from each " + th.site +
-             " to each " + th.customer + ":\n\n";
+      out += "\nCost of delivering one " + th.unit_one + " from each " + th.site + " to each " +
+             th.customer + ":\n\n";
       out += text::markdown_table(header, rows);
     } else {
       for (size_t j = 0; j < m(); ++j)
@@ -150,7 +205,7 @@ class FacilityLocationInstance : public Instance {
       std::vector<std::string> needs;
       for (size_t i = 0; i < n(); ++i) needs.push_back(qty(demand[i]) + " (" + cust_names[i] + ")");
       out += text::english_list(needs) + " " + th.period + ".\n\n";
-      out += "Delivery costs per unit (in dollars per one of the " + th.unit + ") are:\n";
+      out += "Delivery costs, in dollars per " + th.unit_one + ", are:\n";
       for (size_t i = 0; i < n(); ++i) {
         std::vector<std::string> parts;
         for (size_t j = 0; j < m(); ++j)
@@ -160,8 +215,9 @@ class FacilityLocationInstance : public Instance {
     }
     out += "\nA " + th.customer + "'s demand may be split between several open " + th.site +
            "s, and delivered quantities do not have to be whole numbers. Nothing can be "
-           "delivered from a " + th.site + " that is not opened, and the total delivered from a " +
-           th.site + " may not exceed its capacity. ";
+           "delivered from a " +
+           th.site + " that is not opened, and the total delivered from a " + th.site +
+           " may not exceed its capacity. ";
     if (max_open > 0)
       out += "At most " + std::to_string(max_open) + " " + th.site + "s may be opened. ";
     for (auto [a, b] : exclusive)
@@ -193,8 +249,9 @@ class FacilityLocationInstance : public Instance {
                   text::num(min_throughput));
     f.variable("$x_{i,j} \\ge 0$", "amount delivered from $j$ to $i$ (" + th.unit + ")");
     f.variable("$y_j \\in \\{0,1\\}$", "1 if $j$ is opened");
-    f.objective("\\min \\sum_{j \\in J} f_j y_j + \\sum_{i \\in I} \\sum_{j \\in J} c_{i,j} x_{i,j}",
-                "Minimise fixed plus delivery cost");
+    f.objective(
+        "\\min \\sum_{j \\in J} f_j y_j + \\sum_{i \\in I} \\sum_{j \\in J} c_{i,j} x_{i,j}",
+        "Minimise fixed plus delivery cost");
     f.constraint("demand", "\\sum_{j \\in J} x_{i,j} = d_i \\quad \\forall i \\in I");
     f.constraint("capacity", "\\sum_{i \\in I} x_{i,j} \\le Q_j y_j \\quad \\forall j \\in J");
     f.constraint("link (strengthening, big-M $= d_i$)",
@@ -280,10 +337,11 @@ class FacilityLocationFamily : public Family {
     auto inst = std::make_unique<FacilityLocationInstance>();
     inst->template_id = choose_template(rng, options, nl_templates());
     const Theme& th = inst->theme();
-    const int m = size_for(rng, options.difficulty, {3, 4}, {4, 6}, {6, 8});
-    const int n = size_for(rng, options.difficulty, {4, 6}, {6, 9}, {9, 12});
-    const int planted_open = size_for(rng, options.difficulty, {2, 2}, {2, 3}, {2, 4});
-    inst->org = rng.pick(text::companies());
+    // Kept small: CBC spends most of its time in root cuts on these models.
+    const int m = size_for(rng, options.difficulty, {3, 3}, {4, 5}, {5, 6});
+    const int n = size_for(rng, options.difficulty, {4, 6}, {5, 8}, {7, 10});
+    const int planted_open = size_for(rng, options.difficulty, {2, 2}, {2, 3}, {2, 3});
+    inst->org = rng.pick(th.org_pool.empty() ? text::companies() : th.org_pool);
     if (th.customer_pool.empty()) {
       auto cities = text::pick_distinct(rng, text::cities(), static_cast<size_t>(m + n));
       inst->site_names.assign(cities.begin(), cities.begin() + m);
@@ -296,7 +354,9 @@ class FacilityLocationFamily : public Family {
     inst->cust_keys = text::symbols(inst->cust_names);
 
     // Locations on a 100 x 100 map; unit costs grow with distance.
-    auto point = [&] { return std::pair<double, double>{rng.uniform(0, 100), rng.uniform(0, 100)}; };
+    auto point = [&] {
+      return std::pair<double, double>{rng.uniform(0, 100), rng.uniform(0, 100)};
+    };
     std::vector<std::pair<double, double>> site_at, cust_at;
     for (int j = 0; j < m; ++j) site_at.push_back(point());
     for (int i = 0; i < n; ++i) cust_at.push_back(point());
@@ -312,8 +372,7 @@ class FacilityLocationFamily : public Family {
         auto [cx, cy] = cust_at[static_cast<size_t>(i)];
         double dist = std::hypot(sx - cx, sy - cy);
         double unit = (1 + dist / 10) * th.cost_rate;
-        // Whole dollars for expensive units, cents (two decimals) for cheap ones.
-        row.push_back(unit >= 5 ? std::round(unit) : std::round(unit * 20) / 20);
+        row.push_back(th.cost_rate >= 1 ? std::round(unit) : std::round(unit * 20) / 20);
       }
       inst->cost.push_back(row);
     }
@@ -321,7 +380,8 @@ class FacilityLocationFamily : public Family {
     const double typical_transport = total * th.cost_rate * 5;
     for (int j = 0; j < m; ++j) {
       double f = typical_transport * rng.uniform(0.15, 0.45);
-      inst->fixed.push_back(std::max(100.0, std::round(f / 50) * 50));
+      const double grain = f >= 1000 ? 50 : 10;
+      inst->fixed.push_back(std::max(grain, std::round(f / grain) * grain));
     }
     // Planted open set: capacities of S add up to >= 1.2 x total demand.
     const auto open_idx = rng.sample(static_cast<size_t>(m), static_cast<size_t>(planted_open));

@@ -2,7 +2,7 @@
 // An OR problem family: a parametric generator that plants a feasible
 // solution, a solver-independent checker, and renderers to the three problem
 // representations (R-NL word problem, R-ALG algebraic formulation, R-EXE GNU
-// MathProg model with its data). See docs/or-families.md.
+// MathProg model with its data). See docs/or-synth.md.
 #include <initializer_list>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -71,7 +71,9 @@ bool all_equal(const std::vector<double>& v) {
   return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
 }
 
-double round_up_to(double v, double step) { return std::ceil(v / step - 1e-9) * step; }
+double round_up_to(double v, double step) {
+  return std::ceil(v / step - 1e-9) * step;
+}
 
 class LotSizingInstance : public Instance {
  public:
@@ -84,11 +86,11 @@ class LotSizingInstance : public Instance {
   double initial_stock = 0;       // I_0
   double capacity = 0;            // C; 0 = uncapacitated
   bool backlog = false;
-  double backlog_cost = 0;        // per unit per period
-  double min_stock = 0;           // safety stock s; 0 = none
-  double warehouse = 0;           // W; 0 = none
-  int max_setups = 0;             // K; 0 = none
-  int shutdown = 0;               // 1-based period without production; 0 = none
+  double backlog_cost = 0;  // per unit per period
+  double min_stock = 0;     // safety stock s; 0 = none
+  double warehouse = 0;     // W; 0 = none
+  int max_setups = 0;       // K; 0 = none
+  int shutdown = 0;         // 1-based period without production; 0 = none
 
   const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return demand.size(); }
@@ -113,7 +115,9 @@ class LotSizingInstance : public Instance {
   }
 
   json size() const override {
-    return {{"periods", n()}, {"capacitated", capacity > 0}, {"backlog", backlog},
+    return {{"periods", n()},
+            {"capacitated", capacity > 0},
+            {"backlog", backlog},
             {"side_constraints", side_count()}};
   }
   std::vector<std::string> variants() const override {
@@ -127,6 +131,8 @@ class LotSizingInstance : public Instance {
   }
   int nl_template() const override { return template_id; }
 
+  // Preposition for a single period: "in week 3", "on day 3".
+  std::string in() const { return theme().period == "day" ? "on" : "in"; }
   std::string per_unit(double v) const { return text::money(v) + " per " + theme().unit; }
   std::string qty(double v) const { return text::num(v) + " " + theme().units; }
 
@@ -149,15 +155,15 @@ class LotSizingInstance : public Instance {
         rows.push_back({std::to_string(t + 1), text::num(demand[t]), text::num(setup[t]),
                         text::num(unit_cost[t])});
       out += "\n\n" + text::markdown_table(header, rows) + "\n";
-      out += "The setup cost is paid once in every " + th.period + " in which a " + th.run +
-             " takes place, whatever its size; the production cost is paid for every " + th.unit +
-             " made.";
+      out += "The setup cost is paid once for every " + th.period + " " + in() + " which a " +
+             th.run + " takes place, whatever its size; the production cost is paid for every " +
+             th.unit + " made.";
     } else if (th.layout == Layout::bullets) {
       out += " The forecast per " + th.period + " is:\n\n";
       for (size_t t = 0; t < n(); ++t)
-        out += "- " + P + " " + std::to_string(t + 1) + ": demand of " + qty(demand[t]) +
-               "; a " + th.run + " costs " + text::money(setup[t]) + " to set up and each " +
-               th.unit + " produced costs " + text::money(unit_cost[t]) + ".\n";
+        out += "- " + P + " " + std::to_string(t + 1) + ": demand of " + qty(demand[t]) + "; a " +
+               th.run + " costs " + text::money(setup[t]) + " to set up and each " + th.unit +
+               " produced costs " + text::money(unit_cost[t]) + ".\n";
       out += "\nThe setup cost is incurred once for every " + th.period + " with a " + th.run +
              ", no matter how much is produced.";
     } else {
@@ -168,7 +174,8 @@ class LotSizingInstance : public Instance {
                " to set up, regardless of how much it produces";
       else
         out += "Setting up a " + th.run + " costs " + series(setup, true) + " in " + th.period +
-               "s 1 to " + std::to_string(n()) + " respectively, regardless of how much it produces";
+               "s 1 to " + std::to_string(n()) +
+               " respectively, regardless of how much it produces";
       out += ". ";
       if (all_equal(unit_cost))
         out += "Every " + th.unit + " produced costs " + text::money(unit_cost[0]) + ".";
@@ -188,8 +195,8 @@ class LotSizingInstance : public Instance {
       out += "At the start of " + th.period + " 1 there are " + qty(initial_stock) + " in stock. ";
     else
       out += "There is no stock at the start of " + th.period + " 1. ";
-    out += "Nothing can be produced in a " + th.period + " without a " + th.run + " in that " +
-           th.period + ". ";
+    out += "Nothing can be produced " + in() + " a " + th.period + " without a " + th.run + " " +
+           in() + " that " + th.period + ". ";
     if (capacity > 0)
       out += "A " + th.run + " can produce at most " + qty(capacity) + ". ";
     else
@@ -197,14 +204,17 @@ class LotSizingInstance : public Instance {
     out += "Stock left over at the end of a " + th.period + " (including the last one) costs " +
            per_unit(holding) + " per " + th.period + " to hold. ";
     if (backlog)
-      out += "Demand may be backordered: every " + th.unit + " of demand still unmet at the end of "
-             "a " + th.period + " costs " + per_unit(backlog_cost) + " per " + th.period +
+      out += "Demand may be backordered: every " + th.unit +
+             " of demand still unmet at the end of "
+             "a " +
+             th.period + " costs " + per_unit(backlog_cost) + " per " + th.period +
              ", but all demand must be delivered by the end of " + th.period + " " + N + ". ";
     else
-      out += "Demand must be met in full in the " + th.period + " it occurs; no backorders. ";
+      out += "Demand must be met in full " + in() + " the " + th.period +
+             " it occurs; no backorders. ";
     if (min_stock > 0)
-      out += "As safety stock, at least " + qty(min_stock) + " must be on hand at the end of every " +
-             th.period + ". ";
+      out += "As safety stock, at least " + qty(min_stock) +
+             " must be on hand at the end of every " + th.period + ". ";
     if (warehouse > 0)
       out += "Storage space limits the stock at the end of any " + th.period + " to at most " +
              qty(warehouse) + ". ";
@@ -212,18 +222,18 @@ class LotSizingInstance : public Instance {
       out += "Because of crew availability, at most " + std::to_string(max_setups) + " " + th.run +
              "s can take place over the whole horizon. ";
     if (shutdown > 0)
-      out += "The line is down for maintenance in " + th.period + " " + std::to_string(shutdown) +
-             ", so nothing can be produced then. ";
-    out += "Quantities of " + th.product + " may be fractional, while running or not running in a "
-           "given " + th.period + " is a yes/no decision.\n\n";
+      out += "The line is down for maintenance " + in() + " " + th.period + " " +
+             std::to_string(shutdown) + ", so nothing can be produced then. ";
+    out += "Quantities of " + th.product + " may be fractional, while running or not running " +
+           in() + " a given " + th.period + " is a yes/no decision.\n\n";
     out += replace_all(th.question, "{n}", N);
     return out;
   }
 
   std::string alg() const override {
     AlgebraicFormulation f(backlog ? "Lot sizing with backorders" : "Lot sizing");
-    f.set("$T = \\{1,\\dots," + std::to_string(n()) + "\\}$", "planning periods (" +
-                                                                   theme().period + "s)");
+    f.set("$T = \\{1,\\dots," + std::to_string(n()) + "\\}$",
+          "planning periods (" + theme().period + "s)");
     f.parameter("$d_t$", "demand in period $t$ (" + theme().units + ")", latex_vector(demand));
     f.parameter("$f_t$", "setup cost in period $t$ ($)", latex_vector(setup));
     f.parameter("$c_t$", "unit production cost in period $t$ ($ per " + theme().unit + ")",
@@ -238,9 +248,9 @@ class LotSizingInstance : public Instance {
     if (warehouse > 0) f.parameter("$W$", "storage limit", text::num(warehouse));
     if (max_setups > 0)
       f.parameter("$K$", "maximum number of production runs", std::to_string(max_setups));
-    std::string bound = backlog ? "\\sum_{u \\in T} d_u"
-                                : std::string("\\sum_{u \\in T: u \\ge t} d_u") +
-                                      (min_stock > 0 ? " + s" : "");
+    std::string bound =
+        backlog ? "\\sum_{u \\in T} d_u"
+                : std::string("\\sum_{u \\in T: u \\ge t} d_u") + (min_stock > 0 ? " + s" : "");
     f.parameter("$M_t = " + (capacity > 0 ? "\\min(C, " + bound + ")" : bound) + "$",
                 "largest useful production in period $t$", latex_vector(big_m()));
     f.variable("$q_t \\ge 0$", "quantity produced in period $t$");
@@ -252,8 +262,9 @@ class LotSizingInstance : public Instance {
                 std::string(backlog ? "Minimise setup, production, holding and backorder costs"
                                     : "Minimise setup, production and holding costs"));
     if (backlog) {
-      f.constraint("balance", "I_{t-1} - B_{t-1} + q_t - I_t + B_t = d_t \\quad \\forall t \\in T"
-                              " \\quad (B_0 = 0)");
+      f.constraint("balance",
+                   "I_{t-1} - B_{t-1} + q_t - I_t + B_t = d_t \\quad \\forall t \\in T"
+                   " \\quad (B_0 = 0)");
       f.constraint("no final backorders", "B_{" + std::to_string(n()) + "} = 0");
     } else {
       f.constraint("balance", "I_{t-1} + q_t - I_t = d_t \\quad \\forall t \\in T");
@@ -275,9 +286,9 @@ class LotSizingInstance : public Instance {
     if (min_stock > 0) model += "param s >= 0;\n";
     if (warehouse > 0) model += "param W >= 0;\n";
     if (max_setups > 0) model += "param K integer >= 0;\n";
-    std::string bound = backlog ? "sum{u in T} d[u]"
-                                : std::string("sum{u in T: u >= t} d[u]") +
-                                      (min_stock > 0 ? " + s" : "");
+    std::string bound =
+        backlog ? "sum{u in T} d[u]"
+                : std::string("sum{u in T: u >= t} d[u]") + (min_stock > 0 ? " + s" : "");
     model += "param M{t in T} := " + (capacity > 0 ? "min(C, " + bound + ")" : bound) + ";\n";
     model += "var q{T} >= 0;\nvar I{T} >= 0;\nvar y{T} binary;\n";
     if (backlog) model += "var B{T} >= 0;\n";
@@ -326,8 +337,8 @@ class LotSizingInstance : public Instance {
       c.binary(y, "setup in " + tag);
       c.eq(prev_stock - prev_backlog + q - inv + back, demand[t], "balance in " + tag);
       // Production needs a run; a run is limited by the capacity.
-      const double limit = y > 0.5 ? (capacity > 0 ? capacity : std::numeric_limits<double>::max())
-                                   : 0.0;
+      const double limit =
+          y > 0.5 ? (capacity > 0 ? capacity : std::numeric_limits<double>::max()) : 0.0;
       c.le(q, limit, "production without setup or above capacity in " + tag);
       if (min_stock > 0) c.ge(inv, min_stock, "safety stock in " + tag);
       if (warehouse > 0) c.le(inv, warehouse, "storage limit in " + tag);
@@ -356,15 +367,16 @@ class LotSizingFamily : public Family {
     auto inst = std::make_unique<LotSizingInstance>();
     inst->template_id = choose_template(rng, options, nl_templates());
     inst->org = rng.pick(text::companies());
-    const size_t n = static_cast<size_t>(size_for(rng, options.difficulty, {4, 6}, {6, 9}, {9, 12}));
+    const size_t n =
+        static_cast<size_t>(size_for(rng, options.difficulty, {4, 6}, {6, 9}, {9, 12}));
     const double rate = options.side_constraint_rate;
 
     for (size_t t = 0; t < n; ++t) inst->demand.push_back(5.0 * rng.uniform_int(4, 30));
     const double base_setup = 10.0 * rng.uniform_int(10, 60);
     const bool vary_setup = rng.bernoulli(0.5);
     for (size_t t = 0; t < n; ++t)
-      inst->setup.push_back(vary_setup ? std::max(50.0, base_setup + 10.0 * rng.uniform_int(-10, 10))
-                                       : base_setup);
+      inst->setup.push_back(
+          vary_setup ? std::max(50.0, base_setup + 10.0 * rng.uniform_int(-10, 10)) : base_setup);
     const double base_unit = rng.uniform_int(3, 12);
     const bool vary_unit = rng.bernoulli(0.5);
     for (size_t t = 0; t < n; ++t)
@@ -372,8 +384,7 @@ class LotSizingFamily : public Family {
                                           : base_unit);
     inst->holding = 0.5 * rng.uniform_int(2, 8);
     if (rng.bernoulli(0.5))
-      inst->initial_stock =
-          5.0 * std::floor(inst->demand[0] * rng.uniform(0.2, 0.8) / 5.0);
+      inst->initial_stock = 5.0 * std::floor(inst->demand[0] * rng.uniform(0.2, 0.8) / 5.0);
     inst->backlog = rng.bernoulli(0.3);
     if (inst->backlog) inst->backlog_cost = 2 * inst->holding + rng.uniform_int(1, 4);
     // A safety stock makes no sense together with backorders.

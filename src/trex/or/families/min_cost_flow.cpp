@@ -19,7 +19,7 @@ namespace {
 enum class Layout { table, by_origin, lane_list };
 
 struct Theme {
-  std::string intro;  // {org} is replaced by an organisation name
+  std::string intro;              // {org} is replaced by an organisation name
   std::string source, hub, sink;  // role nouns (singular); plural adds "s"
   std::string unit, unit_one;     // flow unit, plural and singular
   std::string lane;               // "lane", "pipeline", ...
@@ -33,8 +33,10 @@ const std::vector<Theme>& themes() {
        "plant", "depot", "merchant", "tonnes", "tonne", "lane", Layout::table},
       {"{org} moves diesel from its refineries through storage terminals to regional filling "
        "stations.",
-       "refinery", "terminal", "station", "thousand litres", "thousand litres", "pipeline or truck "
-       "route", Layout::by_origin},
+       "refinery", "terminal", "station", "thousand litres", "thousand litres",
+       "pipeline or truck "
+       "route",
+       Layout::by_origin},
       {"A farming cooperative sends fresh produce from its farms via packing houses to city "
        "markets; {org} runs the trucks for it.",
        "farm", "packing house", "market", "tonnes", "tonne", "road link", Layout::lane_list},
@@ -50,13 +52,27 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
+// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
+std::string latex_pair(const std::string& a, const std::string& b) {
+  std::string out = "(";
+  out += latex_name(a);
+  out += ", ";
+  out += latex_name(b);
+  out += ")";
+  return out;
+}
+
 struct Arc {
   size_t from = 0, to = 0;
   double cost = 0, cap = 0;
 };
 
-double round_up(double v, double step) { return step * std::ceil(v / step - 1e-9); }
-double round_down(double v, double step) { return step * std::floor(v / step + 1e-9); }
+double round_up(double v, double step) {
+  return step * std::ceil(v / step - 1e-9);
+}
+double round_down(double v, double step) {
+  return step * std::floor(v / step + 1e-9);
+}
 
 std::string plural(const std::string& noun) {
   if (noun.ends_with("y")) return noun.substr(0, noun.size() - 1) + "ies";
@@ -68,12 +84,12 @@ class MinCostFlowInstance : public Instance {
  public:
   int template_id = 0;
   std::string org;
-  std::vector<std::string> cities;  // display name of each node
-  std::vector<std::string> keys;    // MathProg symbols
+  std::vector<std::string> cities;                // display name of each node
+  std::vector<std::string> keys;                  // MathProg symbols
   size_t n_sources = 0, n_hubs = 0, n_sinks = 0;  // nodes ordered sources, hubs, sinks
-  std::vector<double> supply;  // per source
-  std::vector<double> demand;  // per sink
-  std::vector<Arc> arcs;       // sorted by (from, to)
+  std::vector<double> supply;                     // per source
+  std::vector<double> demand;                     // per sink
+  std::vector<Arc> arcs;                          // sorted by (from, to)
   // Optional side constraints (-1 = absent).
   int hub_min_node = -1;
   double hub_min = 0;
@@ -100,8 +116,11 @@ class MinCostFlowInstance : public Instance {
   std::string unit_cost(double c) const { return text::money(c) + " per " + theme().unit_one; }
 
   json size() const override {
-    return {{"sources", n_sources}, {"hubs", n_hubs},          {"sinks", n_sinks},
-            {"arcs", arcs.size()},  {"side_constraints", side_count()}};
+    return {{"sources", n_sources},
+            {"hubs", n_hubs},
+            {"sinks", n_sinks},
+            {"arcs", arcs.size()},
+            {"side_constraints", side_count()}};
   }
   std::vector<std::string> variants() const override {
     std::vector<std::string> v;
@@ -143,16 +162,15 @@ class MinCostFlowInstance : public Instance {
       for (const Arc& a : arcs)
         rows.push_back({cities[a.from], cities[a.to], text::num(a.cap), text::money(a.cost)});
       out += "Only the following one-way " + plural(th.lane) + " can be used:\n\n" +
-             text::markdown_table({"From", "To", "Capacity (" + th.unit + ")",
-                                   "Cost per " + th.unit_one},
-                                  rows) +
+             text::markdown_table(
+                 {"From", "To", "Capacity (" + th.unit + ")", "Cost per " + th.unit_one}, rows) +
              "\n";
     } else if (th.layout == Layout::by_origin) {
       for (size_t p = 0; p < n_sources; ++p)
         out += "The " + label(p) + " can send out at most " + amount(supply[p]) + ". ";
       for (size_t c = 0; c < n_sinks; ++c)
-        out += "The " + label(n_sources + n_hubs + c) + " needs exactly " + amount(demand[c]) +
-               ". ";
+        out +=
+            "The " + label(n_sources + n_hubs + c) + " needs exactly " + amount(demand[c]) + ". ";
       out += "\n\nThe available " + plural(th.lane) + ", with their capacity and cost, are:\n";
       for (size_t v = 0; v < nodes(); ++v) {
         std::vector<std::string> legs;
@@ -160,7 +178,8 @@ class MinCostFlowInstance : public Instance {
           if (a.from == v)
             legs.push_back("the " + label(a.to) + " (up to " + amount(a.cap) + " at " +
                            unit_cost(a.cost) + ")");
-        if (!legs.empty()) out += "- From the " + label(v) + " to " + text::english_list(legs) + ".\n";
+        if (!legs.empty())
+          out += "- From the " + label(v) + " to " + text::english_list(legs) + ".\n";
       }
       out += "\n";
     } else {
@@ -168,8 +187,9 @@ class MinCostFlowInstance : public Instance {
       for (size_t p = 0; p < n_sources; ++p) sup.push_back(amount(supply[p]) + " at " + cities[p]);
       for (size_t c = 0; c < n_sinks; ++c)
         dem.push_back(amount(demand[c]) + " at " + cities[n_sources + n_hubs + c]);
-      out += "Available supply: " + text::english_list(sup) + ". Required deliveries: " +
-             text::english_list(dem) + ".\n\nEach " + th.lane + " is one-way:\n";
+      out += "Available supply: " + text::english_list(sup) +
+             ". Required deliveries: " + text::english_list(dem) + ".\n\nEach " + th.lane +
+             " is one-way:\n";
       for (const Arc& a : arcs)
         out += "- " + label(a.from) + " -> " + label(a.to) + ": capacity " + amount(a.cap) +
                ", cost " + unit_cost(a.cost) + "\n";
@@ -188,8 +208,8 @@ class MinCostFlowInstance : public Instance {
     if (limited_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(limited_arc)];
       out += "Because of maintenance work, the " + th.lane + " from the " + label(a.from) +
-             " to the " + label(a.to) + " may carry at most " +
-             text::num(limited_fraction * 100) + "% of its capacity. ";
+             " to the " + label(a.to) + " may carry at most " + text::num(limited_fraction * 100) +
+             "% of its capacity. ";
     }
     out += "Amounts may be fractional. How much should be sent along each " + th.lane +
            " to minimise the total transport cost, and what is that minimum cost in dollars?";
@@ -198,8 +218,7 @@ class MinCostFlowInstance : public Instance {
 
   std::string arc_list_latex() const {
     std::vector<std::string> parts;
-    for (const Arc& a : arcs)
-      parts.push_back("(" + latex_name(keys[a.from]) + ", " + latex_name(keys[a.to]) + ")");
+    for (const Arc& a : arcs) parts.push_back(latex_pair(keys[a.from], keys[a.to]));
     std::string out = "\\{";
     out += join(parts, ", ");
     return out + "\\}";
@@ -225,15 +244,21 @@ class MinCostFlowInstance : public Instance {
                 latex_vector(demand));
     f.parameter("$u_{ij}$", "capacity of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
                 latex_vector(cap));
-    f.parameter("$c_{ij}$", "cost per " + theme().unit_one + " on arc $(i,j)$ (dollars, in the "
-                "order of $A$)", latex_vector(cost));
+    f.parameter("$c_{ij}$",
+                "cost per " + theme().unit_one +
+                    " on arc $(i,j)$ (dollars, in the "
+                    "order of $A$)",
+                latex_vector(cost));
     f.variable("$x_{ij} \\ge 0$", "amount sent along arc $(i,j)$ (continuous)");
     f.objective("\\min \\sum_{(i,j) \\in A} c_{ij} x_{ij}", "Minimise the total transport cost");
-    f.constraint("supply", "\\sum_{(p,j) \\in A} x_{pj} - \\sum_{(i,p) \\in A} x_{ip} \\le s_p "
+    f.constraint("supply",
+                 "\\sum_{(p,j) \\in A} x_{pj} - \\sum_{(i,p) \\in A} x_{ip} \\le s_p "
                  "\\quad \\forall p \\in P");
-    f.constraint("transshipment", "\\sum_{(i,h) \\in A} x_{ih} = \\sum_{(h,j) \\in A} x_{hj} "
+    f.constraint("transshipment",
+                 "\\sum_{(i,h) \\in A} x_{ih} = \\sum_{(h,j) \\in A} x_{hj} "
                  "\\quad \\forall h \\in H");
-    f.constraint("demand", "\\sum_{(i,c) \\in A} x_{ic} - \\sum_{(c,j) \\in A} x_{cj} = d_c "
+    f.constraint("demand",
+                 "\\sum_{(i,c) \\in A} x_{ic} - \\sum_{(c,j) \\in A} x_{cj} = d_c "
                  "\\quad \\forall c \\in C");
     f.constraint("capacity", "x_{ij} \\le u_{ij} \\quad \\forall (i,j) \\in A");
     if (hub_min_node >= 0)
@@ -249,9 +274,8 @@ class MinCostFlowInstance : public Instance {
     if (limited_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(limited_arc)];
       std::string idx = latex_name(keys[a.from]) + "," + latex_name(keys[a.to]);
-      f.constraint("reduced lane capacity", "x_{" + idx + "} \\le " +
-                                                text::num(limited_fraction) + " \\, u_{" + idx +
-                                                "}");
+      f.constraint("reduced lane capacity",
+                   "x_{" + idx + "} \\le " + text::num(limited_fraction) + " \\, u_{" + idx + "}");
     }
     return f.markdown();
   }
@@ -276,13 +300,13 @@ class MinCostFlowInstance : public Instance {
                ";\n";
     if (source_min_node >= 0)
       model += "s.t. SourceMinimum: sum{(i, j) in ARCS: i = '" +
-               keys[static_cast<size_t>(source_min_node)] + "'} x[i, j] >= " +
-               text::num(source_min) + ";\n";
+               keys[static_cast<size_t>(source_min_node)] +
+               "'} x[i, j] >= " + text::num(source_min) + ";\n";
     if (limited_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(limited_arc)];
       std::string idx = "['" + keys[a.from] + "', '" + keys[a.to] + "']";
-      model += "s.t. LaneLimit: x" + idx + " <= " + text::num(limited_fraction) + " * cap" + idx +
-               ";\n";
+      model +=
+          "s.t. LaneLimit: x" + idx + " <= " + text::num(limited_fraction) + " * cap" + idx + ";\n";
     }
     std::vector<std::vector<std::string>> tuples;
     std::vector<std::pair<std::vector<std::string>, double>> caps, costs;
@@ -348,9 +372,12 @@ class MinCostFlowFamily : public Family {
     auto inst = std::make_unique<MinCostFlowInstance>();
     inst->template_id = choose_template(rng, options, nl_templates());
     inst->org = rng.pick(text::companies());
-    const size_t np = static_cast<size_t>(size_for(rng, options.difficulty, {2, 2}, {2, 3}, {3, 4}));
-    const size_t nh = static_cast<size_t>(size_for(rng, options.difficulty, {1, 2}, {2, 3}, {3, 4}));
-    const size_t nc = static_cast<size_t>(size_for(rng, options.difficulty, {3, 4}, {4, 6}, {6, 9}));
+    const size_t np =
+        static_cast<size_t>(size_for(rng, options.difficulty, {2, 2}, {2, 3}, {3, 4}));
+    const size_t nh =
+        static_cast<size_t>(size_for(rng, options.difficulty, {1, 2}, {2, 3}, {3, 4}));
+    const size_t nc =
+        static_cast<size_t>(size_for(rng, options.difficulty, {3, 4}, {4, 6}, {6, 9}));
     // Capacity and supply slack above the planted flow; harder = tighter.
     const double slack = options.difficulty == Difficulty::easy     ? 0.6
                          : options.difficulty == Difficulty::medium ? 0.45
@@ -434,7 +461,7 @@ class MinCostFlowFamily : public Family {
                           : 5.0 * rng.uniform_int(4, 30);
       const bool direct = a.from < np && a.to >= c0;
       const bool hub_to_hub = a.from >= h0 && a.to < c0;
-      a.cost = direct ? rng.uniform_int(16, 40) / 2.0
+      a.cost = direct       ? rng.uniform_int(16, 40) / 2.0
                : hub_to_hub ? rng.uniform_int(2, 10) / 2.0
                             : rng.uniform_int(3, 24) / 2.0;
     }

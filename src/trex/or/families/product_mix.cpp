@@ -45,7 +45,13 @@ const std::vector<Theme>& themes() {
        "furniture model",
        {"dining chair", "bar stool", "coffee table", "bookcase", "desk", "nightstand", "dresser",
         "bench", "rocking chair", "wardrobe", "side table", "cabinet"},
-       "unit", "units", true, true, false, true, "this week",
+       "unit",
+       "units",
+       true,
+       true,
+       false,
+       true,
+       "this week",
        {{"carpentry labour", "hours", 0.5},
         {"finishing labour", "hours", 0.5},
         {"oak timber", "board feet", 1},
@@ -56,16 +62,29 @@ const std::vector<Theme>& themes() {
        "cream",
        {"day cream", "night cream", "hand lotion", "sun cream", "eye gel", "foot balm",
         "body butter", "face mask", "lip balm", "after-sun gel", "cleansing milk", "serum"},
-       "kg", "kg", false, false, true, false, "this month",
+       "kg",
+       "kg",
+       false,
+       false,
+       true,
+       false,
+       "this month",
        {{"mixing vessel time", "hours", 0.05},
         {"shea butter", "kg", 0.05},
         {"essential oils", "litres", 0.01},
         {"filling line time", "hours", 0.05},
         {"quality lab time", "hours", 0.02}}},
-      {"{org} assembles consumer electronics and is planning {period}'s output.", "device",
+      {"{org} assembles consumer electronics and is planning {period}'s output.",
+       "device",
        {"router", "smart speaker", "tablet", "e-reader", "monitor", "webcam", "game controller",
         "smartwatch", "drone", "dashcam", "headset", "projector"},
-       "unit", "units", true, true, true, true, "next week",
+       "unit",
+       "units",
+       true,
+       true,
+       true,
+       true,
+       "next week",
        {{"SMT line time", "minutes", 1},
         {"assembly time", "minutes", 2},
         {"test bench time", "minutes", 1},
@@ -76,25 +95,45 @@ const std::vector<Theme>& themes() {
        "beer",
        {"pale ale", "lager", "stout", "porter", "wheat beer", "IPA", "pilsner", "amber ale",
         "saison", "bock", "sour ale", "red ale"},
-       "hectolitre", "hectolitres", false, false, false, false, "this month",
+       "hectolitre",
+       "hectolitres",
+       false,
+       false,
+       false,
+       false,
+       "this month",
        {{"malt", "kg", 0.5},
         {"hops", "kg", 0.1},
         {"brewhouse time", "hours", 0.1},
         {"fermentation tank capacity", "tank-days", 0.5},
         {"bottling line time", "hours", 0.1}}},
-      {"{org} bakes for local cafes and must plan {period}'s production of trays.", "product",
+      {"{org} bakes for local cafes and must plan {period}'s production of trays.",
+       "product",
        {"croissants", "baguettes", "muffins", "bagels", "cinnamon rolls", "scones", "brioche",
         "pretzels", "focaccia", "cookies", "danishes", "rye loaves"},
-       "tray", "trays", false, true, true, true, "tomorrow",
+       "tray",
+       "trays",
+       false,
+       true,
+       true,
+       true,
+       "tomorrow",
        {{"oven time", "minutes", 2},
         {"mixer time", "minutes", 1},
         {"flour", "kg", 0.5},
         {"baker labour", "minutes", 2},
         {"butter", "kg", 0.25}}},
-      {"A garment factory run by {org} is planning {period}'s sewing schedule.", "garment",
-       {"shirt", "blouse", "jacket", "skirt", "pair of trousers", "dress", "hoodie", "vest",
-        "coat", "polo shirt", "pair of shorts", "sweater"},
-       "piece", "pieces", true, true, true, false, "next week",
+      {"A garment factory run by {org} is planning {period}'s sewing schedule.",
+       "garment",
+       {"shirt", "blouse", "jacket", "skirt", "pair of trousers", "dress", "hoodie", "vest", "coat",
+        "polo shirt", "pair of shorts", "sweater"},
+       "piece",
+       "pieces",
+       true,
+       true,
+       true,
+       false,
+       "next week",
        {{"cutting time", "minutes", 1},
         {"sewing time", "minutes", 2},
         {"fabric", "metres", 0.25},
@@ -104,7 +143,9 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-double round2(double v) { return std::round(v * 100.0) / 100.0; }
+double round2(double v) {
+  return std::round(v * 100.0) / 100.0;
+}
 
 // English plural of a product name: "bench" -> "benches", "pair of shorts" -> "pairs of shorts".
 std::string plural(const std::string& name) {
@@ -117,6 +158,14 @@ std::string plural(const std::string& name) {
   return name + "s";
 }
 
+// A unit after a number: "1 hour", "1 board foot", "2 hours".
+std::string unit_after(double v, const std::string& unit) {
+  if (v != 1) return unit;
+  if (unit == "board feet") return "board foot";
+  if (unit.size() > 1 && unit.back() == 's') return unit.substr(0, unit.size() - 1);
+  return unit;
+}
+
 // Product names used as MathProg symbols drop the "pair of" wording.
 std::string product_key(const std::string& name) {
   std::string s = starts_with(name, "pair of ") ? name.substr(8) : name;
@@ -127,13 +176,13 @@ class ProductMixInstance : public Instance {
  public:
   int template_id = 0;
   std::string org;
-  std::vector<std::string> names, keys;       // products
-  std::vector<size_t> res;                    // indices into theme().resources
+  std::vector<std::string> names, keys;  // products
+  std::vector<size_t> res;               // indices into theme().resources
   std::vector<std::string> res_keys;
-  std::vector<std::vector<double>> usage;     // usage[r][p]
-  std::vector<double> capacity;               // per resource
-  std::vector<double> profit, price, cost;    // per product (price/cost only when price_cost)
-  std::vector<double> min_qty, max_qty;       // per product; < 0 means no bound
+  std::vector<std::vector<double>> usage;   // usage[r][p]
+  std::vector<double> capacity;             // per resource
+  std::vector<double> profit, price, cost;  // per product (price/cost only when price_cost)
+  std::vector<double> min_qty, max_qty;     // per product; < 0 means no bound
   struct Ratio {
     size_t a, b;
     double k;  // x_a >= k x_b
@@ -194,7 +243,8 @@ class ProductMixInstance : public Instance {
     std::vector<std::string> parts;
     for (size_t r = 0; r < m(); ++r)
       if (usage[r][p] > 0)
-        parts.push_back(text::num(usage[r][p]) + " " + resource(r).unit + " of " + resource(r).name);
+        parts.push_back(text::num(usage[r][p]) + " " + unit_after(usage[r][p], resource(r).unit) +
+                        " of " + resource(r).name);
     return text::english_list(parts);
   }
 
@@ -203,8 +253,8 @@ class ProductMixInstance : public Instance {
     std::string out = replace_all(replace_all(th.intro, "{org}", org), "{period}", th.period) + " ";
     std::vector<std::string> product_list;
     for (const auto& nm : names) product_list.push_back(nm);
-    out += "Its range consists of " + std::to_string(n()) + " " + th.product_noun + "s: " +
-           text::english_list(product_list) + ". ";
+    out += "Its range consists of " + std::to_string(n()) + " " + th.product_noun +
+           "s: " + text::english_list(product_list) + ". ";
     std::vector<std::string> res_list;
     for (size_t r = 0; r < m(); ++r) res_list.push_back(resource(r).name);
     out += "Production is limited by " + text::english_list(res_list) + ".\n\n";
@@ -212,8 +262,8 @@ class ProductMixInstance : public Instance {
     if (th.table) {
       std::vector<std::string> header = {text::capitalize(th.product_noun)};
       for (size_t r = 0; r < m(); ++r)
-        header.push_back(text::capitalize(resource(r).name) + " (" + resource(r).unit + " " +
-                         per + ")");
+        header.push_back(text::capitalize(resource(r).name) + " (" + resource(r).unit + " " + per +
+                         ")");
       if (th.price_cost) {
         header.push_back("Price ($ " + per + ")");
         header.push_back("Unit cost ($ " + per + ")");
@@ -238,8 +288,8 @@ class ProductMixInstance : public Instance {
         out += "- Each " + (th.countable ? names[p] : th.unit + " of " + names[p]) + " uses " +
                usage_phrase(p);
         if (th.price_cost)
-          out += "; it sells for " + text::money(price[p]) + " and costs " +
-                 text::money(cost[p]) + " to make.\n";
+          out += "; it sells for " + text::money(price[p]) + " and costs " + text::money(cost[p]) +
+                 " to make.\n";
         else
           out += " and brings a profit of " + text::money(profit[p]) + ".\n";
       }
@@ -247,7 +297,8 @@ class ProductMixInstance : public Instance {
     }
     std::vector<std::string> caps;
     for (size_t r = 0; r < m(); ++r)
-      caps.push_back(text::num(capacity[r]) + " " + resource(r).unit + " of " + resource(r).name);
+      caps.push_back(text::num(capacity[r]) + " " + unit_after(capacity[r], resource(r).unit) +
+                     " of " + resource(r).name);
     out += "Available " + th.period + ": " + text::english_list(caps) + ". ";
     for (size_t p : bounded(max_qty))
       out += "The market can absorb at most " + qty_of(max_qty[p], p) + ". ";
@@ -279,7 +330,8 @@ class ProductMixInstance : public Instance {
                 latex_matrix(usage));
     f.parameter("$C_r$", "amount of resource $r$ available", latex_vector(capacity));
     if (th.price_cost) {
-      f.parameter("$s_p$", "selling price per " + th.unit + " of $p$ (dollars)", latex_vector(price));
+      f.parameter("$s_p$", "selling price per " + th.unit + " of $p$ (dollars)",
+                  latex_vector(price));
       f.parameter("$c_p$", "production cost per " + th.unit + " of $p$ (dollars)",
                   latex_vector(cost));
     } else {
@@ -317,8 +369,8 @@ class ProductMixInstance : public Instance {
     if (!max_set.empty())
       f.constraint("market limit", "x_p \\le U_p \\quad \\forall p \\in P^{\\max}");
     for (const auto& q : ratios)
-      f.constraint("production ratio", "x_{" + latex_name(keys[q.a]) + "} \\ge " +
-                                           text::num(q.k) + " x_{" + latex_name(keys[q.b]) + "}");
+      f.constraint("production ratio", "x_{" + latex_name(keys[q.a]) + "} \\ge " + text::num(q.k) +
+                                           " x_{" + latex_name(keys[q.b]) + "}");
     for (const auto& j : joint_caps)
       f.constraint("joint marketing cap", "x_{" + latex_name(keys[j.a]) + "} + x_{" +
                                               latex_name(keys[j.b]) + "} \\le " +
@@ -340,8 +392,8 @@ class ProductMixInstance : public Instance {
     if (!min_set.empty()) model += "s.t. ContractMin{p in PMIN}: x[p] >= L[p];\n";
     if (!max_set.empty()) model += "s.t. MarketMax{p in PMAX}: x[p] <= U[p];\n";
     for (size_t k = 0; k < ratios.size(); ++k)
-      model += "s.t. Ratio" + std::to_string(k + 1) + ": x['" + keys[ratios[k].a] + "'] >= " +
-               text::num(ratios[k].k) + " * x['" + keys[ratios[k].b] + "'];\n";
+      model += "s.t. Ratio" + std::to_string(k + 1) + ": x['" + keys[ratios[k].a] +
+               "'] >= " + text::num(ratios[k].k) + " * x['" + keys[ratios[k].b] + "'];\n";
     for (size_t k = 0; k < joint_caps.size(); ++k)
       model += "s.t. JointCap" + std::to_string(k + 1) + ": x['" + keys[joint_caps[k].a] +
                "'] + x['" + keys[joint_caps[k].b] + "'] <= " + text::num(joint_caps[k].limit) +
@@ -385,8 +437,7 @@ class ProductMixInstance : public Instance {
     }
     for (size_t p : bounded(min_qty)) c.ge(x[p], min_qty[p], "contract minimum " + keys[p]);
     for (size_t p : bounded(max_qty)) c.le(x[p], max_qty[p], "market limit " + keys[p]);
-    for (const auto& q : ratios)
-      c.ge(x[q.a], q.k * x[q.b], "ratio " + keys[q.a] + "/" + keys[q.b]);
+    for (const auto& q : ratios) c.ge(x[q.a], q.k * x[q.b], "ratio " + keys[q.a] + "/" + keys[q.b]);
     for (const auto& j : joint_caps)
       c.le(x[j.a] + x[j.b], j.limit, "joint cap " + keys[j.a] + "+" + keys[j.b]);
     return c.result(objective);
@@ -435,7 +486,8 @@ class ProductMixFamily : public Family {
     for (size_t p = 0; p < n; ++p) {
       double v = 0;
       for (size_t r = 0; r < m; ++r) v += inst->usage[r][p] * shadow[r];
-      double margin = std::max(2.0, std::round(v * rng.uniform(0.7, 1.4) * 4 + rng.uniform_int(1, 6)));
+      double margin =
+          std::max(2.0, std::round(v * rng.uniform(0.7, 1.4) * 4 + rng.uniform_int(1, 6)));
       if (th.price_cost) {
         double unit_cost = std::round(rng.uniform(0.4, 1.5) * margin * 4) / 4;  // quarters
         inst->cost.push_back(unit_cost);
@@ -484,7 +536,8 @@ class ProductMixFamily : public Family {
     if (rng.bernoulli(options.side_constraint_rate)) {
       size_t a = rng.index(n), b = rng.index(n - 1);
       if (b >= a) ++b;
-      double limit = std::ceil((plan[a] + plan[b]) * rng.uniform(1.0, 1.15)) + rng.uniform_int(1, 4);
+      double limit =
+          std::ceil((plan[a] + plan[b]) * rng.uniform(1.0, 1.15)) + rng.uniform_int(1, 4);
       inst->joint_caps.push_back({a, b, limit});
     }
     return inst;

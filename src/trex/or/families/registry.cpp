@@ -13,18 +13,32 @@ const std::vector<const Family*>& all_families() {
     // --- group A (LP and network families) ---
     v.push_back(&knapsack_family());
     v.push_back(&product_mix_family());
+    v.push_back(&diet_family());
+    v.push_back(&transportation_family());
+    v.push_back(&assignment_family());
+    v.push_back(&portfolio_family());
     // --- end group A ---
     // --- group B ---
     v.push_back(&min_cost_flow_family());
     v.push_back(&shortest_path_family());
+    v.push_back(&max_flow_family());
+    v.push_back(&fixed_charge_network_family());
+    v.push_back(&set_cover_family());
+    v.push_back(&unit_commitment_family());
     // --- end group B ---
     // --- group C ---
     v.push_back(&bin_packing_family());
     v.push_back(&facility_location_family());
+    v.push_back(&p_median_family());
+    v.push_back(&cutting_stock_family());
+    v.push_back(&logical_transport_family());
     // --- end group C ---
     // --- group D ---
     v.push_back(&lot_sizing_family());
     v.push_back(&shift_scheduling_family());
+    v.push_back(&job_shop_family());
+    v.push_back(&tsp_family());
+    v.push_back(&cvrp_family());
     // --- end group D ---
     return v;
   }();

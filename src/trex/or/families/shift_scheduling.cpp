@@ -22,11 +22,11 @@ namespace {
 enum class Layout { table, bullets, prose };
 
 struct Theme {
-  std::string intro;     // {org} -> organisation, {city} -> city name
-  std::string staff;     // plural noun: "nurses"
-  std::string one;       // singular noun: "nurse"
-  bool weekly;           // periods are days of the week (else blocks of a day)
-  int max_per_shift;     // largest planted head count on one shift
+  std::string intro;  // {org} -> organisation, {city} -> city name
+  std::string staff;  // plural noun: "nurses"
+  std::string one;    // singular noun: "nurse"
+  bool weekly;        // periods are days of the week (else blocks of a day)
+  int max_per_shift;  // largest planted head count on one shift
   std::string question;
   Layout layout;
 };
@@ -93,22 +93,20 @@ class ShiftInstance : public Instance {
  public:
   int template_id = 0;
   std::string org, city;
-  int block_hours = 1;             // hours per period (daily mode)
-  std::vector<double> required;    // r_t
+  int block_hours = 1;           // hours per period (daily mode)
+  std::vector<double> required;  // r_t
   std::vector<Shift> shifts;
-  std::vector<std::string> keys;   // shift symbols
+  std::vector<std::string> keys;  // shift symbols
   // Part-time limit: shifts of at most part_time_length periods count as part-time.
   int part_time_length = 0;
-  int part_time_max = -1;          // -1 = no limit
+  int part_time_max = -1;             // -1 = no limit
   int min_shift = -1, min_count = 0;  // shift index and its minimum head count
   int max_shift = -1, max_count = 0;  // shift index and its maximum head count
 
   const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t periods() const { return required.size(); }
   bool weekly() const { return theme().weekly; }
-  int side_count() const {
-    return (part_time_max >= 0) + (min_shift >= 0) + (max_shift >= 0);
-  }
+  int side_count() const { return (part_time_max >= 0) + (min_shift >= 0) + (max_shift >= 0); }
   bool covers(const Shift& s, size_t t) const {
     const int n = static_cast<int>(periods());
     return (static_cast<int>(t) - s.start + n) % n < s.length;
@@ -116,7 +114,9 @@ class ShiftInstance : public Instance {
   bool part_time(const Shift& s) const { return s.length <= part_time_length; }
 
   json size() const override {
-    return {{"periods", periods()}, {"shifts", shifts.size()}, {"weekly", weekly()},
+    return {{"periods", periods()},
+            {"shifts", shifts.size()},
+            {"weekly", weekly()},
             {"side_constraints", side_count()}};
   }
   std::vector<std::string> variants() const override {
@@ -146,9 +146,9 @@ class ShiftInstance : public Instance {
     return std::to_string(s.length * block_hours) + " hours";
   }
   std::string part_time_rule() const {
-    return weekly() ? "patterns of at most " + std::to_string(part_time_length) + " days"
-                    : "shifts of at most " + std::to_string(part_time_length * block_hours) +
-                          " hours";
+    return weekly()
+               ? "patterns of at most " + std::to_string(part_time_length) + " days"
+               : "shifts of at most " + std::to_string(part_time_length * block_hours) + " hours";
   }
 
   std::string nl() const override {
@@ -165,19 +165,20 @@ class ShiftInstance : public Instance {
     out += "Each " + th.one + " works one of " + std::to_string(shifts.size()) + " possible " +
            kind + "s, each covering consecutive " + unit + "s. ";
     if (weekly())
-      out += "The roster repeats every week, so a pattern that runs past Sunday continues on "
-             "Monday.";
+      out +=
+          "The roster repeats every week, so a pattern that runs past Sunday continues on "
+          "Monday.";
     else
-      out += "The schedule repeats every day, so a shift that runs past midnight covers the "
-             "early blocks as well.";
+      out +=
+          "The schedule repeats every day, so a shift that runs past midnight covers the "
+          "early blocks as well.";
     out += "\n\n";
 
     std::vector<std::vector<std::string>> req_rows;
     std::vector<std::string> req_prose;
     for (size_t t = 0; t < periods(); ++t) {
       req_rows.push_back({period_label(t), text::num(required[t])});
-      req_prose.push_back(text::num(required[t]) + (weekly() ? " on " : " for ") +
-                          period_label(t));
+      req_prose.push_back(text::num(required[t]) + (weekly() ? " on " : " for ") + period_label(t));
     }
     auto shift_rows = [&] {
       std::vector<std::vector<std::string>> rows;
@@ -188,16 +189,17 @@ class ShiftInstance : public Instance {
     const std::string cost_word = weekly() ? "weekly cost per " + th.one : "cost per " + th.one;
     if (th.layout == Layout::table) {
       out += "Minimum staffing:\n\n" +
-             text::markdown_table({weekly() ? "Day" : "Block", text::capitalize(th.staff) +
-                                   " required"}, req_rows) + "\n";
+             text::markdown_table(
+                 {weekly() ? "Day" : "Block", text::capitalize(th.staff) + " required"}, req_rows) +
+             "\n";
       out += "Available " + kind + "s:\n\n" +
              text::markdown_table({text::capitalize(kind), weekly() ? "Length" : "Duration",
                                    text::capitalize(cost_word) + " ($)"},
                                   shift_rows()) +
              "\n";
     } else if (th.layout == Layout::bullets) {
-      out += "At least " + text::english_list(req_prose) + " are required. The " + kind +
-             "s are:\n\n";
+      out +=
+          "At least " + text::english_list(req_prose) + " are required. The " + kind + "s are:\n\n";
       for (const auto& s : shifts)
         out += "- " + shift_label(s) + " (" + shift_span(s) + "), " + text::money(s.cost) +
                " per " + th.one + "\n";
@@ -214,9 +216,8 @@ class ShiftInstance : public Instance {
       out += text::capitalize(part_time_rule()) + " count as part-time, and at most " +
              std::to_string(part_time_max) + " " + th.staff + " in total may work part-time. ";
     if (min_shift >= 0)
-      out += "At least " + std::to_string(min_count) + " " +
-             (min_count == 1 ? th.one : th.staff) + " must work the " +
-             shift_label(shifts[static_cast<size_t>(min_shift)]) + " " + kind +
+      out += "At least " + std::to_string(min_count) + " " + (min_count == 1 ? th.one : th.staff) +
+             " must work the " + shift_label(shifts[static_cast<size_t>(min_shift)]) + " " + kind +
              " to handle the handover duties scheduled then. ";
     if (max_shift >= 0)
       out += "No more than " + std::to_string(max_count) + " " +
@@ -321,9 +322,11 @@ class ShiftInstance : public Instance {
     }
     if (part_time_max >= 0) c.le(part, part_time_max, "part-time staff");
     if (min_shift >= 0)
-      c.ge(z[static_cast<size_t>(min_shift)], min_count, "minimum on " + keys[static_cast<size_t>(min_shift)]);
+      c.ge(z[static_cast<size_t>(min_shift)], min_count,
+           "minimum on " + keys[static_cast<size_t>(min_shift)]);
     if (max_shift >= 0)
-      c.le(z[static_cast<size_t>(max_shift)], max_count, "maximum on " + keys[static_cast<size_t>(max_shift)]);
+      c.le(z[static_cast<size_t>(max_shift)], max_count,
+           "maximum on " + keys[static_cast<size_t>(max_shift)]);
     return c.result(objective);
   }
 };
@@ -359,8 +362,7 @@ class ShiftSchedulingFamily : public Family {
       for (int hours : {4, 6, 8, 10, 12})
         if (hours % inst->block_hours == 0) lengths.push_back(hours / inst->block_hours);
     }
-    const size_t count =
-        static_cast<size_t>(size_for(rng, diff, {3, 5}, {5, 8}, {8, 12}));
+    const size_t count = static_cast<size_t>(size_for(rng, diff, {3, 5}, {5, 8}, {8, 12}));
 
     // Candidate shifts: a random sample, then one more shift for any period left uncovered.
     std::vector<std::pair<int, int>> pool;
@@ -411,6 +413,7 @@ class ShiftSchedulingFamily : public Family {
 
     // Planted staffing; every period gets at least one person.
     const size_t m = inst->shifts.size();
+    inst->required.assign(static_cast<size_t>(n), 1.0);  // sized now: covers() wraps modulo n
     std::vector<int> plan(m);
     for (auto& z : plan) z = rng.uniform_int(0, th.max_per_shift);
     std::vector<int> on_duty(static_cast<size_t>(n), 0);
@@ -418,7 +421,8 @@ class ShiftSchedulingFamily : public Family {
       std::fill(on_duty.begin(), on_duty.end(), 0);
       for (size_t s = 0; s < m; ++s)
         for (int t = 0; t < n; ++t)
-          if (inst->covers(inst->shifts[s], static_cast<size_t>(t))) on_duty[static_cast<size_t>(t)] += plan[s];
+          if (inst->covers(inst->shifts[s], static_cast<size_t>(t)))
+            on_duty[static_cast<size_t>(t)] += plan[s];
     };
     recount();
     for (int t = 0; t < n; ++t) {
@@ -429,7 +433,6 @@ class ShiftSchedulingFamily : public Family {
       plan[rng.pick(options_s)] += 1;
       recount();
     }
-    inst->required.resize(static_cast<size_t>(n));
     for (int t = 0; t < n; ++t) {
       int have = on_duty[static_cast<size_t>(t)];
       inst->required[static_cast<size_t>(t)] =

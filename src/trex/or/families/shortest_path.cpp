@@ -25,20 +25,20 @@ namespace {
 enum class Layout { table, by_node, list };
 
 struct Theme {
-  std::string intro;  // {org}, {from} and {to} are replaced
-  std::string node_noun;   // "town", "junction", "router"
-  std::string link_noun;   // "road", "trail", "link"
-  std::string length_name; // "distance", "travel time", "latency"
-  std::string unit;        // "km", "minutes", "ms"
-  bool two_way;            // links usable in both directions
-  int pool;                // 0 cities, 1 landmarks, 2 stops
+  std::string intro;        // {org}, {from} and {to} are replaced
+  std::string node_noun;    // "town", "junction", "router"
+  std::string link_noun;    // "road", "trail", "link"
+  std::string length_name;  // "distance", "travel time", "latency"
+  std::string unit;         // "km", "minutes", "ms"
+  bool two_way;             // links usable in both directions
+  int pool;                 // 0 cities, 1 landmarks, 2 stops
   Layout layout;
 };
 
 const std::vector<Theme>& themes() {
   static const std::vector<Theme> t = {
-      {"A courier van for {org} must drive from {from} to {to}.", "town", "road", "distance",
-       "km", true, 0, Layout::table},
+      {"A courier van for {org} must drive from {from} to {to}.", "town", "road", "distance", "km",
+       true, 0, Layout::table},
       {"A park ranger has to hike from {from} to {to} as quickly as possible to reach an injured "
        "walker.",
        "trail point", "trail", "walking time", "minutes", true, 1, Layout::by_node},
@@ -60,23 +60,34 @@ const std::vector<Theme>& themes() {
 
 const std::vector<std::string>& landmarks() {
   static const std::vector<std::string> v = {
-      "Eagle Rock",   "Pine Lake",    "Bear Cave",    "Fox Meadow",  "Owl Ridge",    "Cedar Falls",
-      "Hawk Point",   "Elk Pass",     "Moss Bridge",  "Wolf Creek",  "Sunset Cliff", "Fern Gully",
-      "Aspen Grove",  "Stone Arch",   "Lynx Hollow",  "Echo Valley", "Heron Pond",   "Maple Hut",
-      "Granite Dome", "Willow Ford",  "Raven Peak",   "Birch Camp",  "Otter Bay",    "Thunder Gap",
-      "Crystal Spring", "Lookout Tower", "Old Mill",  "Badger Hill", "Misty Saddle", "Trout Pool"};
+      "Eagle Rock",    "Pine Lake",  "Bear Cave",   "Fox Meadow",   "Owl Ridge",
+      "Cedar Falls",   "Hawk Point", "Elk Pass",    "Moss Bridge",  "Wolf Creek",
+      "Sunset Cliff",  "Fern Gully", "Aspen Grove", "Stone Arch",   "Lynx Hollow",
+      "Echo Valley",   "Heron Pond", "Maple Hut",   "Granite Dome", "Willow Ford",
+      "Raven Peak",    "Birch Camp", "Otter Bay",   "Thunder Gap",  "Crystal Spring",
+      "Lookout Tower", "Old Mill",   "Badger Hill", "Misty Saddle", "Trout Pool"};
   return v;
 }
 
 const std::vector<std::string>& stops() {
   static const std::vector<std::string> v = {
-      "Market Square", "Station Road",  "City Hall",    "Harbour Gate", "Museum Lane",
-      "Park Avenue",   "Hospital",      "University",   "Old Town",     "River Quay",
-      "Stadium",       "Library Court", "Mill Street",  "Church Green", "Airport Road",
-      "Bridge End",    "Canal Street",  "Garden Plaza", "High Street",  "Kings Cross",
-      "Lake View",     "North Gate",    "Orchard Way",  "Queens Park",  "Rose Hill",
+      "Market Square", "Station Road",  "City Hall",    "Harbour Gate",  "Museum Lane",
+      "Park Avenue",   "Hospital",      "University",   "Old Town",      "River Quay",
+      "Stadium",       "Library Court", "Mill Street",  "Church Green",  "Airport Road",
+      "Bridge End",    "Canal Street",  "Garden Plaza", "High Street",   "Kings Cross",
+      "Lake View",     "North Gate",    "Orchard Way",  "Queens Park",   "Rose Hill",
       "South Pier",    "Tower Bridge",  "Union Square", "Victoria Road", "West End"};
   return v;
+}
+
+// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
+std::string latex_pair(const std::string& a, const std::string& b) {
+  std::string out = "(";
+  out += latex_name(a);
+  out += ", ";
+  out += latex_name(b);
+  out += ")";
+  return out;
 }
 
 struct Arc {
@@ -128,7 +139,7 @@ class ShortestPathInstance : public Instance {
   std::string org;
   std::vector<std::string> names;  // display names
   std::vector<std::string> keys;   // MathProg symbols
-  std::vector<Arc> arcs;  // two-way themes: arcs 2k and 2k+1 are the same road
+  std::vector<Arc> arcs;           // two-way themes: arcs 2k and 2k+1 are the same road
   size_t source = 0, sink = 0;
   // Optional side constraints (-1 = absent).
   int closed_arc = -1;   // index of a closed arc (two-way: both directions close)
@@ -170,16 +181,16 @@ class ShortestPathInstance : public Instance {
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}",
-                                              names[source]),
-                                  "{to}", names[sink]) +
-                      " ";
+    std::string out =
+        replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}", names[source]),
+                    "{to}", names[sink]) +
+        " ";
     const size_t step = th.two_way ? 2 : 1;  // two-way roads are described once
     const std::string kind = th.two_way ? "two-way" : "one-way";
     out += "The network has " + std::to_string(n()) + " " + plural(th.node_noun) + " and " +
-           std::to_string(arcs.size() / step) + " " + kind + " " + plural(th.link_noun) + ". ";
+           std::to_string(arcs.size() / step) + " " + kind + " " + plural(th.link_noun) + ".";
     if (th.layout == Layout::table) {
-      out += "The " + th.length_name + " of each " + th.link_noun + " is given in " + th.unit +
+      out += " The " + th.length_name + " of each " + th.link_noun + " is given in " + th.unit +
              (th.two_way ? " (the same in both directions)" : "") + ":\n\n";
       std::vector<std::vector<std::string>> rows;
       for (size_t k = 0; k < arcs.size(); k += step)
@@ -189,24 +200,26 @@ class ShortestPathInstance : public Instance {
                                   rows) +
              "\n";
     } else if (th.layout == Layout::by_node) {
-      out += th.two_way ? "Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
+      out += th.two_way ? " Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
                         : "\n\n";
       for (size_t v = 0; v < n(); ++v) {
         std::vector<std::string> legs;
         for (size_t k = 0; k < arcs.size(); k += step)
-          if (arcs[k].from == v) legs.push_back(names[arcs[k].to] + " (" + len(arcs[k].length) + ")");
+          if (arcs[k].from == v)
+            legs.push_back(names[arcs[k].to] + " (" + len(arcs[k].length) + ")");
         if (legs.empty()) continue;
-        out += "- From " + names[v] + (th.two_way ? " there are " + th.link_noun + "s to " : " you can go to ") +
+        out += "- From " + names[v] +
+               (th.two_way ? " there are " + th.link_noun + "s to " : " you can go to ") +
                text::english_list(legs) + ".\n";
       }
       out += "\n";
     } else {
-      out += th.two_way ? "Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
+      out += th.two_way ? " Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
                         : "\n\n";
       const std::string arrow = th.two_way ? " <-> " : " -> ";
       for (size_t k = 0; k < arcs.size(); k += step)
-        out += "- " + names[arcs[k].from] + arrow + names[arcs[k].to] + ": " +
-               len(arcs[k].length) + "\n";
+        out += "- " + names[arcs[k].from] + arrow + names[arcs[k].to] + ": " + len(arcs[k].length) +
+               "\n";
       out += "\n";
     }
     if (closed_arc >= 0) {
@@ -217,12 +230,14 @@ class ShortestPathInstance : public Instance {
                               names[a.to] + " is closed. ";
     }
     if (closed_node >= 0)
-      out += names[static_cast<size_t>(closed_node)] + " is closed and cannot be passed through. ";
+      out += "The " + th.node_noun + " " + names[static_cast<size_t>(closed_node)] +
+             " is closed today and cannot be passed through. ";
     if (via_node >= 0)
-      out += "The route must pass through " + names[static_cast<size_t>(via_node)] +
-             " on the way. ";
-    out += "Find the route from " + names[source] + " to " + names[sink] + " with the smallest total " +
-           th.length_name + " and state that minimum " + th.length_name + " in " + th.unit + ".";
+      out +=
+          "The route must pass through " + names[static_cast<size_t>(via_node)] + " on the way. ";
+    out += "Find the route from " + names[source] + " to " + names[sink] +
+           " with the smallest total " + th.length_name + " and state that minimum " +
+           th.length_name + " in " + th.unit + ".";
     return out;
   }
 
@@ -231,7 +246,7 @@ class ShortestPathInstance : public Instance {
     std::vector<std::string> pairs;
     std::vector<double> lengths;
     for (const Arc& a : arcs) {
-      pairs.push_back("(" + latex_name(keys[a.from]) + ", " + latex_name(keys[a.to]) + ")");
+      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
       lengths.push_back(a.length);
     }
     std::string arc_set = "\\{";
@@ -239,11 +254,11 @@ class ShortestPathInstance : public Instance {
     arc_set += "\\}";
     f.set("$N = " + latex_set(keys) + "$", plural(theme().node_noun));
     f.set("$A = " + arc_set + "$",
-          theme().two_way ? "directed arcs (each two-way " + theme().link_noun +
-                                " appears in both directions)"
-                          : "one-way " + plural(theme().link_noun));
-    f.parameter("$\\ell_{ij}$", theme().length_name + " of arc $(i,j)$ (" + theme().unit +
-                                    ", in the order of $A$)",
+          theme().two_way
+              ? "directed arcs (each two-way " + theme().link_noun + " appears in both directions)"
+              : "one-way " + plural(theme().link_noun));
+    f.parameter("$\\ell_{ij}$",
+                theme().length_name + " of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
                 latex_vector(lengths));
     f.parameter("$s = " + latex_name(keys[source]) + ", t = " + latex_name(keys[sink]) + "$",
                 "start and destination");
@@ -252,15 +267,16 @@ class ShortestPathInstance : public Instance {
                "1 if arc $(i,j)$ is on the route (the LP has an integral optimum)");
     f.objective("\\min \\sum_{(i,j) \\in A} \\ell_{ij} x_{ij}",
                 "Minimise the total " + theme().length_name);
-    f.constraint("flow balance", "\\sum_{(i,j) \\in A} x_{ij} - \\sum_{(j,i) \\in A} x_{ji} = b_i "
+    f.constraint("flow balance",
+                 "\\sum_{(i,j) \\in A} x_{ij} - \\sum_{(j,i) \\in A} x_{ji} = b_i "
                  "\\quad \\forall i \\in N");
     for (size_t k : closed_arcs())
-      f.constraint("closed " + theme().link_noun,
-                   "x_{" + latex_name(keys[arcs[k].from]) + "," + latex_name(keys[arcs[k].to]) +
-                       "} = 0");
+      f.constraint("closed " + theme().link_noun, "x_{" + latex_name(keys[arcs[k].from]) + "," +
+                                                      latex_name(keys[arcs[k].to]) + "} = 0");
     if (closed_node >= 0) {
       std::string v = latex_name(keys[static_cast<size_t>(closed_node)]);
-      f.constraint("closed " + theme().node_noun, "\\sum_{(i," + v + ") \\in A} x_{i," + v + "} = 0");
+      f.constraint("closed " + theme().node_noun,
+                   "\\sum_{(i," + v + ") \\in A} x_{i," + v + "} = 0");
     }
     if (via_node >= 0) {
       std::string v = latex_name(keys[static_cast<size_t>(via_node)]);
@@ -320,9 +336,11 @@ class ShortestPathInstance : public Instance {
     for (size_t k : closed_arcs())
       c.eq(x[k], 0, "closed arc " + keys[arcs[k].from] + "->" + keys[arcs[k].to]);
     if (closed_node >= 0)
-      c.eq(in[static_cast<size_t>(closed_node)], 0, "closed node " + keys[static_cast<size_t>(closed_node)]);
+      c.eq(in[static_cast<size_t>(closed_node)], 0,
+           "closed node " + keys[static_cast<size_t>(closed_node)]);
     if (via_node >= 0)
-      c.ge(in[static_cast<size_t>(via_node)], 1, "must visit " + keys[static_cast<size_t>(via_node)]);
+      c.ge(in[static_cast<size_t>(via_node)], 1,
+           "must visit " + keys[static_cast<size_t>(via_node)]);
     return c.result(objective);
   }
 };
@@ -341,8 +359,9 @@ class ShortestPathFamily : public Family {
     inst->org = rng.pick(text::companies());
     const size_t n =
         static_cast<size_t>(size_for(rng, options.difficulty, {6, 8}, {9, 12}, {13, 17}));
-    const std::vector<std::string>& pool =
-        th.pool == 0 ? text::cities() : th.pool == 1 ? landmarks() : stops();
+    const std::vector<std::string>& pool = th.pool == 0   ? text::cities()
+                                           : th.pool == 1 ? landmarks()
+                                                          : stops();
     inst->names = text::pick_distinct(rng, pool, n);
     inst->keys = text::symbols(inst->names);
 
@@ -380,13 +399,26 @@ class ShortestPathFamily : public Family {
       std::vector<std::pair<double, size_t>> near;
       for (size_t w = 0; w < n; ++w)
         if (w != v && (th.two_way || w > v))
-          near.push_back({std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
+          near.push_back(
+              {std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
       std::sort(near.begin(), near.end());
       for (size_t i = 0; i < std::min(degree, near.size()); ++i)
         if (i < 2 || rng.bernoulli(0.5)) link(v, near[i].second);
     }
     inst->source = 0;
     inst->sink = n - 1;
+    // List links by origin so the text does not reveal the planted route first.
+    std::vector<Arc> links;
+    for (size_t k = 0; k < inst->arcs.size(); k += th.two_way ? 2 : 1)
+      links.push_back(inst->arcs[k]);
+    std::sort(links.begin(), links.end(), [](const Arc& a, const Arc& b) {
+      return a.from != b.from ? a.from < b.from : a.to < b.to;
+    });
+    inst->arcs.clear();
+    for (const Arc& a : links) {
+      inst->arcs.push_back(a);
+      if (th.two_way) inst->arcs.push_back({a.to, a.from, a.length});
+    }
 
     // Side constraints, each kept only if a feasible route remains.
     const auto& arcs = inst->arcs;

@@ -1,0 +1,544 @@
+// Fixed-charge multi-commodity network design: choose which links to open
+// (fixed cost, capacity) and route several origin-destination commodities over
+// them at a per-unit cost, with optional link-budget, exclusive-direction and
+// committed-link side constraints. MILP.
+//
+// Generator: builds a connected map of two-way corridors (some one-way), plants
+// a route for every commodity along a randomly weighted shortest path, opens
+// those links and gives each a capacity at least its planted load.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+
+#include "trex/core/strings.hpp"
+#include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/family_list.hpp"
+#include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/text.hpp"
+
+namespace trex::orlib {
+namespace {
+
+enum class Layout { table, by_origin, list };
+
+struct Theme {
+  std::string intro;               // {org} is replaced
+  std::string node_noun;           // "terminal"
+  std::string link_noun;           // "lane"
+  std::string open_verb;           // "operate", "lease"
+  std::string fixed_what;          // "fixed weekly cost of operating it"
+  std::string unit;                // flow unit, plural
+  std::string unit_one;            // flow unit, singular
+  std::vector<std::string> goods;  // commodity names; empty = one flow per node pair
+  std::string pair_flow;           // what flows between a node pair when `goods` is empty
+  Layout layout;
+};
+
+const std::vector<Theme>& themes() {
+  static const std::vector<Theme> t = {
+      {"{org} is redesigning its regional trucking network for next season and must decide which "
+       "lanes between its terminals to operate.",
+       "terminal",
+       "lane",
+       "operate",
+       "fixed weekly cost if operated",
+       "tonnes",
+       "tonne",
+       {"furniture", "appliances", "paper goods", "building materials", "beverages", "textiles",
+        "auto parts", "electronics"},
+       "",
+       Layout::table},
+      {"{org} is planning a fibre backbone and must choose which point-to-point links to lease. "
+       "Each leased link carries traffic in one direction only.",
+       "city",
+       "link",
+       "lease",
+       "fixed monthly leasing cost",
+       "Gbps",
+       "Gbps",
+       {},
+       "traffic",
+       Layout::by_origin},
+      {"A relief organisation supported by {org} must set up supply routes between its depots and "
+       "camps after an earthquake. A route has to be cleared and staffed before use.",
+       "site",
+       "route",
+       "open",
+       "fixed cost of clearing and staffing it",
+       "tonnes",
+       "tonne",
+       {"drinking water", "food rations", "medicine", "tents", "blankets", "hygiene kits",
+        "generators", "cooking fuel"},
+       "",
+       Layout::list},
+      {"{org} wants to launch freight-rail services between several yards and must choose which "
+       "one-way track services to run each week.",
+       "yard",
+       "service",
+       "run",
+       "fixed weekly cost of running it",
+       "thousand tonnes",
+       "thousand tonnes",
+       {"grain", "coal", "steel coils", "containers", "timber", "fertiliser", "cement", "scrap"},
+       "",
+       Layout::by_origin},
+      {"{org} is designing an overnight air-parcel network: it must decide which flight legs to "
+       "schedule, and then route the parcel volume between cities over the scheduled legs.",
+       "airport",
+       "flight leg",
+       "schedule",
+       "fixed nightly cost of flying it",
+       "tonnes",
+       "tonne",
+       {},
+       "parcels",
+       Layout::table},
+  };
+  return t;
+}
+
+struct Arc {
+  size_t from = 0, to = 0;
+  double fixed = 0, cost = 0, cap = 0;
+};
+
+struct Commodity {
+  std::string name, key;
+  size_t origin = 0, dest = 0;
+  double demand = 0;
+};
+
+std::string plural(const std::string& noun) {
+  if (noun.ends_with("y")) return noun.substr(0, noun.size() - 1) + "ies";
+  return noun + "s";
+}
+
+double round_up(double v, double step) {
+  return step * std::ceil(v / step - 1e-9);
+}
+
+// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
+std::string latex_pair(const std::string& a, const std::string& b) {
+  std::string out = "(";
+  out += latex_name(a);
+  out += ", ";
+  out += latex_name(b);
+  out += ")";
+  return out;
+}
+
+class FixedChargeInstance : public Instance {
+ public:
+  int template_id = 0;
+  std::string org;
+  std::vector<std::string> names, keys;  // nodes
+  std::vector<Arc> arcs;
+  std::vector<Commodity> commodities;
+  // Optional side constraints.
+  int max_links = -1;                        // at most this many links opened
+  std::pair<int, int> exclusive = {-1, -1};  // arcs that cannot both be opened
+  int committed = -1;                        // arc that must be opened
+
+  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
+  size_t n() const { return names.size(); }
+  int side_count() const { return (max_links >= 0) + (exclusive.first >= 0) + (committed >= 0); }
+  std::string amount(double v) const {
+    return text::num(v) + " " + (v == 1 ? theme().unit_one : theme().unit);
+  }
+  std::string arc_text(size_t k) const { return names[arcs[k].from] + " -> " + names[arcs[k].to]; }
+
+  json size() const override {
+    return {{"nodes", n()},
+            {"arcs", arcs.size()},
+            {"commodities", commodities.size()},
+            {"side_constraints", side_count()}};
+  }
+  std::vector<std::string> variants() const override {
+    std::vector<std::string> v;
+    if (max_links >= 0) v.push_back("link_budget");
+    if (exclusive.first >= 0) v.push_back("exclusive_links");
+    if (committed >= 0) v.push_back("committed_link");
+    return v;
+  }
+  int nl_template() const override { return template_id; }
+
+  std::string nl() const override {
+    const Theme& th = theme();
+    std::string out = replace_all(th.intro, "{org}", org) + " ";
+    out += "There are " + std::to_string(n()) + " " + plural(th.node_noun) + " (" +
+           text::english_list(names) + ").\n\nThe following flows must be delivered:\n";
+    for (const Commodity& k : commodities)
+      out += "- " + amount(k.demand) + " of " + k.name + " from " + names[k.origin] + " to " +
+             names[k.dest] + "\n";
+    out += "\nEach candidate " + th.link_noun + " is one-way and has a " + th.fixed_what +
+           ", a capacity shared by all flows, and a cost per " + th.unit_one + " carried. ";
+    if (th.layout == Layout::table) {
+      out += "The candidates are:\n\n";
+      std::vector<std::vector<std::string>> rows;
+      for (const Arc& a : arcs)
+        rows.push_back({names[a.from], names[a.to], text::money(a.fixed), text::num(a.cap),
+                        text::money(a.cost)});
+      out += text::markdown_table({"From", "To", "Fixed cost", "Capacity (" + th.unit + ")",
+                                   "Cost per " + th.unit_one},
+                                  rows) +
+             "\n";
+    } else if (th.layout == Layout::by_origin) {
+      out += "\n\n";
+      for (size_t v = 0; v < n(); ++v) {
+        std::vector<std::string> legs;
+        for (const Arc& a : arcs)
+          if (a.from == v)
+            legs.push_back("to " + names[a.to] + " (fixed " + text::money(a.fixed) + ", capacity " +
+                           amount(a.cap) + ", " + text::money(a.cost) + " per " + th.unit_one +
+                           ")");
+        if (!legs.empty()) out += "- From " + names[v] + ": " + text::english_list(legs) + ".\n";
+      }
+      out += "\n";
+    } else {
+      out += "\n\n";
+      for (const Arc& a : arcs)
+        out += "- " + names[a.from] + " -> " + names[a.to] + ": fixed cost " +
+               text::money(a.fixed) + ", up to " + amount(a.cap) + ", " + text::money(a.cost) +
+               " per " + th.unit_one + "\n";
+      out += "\n";
+    }
+    out += "A " + th.link_noun + " can only carry flow if it is opened (you " + th.open_verb +
+           " it or not, there is no partial opening); flows may be split over several paths and "
+           "may be fractional. ";
+    if (max_links >= 0)
+      out += "At most " + std::to_string(max_links) + " " + th.link_noun + "s can be opened. ";
+    if (exclusive.first >= 0)
+      out += "The " + th.link_noun + "s " + arc_text(static_cast<size_t>(exclusive.first)) +
+             " and " + arc_text(static_cast<size_t>(exclusive.second)) + " cannot both be opened. ";
+    if (committed >= 0)
+      out += "The " + th.link_noun + " " + arc_text(static_cast<size_t>(committed)) +
+             " is already contracted and must be opened. ";
+    out += "Which " + th.link_noun +
+           "s should be opened, and how should each flow be routed, to "
+           "minimise the total cost (fixed costs of the opened " +
+           th.link_noun +
+           "s plus the cost of the amounts carried)? What is the minimum total cost in dollars?";
+    return out;
+  }
+
+  std::string alg() const override {
+    AlgebraicFormulation f("Fixed-charge multi-commodity network design");
+    std::vector<std::string> pairs, ckeys;
+    std::vector<double> fixed, cost, cap, demand;
+    for (const Arc& a : arcs) {
+      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
+      fixed.push_back(a.fixed);
+      cost.push_back(a.cost);
+      cap.push_back(a.cap);
+    }
+    std::vector<std::string> od;
+    for (const Commodity& k : commodities) {
+      ckeys.push_back(k.key);
+      demand.push_back(k.demand);
+      od.push_back(latex_pair(keys[k.origin], keys[k.dest]));
+    }
+    std::string arc_set = "\\{";
+    arc_set += join(pairs, ", ");
+    arc_set += "\\}";
+    f.set("$N = " + latex_set(keys) + "$", plural(theme().node_noun));
+    f.set("$A = " + arc_set + "$", "candidate one-way " + theme().link_noun + "s");
+    f.set("$K = " + latex_set(ckeys) + "$", "commodities (flows to deliver)");
+    f.parameter("$(o_k, t_k)$", "origin and destination of $k$", "$(" + join(od, ", ") + ")$");
+    f.parameter("$d_k$", "amount of $k$ to deliver (" + theme().unit + ")", latex_vector(demand));
+    f.parameter("$f_{ij}$", "fixed cost of opening $(i,j)$ (dollars, in the order of $A$)",
+                latex_vector(fixed));
+    f.parameter("$c_{ij}$", "cost per " + theme().unit_one + " on $(i,j)$ (dollars)",
+                latex_vector(cost));
+    f.parameter("$u_{ij}$", "capacity of $(i,j)$ (" + theme().unit + ")", latex_vector(cap));
+    f.variable("$x^k_{ij} \\ge 0$", "amount of $k$ routed on $(i,j)$ (continuous)");
+    f.variable("$y_{ij} \\in \\{0,1\\}$", "1 if $(i,j)$ is opened");
+    f.objective(
+        "\\min \\sum_{(i,j) \\in A} \\Big( f_{ij} y_{ij} + c_{ij} \\sum_{k \\in K} "
+        "x^k_{ij} \\Big)",
+        "Minimise fixed plus variable cost");
+    f.constraint("flow balance",
+                 "\\sum_{(i,j) \\in A} x^k_{ij} - \\sum_{(j,i) \\in A} x^k_{ji} = "
+                 "\\begin{cases} d_k & i = o_k \\\\ -d_k & i = t_k \\\\ 0 & \\text{otherwise} "
+                 "\\end{cases} \\quad \\forall k \\in K, i \\in N");
+    f.constraint("capacity and opening",
+                 "\\sum_{k \\in K} x^k_{ij} \\le u_{ij} y_{ij} \\quad \\forall (i,j) \\in A");
+    // Valid for every cycle-free routing (optimal ones, as costs are positive);
+    // it tightens the LP bound and keeps branch-and-bound small.
+    f.constraint("strong linking",
+                 "x^k_{ij} \\le d_k y_{ij} \\quad \\forall k \\in K, (i,j) \\in A");
+    if (max_links >= 0)
+      f.constraint("link budget", "\\sum_{(i,j) \\in A} y_{ij} \\le " + std::to_string(max_links));
+    if (exclusive.first >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(exclusive.first)];
+      const Arc& b = arcs[static_cast<size_t>(exclusive.second)];
+      f.constraint("exclusive links",
+                   "y_{" + latex_name(keys[a.from]) + "," + latex_name(keys[a.to]) + "} + y_{" +
+                       latex_name(keys[b.from]) + "," + latex_name(keys[b.to]) + "} \\le 1");
+    }
+    if (committed >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(committed)];
+      f.constraint("committed link",
+                   "y_{" + latex_name(keys[a.from]) + "," + latex_name(keys[a.to]) + "} = 1");
+    }
+    return f.markdown();
+  }
+
+  std::string arc_ref(size_t k) const {
+    return "['" + keys[arcs[k].from] + "', '" + keys[arcs[k].to] + "']";
+  }
+
+  std::string gmpl() const override {
+    std::string model =
+        "set NODES;\nset ARCS within NODES cross NODES;\nset COMM;\n"
+        "param orig{COMM} symbolic in NODES;\nparam dest{COMM} symbolic in NODES;\n"
+        "param demand{COMM} >= 0;\n"
+        "param fixed{ARCS} >= 0;\nparam cost{ARCS} >= 0;\nparam cap{ARCS} >= 0;\n"
+        "var x{COMM, ARCS} >= 0;\nvar y{ARCS} binary;\n"
+        "minimize TotalCost: sum{(i, j) in ARCS} (fixed[i, j] * y[i, j]\n"
+        "  + cost[i, j] * sum{k in COMM} x[k, i, j]);\n"
+        "s.t. Balance{k in COMM, v in NODES}: sum{(i, j) in ARCS: i = v} x[k, i, j]\n"
+        "  - sum{(i, j) in ARCS: j = v} x[k, i, j]\n"
+        "  = (if v = orig[k] then demand[k] else if v = dest[k] then -demand[k] else 0);\n"
+        "s.t. Capacity{(i, j) in ARCS}: sum{k in COMM} x[k, i, j] <= cap[i, j] * y[i, j];\n"
+        "s.t. Strong{k in COMM, (i, j) in ARCS}: x[k, i, j] <= demand[k] * y[i, j];\n";
+    if (max_links >= 0)
+      model +=
+          "s.t. LinkBudget: sum{(i, j) in ARCS} y[i, j] <= " + std::to_string(max_links) + ";\n";
+    if (exclusive.first >= 0)
+      model += "s.t. Exclusive: y" + arc_ref(static_cast<size_t>(exclusive.first)) + " + y" +
+               arc_ref(static_cast<size_t>(exclusive.second)) + " <= 1;\n";
+    if (committed >= 0)
+      model += "s.t. Committed: y" + arc_ref(static_cast<size_t>(committed)) + " = 1;\n";
+    std::vector<std::vector<std::string>> tuples;
+    std::vector<std::pair<std::vector<std::string>, double>> fixed, cost, cap;
+    for (const Arc& a : arcs) {
+      std::vector<std::string> key = {keys[a.from], keys[a.to]};
+      tuples.push_back(key);
+      fixed.push_back({key, a.fixed});
+      cost.push_back({key, a.cost});
+      cap.push_back({key, a.cap});
+    }
+    std::vector<std::string> ckeys;
+    std::vector<double> demand;
+    std::string orig = "param orig :=", dest = "param dest :=";
+    for (const Commodity& k : commodities) {
+      ckeys.push_back(k.key);
+      demand.push_back(k.demand);
+      orig += " " + k.key + " " + keys[k.origin];
+      dest += " " + k.key + " " + keys[k.dest];
+    }
+    GmplData data;
+    data.set("NODES", keys).set_of_tuples("ARCS", tuples).set("COMM", ckeys);
+    data.raw(orig + ";").raw(dest + ";").param("demand", ckeys, demand);
+    data.param_sparse("fixed", fixed).param_sparse("cost", cost).param_sparse("cap", cap);
+    return compose_gmpl(model, "TotalCost", data);
+  }
+
+  CheckResult check(const Solution& s) const override {
+    Checker c;
+    double objective = 0;
+    std::vector<double> y(arcs.size()), load(arcs.size(), 0.0);
+    for (size_t a = 0; a < arcs.size(); ++a) {
+      const std::string& from = keys[arcs[a].from];
+      const std::string& to = keys[arcs[a].to];
+      y[a] = s.value("y", {from, to});
+      c.binary(y[a], "y[" + from + "," + to + "]");
+      objective += arcs[a].fixed * y[a];
+    }
+    for (const Commodity& k : commodities) {
+      std::vector<double> net(n(), 0.0);
+      for (size_t a = 0; a < arcs.size(); ++a) {
+        const std::string& from = keys[arcs[a].from];
+        const std::string& to = keys[arcs[a].to];
+        const double x = s.value("x", {k.key, from, to});
+        c.ge(x, 0, "x[" + k.key + "," + from + "," + to + "] >= 0");
+        c.le(x, k.demand * y[a], "strong linking of " + k.key + " on " + from + "->" + to);
+        net[arcs[a].from] += x;
+        net[arcs[a].to] -= x;
+        load[a] += x;
+        objective += arcs[a].cost * x;
+      }
+      for (size_t v = 0; v < n(); ++v)
+        c.eq(net[v],
+             v == k.origin ? k.demand
+             : v == k.dest ? -k.demand
+                           : 0.0,
+             "balance of " + k.key + " at " + keys[v]);
+    }
+    for (size_t a = 0; a < arcs.size(); ++a)
+      c.le(load[a], arcs[a].cap * y[a],
+           "capacity of " + keys[arcs[a].from] + "->" + keys[arcs[a].to]);
+    if (max_links >= 0) {
+      double opened = 0;
+      for (double v : y) opened += v;
+      c.le(opened, max_links, "link budget");
+    }
+    if (exclusive.first >= 0)
+      c.le(y[static_cast<size_t>(exclusive.first)] + y[static_cast<size_t>(exclusive.second)], 1,
+           "exclusive links");
+    if (committed >= 0) c.eq(y[static_cast<size_t>(committed)], 1, "committed link");
+    return c.result(objective);
+  }
+};
+
+// Shortest path by Dijkstra under the given arc weights; arc indices, or
+// empty if `t` is unreachable.
+std::vector<size_t> route(size_t n, const std::vector<Arc>& arcs, const std::vector<double>& w,
+                          size_t s, size_t t) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> dist(n, inf);
+  std::vector<int> via(n, -1);
+  std::vector<bool> done(n, false);
+  dist[s] = 0;
+  for (size_t round = 0; round < n; ++round) {
+    size_t u = n;
+    for (size_t v = 0; v < n; ++v)
+      if (!done[v] && dist[v] < inf && (u == n || dist[v] < dist[u])) u = v;
+    if (u == n) break;
+    done[u] = true;
+    for (size_t k = 0; k < arcs.size(); ++k)
+      if (arcs[k].from == u && dist[u] + w[k] < dist[arcs[k].to]) {
+        dist[arcs[k].to] = dist[u] + w[k];
+        via[arcs[k].to] = static_cast<int>(k);
+      }
+  }
+  std::vector<size_t> path;
+  if (dist[t] == inf) return path;
+  for (size_t v = t; v != s; v = arcs[static_cast<size_t>(via[v])].from)
+    path.push_back(static_cast<size_t>(via[v]));
+  return path;
+}
+
+class FixedChargeFamily : public Family {
+ public:
+  std::string_view name() const override { return "fixed_charge_network"; }
+  std::string_view title() const override { return "Fixed-charge multi-commodity network design"; }
+  ProblemClass problem_class() const override { return ProblemClass::milp; }
+  int nl_templates() const override { return static_cast<int>(themes().size()); }
+
+  std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
+    auto inst = std::make_unique<FixedChargeInstance>();
+    inst->template_id = choose_template(rng, options, nl_templates());
+    const Theme& th = inst->theme();
+    inst->org = rng.pick(text::companies());
+    const size_t n = static_cast<size_t>(size_for(rng, options.difficulty, {4, 5}, {5, 6}, {6, 8}));
+    const size_t nk =
+        static_cast<size_t>(size_for(rng, options.difficulty, {2, 2}, {2, 3}, {3, 4}));
+    inst->names = text::pick_distinct(rng, text::cities(), n);
+    inst->keys = text::symbols(inst->names);
+
+    // Corridors between near neighbours, connected through a chain over all nodes.
+    std::vector<std::pair<double, double>> pos(n);
+    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 70.0)};
+    auto dist = [&](size_t a, size_t b) {
+      return std::hypot(pos[a].first - pos[b].first, pos[a].second - pos[b].second);
+    };
+    std::vector<std::vector<bool>> corridor(n, std::vector<bool>(n, false));
+    std::vector<size_t> order(n);
+    for (size_t v = 0; v < n; ++v) order[v] = v;
+    rng.shuffle(order);
+    for (size_t i = 0; i + 1 < n; ++i)
+      corridor[order[i]][order[i + 1]] = corridor[order[i + 1]][order[i]] = true;
+    for (size_t v = 0; v < n; ++v) {
+      std::vector<std::pair<double, size_t>> near;
+      for (size_t w = 0; w < n; ++w)
+        if (w != v) near.push_back({dist(v, w), w});
+      std::sort(near.begin(), near.end());
+      for (size_t i = 0; i < std::min<size_t>(2, near.size()); ++i)
+        corridor[v][near[i].second] = corridor[near[i].second][v] = true;
+    }
+    // Each corridor gives two one-way candidates; some directions are dropped,
+    // but never along the connecting chain (that keeps every pair reachable).
+    std::vector<std::vector<bool>> chain(n, std::vector<bool>(n, false));
+    for (size_t i = 0; i + 1 < n; ++i)
+      chain[order[i]][order[i + 1]] = chain[order[i + 1]][order[i]] = true;
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = a + 1; b < n; ++b) {
+        if (!corridor[a][b]) continue;
+        const bool drop = !chain[a][b] && rng.bernoulli(0.35);
+        const bool keep_ab = !drop || rng.bernoulli(0.5);
+        const double d = dist(a, b);
+        for (int dir = 0; dir < 2; ++dir) {
+          if (drop && (dir == 0) != keep_ab) continue;
+          Arc arc;
+          arc.from = dir == 0 ? a : b;
+          arc.to = dir == 0 ? b : a;
+          arc.fixed = 10.0 * std::round(d * rng.uniform(0.5, 1.5) + rng.uniform_int(2, 10));
+          arc.cost = std::max(0.5, std::round(d * rng.uniform(0.1, 0.3) * 2) / 2);
+          inst->arcs.push_back(arc);
+        }
+      }
+    std::sort(inst->arcs.begin(), inst->arcs.end(), [](const Arc& x, const Arc& y) {
+      return x.from != y.from ? x.from < y.from : x.to < y.to;
+    });
+    auto& arcs = inst->arcs;
+
+    // Commodities with distinct origin-destination pairs, routed on randomly
+    // weighted shortest paths (the planted design).
+    std::vector<std::string> goods = th.goods;
+    rng.shuffle(goods);
+    std::vector<double> load(arcs.size(), 0.0);
+    std::vector<std::vector<bool>> used_pair(n, std::vector<bool>(n, false));
+    for (size_t k = 0; k < nk; ++k) {
+      Commodity c;
+      do {
+        c.origin = rng.index(n);
+        c.dest = rng.index(n);
+      } while (c.origin == c.dest || used_pair[c.origin][c.dest]);
+      used_pair[c.origin][c.dest] = true;
+      c.demand = 5.0 * rng.uniform_int(2, 12);
+      if (goods.empty()) {
+        c.name = th.pair_flow;
+        c.key = inst->keys[c.origin] + "_to_" + inst->keys[c.dest];
+      } else {
+        c.name = goods[k];
+        c.key = text::symbol(goods[k]);
+      }
+      std::vector<double> w(arcs.size());
+      for (size_t a = 0; a < arcs.size(); ++a)
+        w[a] = dist(arcs[a].from, arcs[a].to) * rng.uniform(0.7, 1.5);
+      for (size_t a : route(n, arcs, w, c.origin, c.dest)) load[a] += c.demand;
+      inst->commodities.push_back(c);
+    }
+    int opened = 0;
+    for (size_t a = 0; a < arcs.size(); ++a) {
+      if (load[a] > 0) {
+        arcs[a].cap = round_up(load[a] * rng.uniform(1.0, 1.5), 10);
+        ++opened;
+      } else {
+        arcs[a].cap = 10.0 * rng.uniform_int(4, 12);
+      }
+    }
+
+    // Optional side constraints, each satisfied by the planted design.
+    if (rng.bernoulli(options.side_constraint_rate)) inst->max_links = opened;
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<std::pair<int, int>> pairs;  // both directions of a corridor
+      for (size_t a = 0; a < arcs.size(); ++a)
+        for (size_t b = a + 1; b < arcs.size(); ++b)
+          if (arcs[a].from == arcs[b].to && arcs[a].to == arcs[b].from &&
+              !(load[a] > 0 && load[b] > 0))
+            pairs.push_back({static_cast<int>(a), static_cast<int>(b)});
+      if (!pairs.empty()) inst->exclusive = rng.pick(pairs);
+    }
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<int> candidates;
+      for (size_t a = 0; a < arcs.size(); ++a)
+        if (static_cast<int>(a) != inst->exclusive.first &&
+            static_cast<int>(a) != inst->exclusive.second && (load[a] > 0 || inst->max_links < 0))
+          candidates.push_back(static_cast<int>(a));
+      if (!candidates.empty()) inst->committed = rng.pick(candidates);
+    }
+    return inst;
+  }
+};
+
+}  // namespace
+
+const Family& fixed_charge_network_family() {
+  static const FixedChargeFamily family;
+  return family;
+}
+
+}  // namespace trex::orlib

@@ -1,0 +1,445 @@
+// Maximum flow from a source to a sink through capacitated links, with an
+// explicit flow-value variable and optional node-throughput, reduced-link and
+// share-through-a-node side constraints. LP.
+//
+// Generator: places nodes on a map, links near neighbours (mostly eastwards),
+// plants a source-to-sink chain so the flow is positive, and computes the max
+// flow (Edmonds-Karp) to place side constraints where they bind while a
+// positive flow stays feasible.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "trex/core/strings.hpp"
+#include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/family_list.hpp"
+#include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/text.hpp"
+
+namespace trex::orlib {
+namespace {
+
+enum class Layout { table, by_node, list };
+
+struct Theme {
+  std::string intro;      // {org}, {from}, {to} are replaced
+  std::string node_noun;  // intermediate nodes: "pumping station"
+  std::string link_noun;  // "pipeline"
+  std::string good;       // what flows: "crude oil"
+  std::string unit;       // "thousand barrels per day"
+  Layout layout;
+};
+
+const std::vector<Theme>& themes() {
+  static const std::vector<Theme> t = {
+      {"{org} operates a crude-oil pipeline network from its oil field at {from} to the export "
+       "terminal at {to}. Oil passes through intermediate pumping stations.",
+       "pumping station", "pipeline", "crude oil", "thousand barrels per day", Layout::table},
+      {"Emergency planners must estimate how many vehicles per hour can leave {from}, threatened "
+       "by a wildfire, towards the safe assembly area at {to} over one-way evacuation lanes.",
+       "junction", "evacuation lane", "traffic", "vehicles per hour", Layout::by_node},
+      {"{org} needs to copy as much data as possible from its primary data centre in {from} to "
+       "its backup site in {to} through its wide-area network of routers.",
+       "router", "link", "data", "Gbps", Layout::list},
+      {"The water utility of {to} draws treated water from the plant at {from}. Water reaches the "
+       "city through a network of valves and one-way trunk mains.",
+       "valve station", "main", "water", "megalitres per day", Layout::table},
+      {"{org} ships iron ore by rail from its mine at {from} to the port at {to}. Trains run "
+       "through rail junctions, and each track section has a daily capacity.",
+       "rail junction", "track section", "ore", "thousand tonnes per day", Layout::by_node},
+  };
+  return t;
+}
+
+// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
+std::string latex_pair(const std::string& a, const std::string& b) {
+  std::string out = "(";
+  out += latex_name(a);
+  out += ", ";
+  out += latex_name(b);
+  out += ")";
+  return out;
+}
+
+struct Arc {
+  size_t from = 0, to = 0;
+  double cap = 0;
+};
+
+double round_down(double v, double step) {
+  return step * std::floor(v / step + 1e-9);
+}
+
+// Edmonds-Karp max flow on a small graph; returns the flow value and the flow
+// per arc. Nodes in `removed` carry no flow.
+double max_flow(size_t n, const std::vector<Arc>& arcs, size_t s, size_t t,
+                const std::vector<bool>& removed, std::vector<double>* arc_flow) {
+  std::vector<std::vector<double>> residual(n, std::vector<double>(n, 0.0));
+  for (const Arc& a : arcs)
+    if (!removed[a.from] && !removed[a.to]) residual[a.from][a.to] += a.cap;
+  const std::vector<std::vector<double>> original = residual;
+  double total = 0;
+  while (true) {
+    std::vector<int> parent(n, -1);
+    parent[s] = static_cast<int>(s);
+    std::deque<size_t> queue = {s};
+    while (!queue.empty() && parent[t] < 0) {
+      size_t u = queue.front();
+      queue.pop_front();
+      for (size_t v = 0; v < n; ++v)
+        if (parent[v] < 0 && residual[u][v] > 1e-9) {
+          parent[v] = static_cast<int>(u);
+          queue.push_back(v);
+        }
+    }
+    if (parent[t] < 0) break;
+    double push = 1e18;
+    for (size_t v = t; v != s; v = static_cast<size_t>(parent[v]))
+      push = std::min(push, residual[static_cast<size_t>(parent[v])][v]);
+    for (size_t v = t; v != s; v = static_cast<size_t>(parent[v])) {
+      residual[static_cast<size_t>(parent[v])][v] -= push;
+      residual[v][static_cast<size_t>(parent[v])] += push;
+    }
+    total += push;
+  }
+  if (arc_flow) {
+    // Net flow per node pair, attributed to the arc (there is at most one per direction).
+    arc_flow->assign(arcs.size(), 0.0);
+    for (size_t k = 0; k < arcs.size(); ++k) {
+      const Arc& a = arcs[k];
+      if (removed[a.from] || removed[a.to]) continue;
+      double net = original[a.from][a.to] - residual[a.from][a.to];
+      (*arc_flow)[k] = std::max(0.0, net);
+    }
+  }
+  return total;
+}
+
+class MaxFlowInstance : public Instance {
+ public:
+  int template_id = 0;
+  std::string org;
+  std::vector<std::string> names;  // display names
+  std::vector<std::string> keys;   // MathProg symbols
+  std::vector<Arc> arcs;
+  size_t source = 0, sink = 0;
+  // Optional side constraints (-1 = absent).
+  int limited_node = -1;  // inflow of this node <= node_limit
+  double node_limit = 0;
+  int reduced_arc = -1;  // flow <= reduced_fraction * capacity
+  double reduced_fraction = 0;
+  int share_node = -1;  // inflow of this node <= share * total flow
+  double share = 0;
+
+  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
+  size_t n() const { return names.size(); }
+  int side_count() const { return (limited_node >= 0) + (reduced_arc >= 0) + (share_node >= 0); }
+  std::string rate(double v) const { return text::num(v) + " " + theme().unit; }
+  std::string node_label(size_t v) const {
+    if (v == source || v == sink) return names[v];
+    return "the " + theme().node_noun + " at " + names[v];
+  }
+
+  json size() const override {
+    return {{"nodes", n()}, {"arcs", arcs.size()}, {"side_constraints", side_count()}};
+  }
+  std::vector<std::string> variants() const override {
+    std::vector<std::string> v;
+    if (limited_node >= 0) v.push_back("node_throughput_limit");
+    if (reduced_arc >= 0) v.push_back("reduced_link_capacity");
+    if (share_node >= 0) v.push_back("max_share_through_node");
+    return v;
+  }
+  int nl_template() const override { return template_id; }
+
+  std::string nl() const override {
+    const Theme& th = theme();
+    std::string out =
+        replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}", names[source]),
+                    "{to}", names[sink]) +
+        " ";
+    std::vector<std::string> middle;
+    for (size_t v = 0; v < n(); ++v)
+      if (v != source && v != sink) middle.push_back(names[v]);
+    out += "Besides " + names[source] + " and " + names[sink] + ", the network has " +
+           std::to_string(middle.size()) + " " + th.node_noun + "s (" + text::english_list(middle) +
+           ") and " + std::to_string(arcs.size()) + " one-way " + th.link_noun +
+           "s, each with a maximum capacity in " + th.unit + ".";
+    if (th.layout == Layout::table) {
+      out += "\n\n";
+      std::vector<std::vector<std::string>> rows;
+      for (const Arc& a : arcs) rows.push_back({names[a.from], names[a.to], text::num(a.cap)});
+      out += text::markdown_table({"From", "To", "Capacity (" + th.unit + ")"}, rows) + "\n";
+    } else if (th.layout == Layout::by_node) {
+      out += "\n\n";
+      for (size_t v = 0; v < n(); ++v) {
+        std::vector<std::string> legs;
+        for (const Arc& a : arcs)
+          if (a.from == v) legs.push_back(names[a.to] + " (" + text::num(a.cap) + ")");
+        if (!legs.empty())
+          out += "- Out of " + names[v] + ": to " + text::english_list(legs) + ".\n";
+      }
+      out += "\n(Capacities in brackets are in " + th.unit + ".)\n\n";
+    } else {
+      out += "\n\n";
+      for (const Arc& a : arcs)
+        out += "- " + text::capitalize(th.link_noun) + " " + names[a.from] + " -> " + names[a.to] +
+               ": at most " + rate(a.cap) + "\n";
+      out += "\n";
+    }
+    out += "Whatever flows into a " + th.node_noun + " must flow out of it again. ";
+    if (limited_node >= 0)
+      out += text::capitalize(node_label(static_cast<size_t>(limited_node))) +
+             " can handle at most " + rate(node_limit) + " in total. ";
+    if (reduced_arc >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(reduced_arc)];
+      out += "Because of repairs, the " + th.link_noun + " from " + names[a.from] + " to " +
+             names[a.to] + " may only be used up to " + text::num(reduced_fraction * 100) +
+             "% of its capacity. ";
+    }
+    if (share_node >= 0)
+      out += "For resilience, at most " + text::num(share * 100) + "% of the total " + th.good +
+             " flow may pass through " + node_label(static_cast<size_t>(share_node)) + ". ";
+    out += "Flows may be fractional. What is the maximum " + th.good + " flow, in " + th.unit +
+           ", that can be sent from " + names[source] + " to " + names[sink] +
+           ", and how should it be routed?";
+    return out;
+  }
+
+  std::string alg() const override {
+    AlgebraicFormulation f("Maximum flow");
+    std::vector<std::string> pairs;
+    std::vector<double> caps;
+    for (const Arc& a : arcs) {
+      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
+      caps.push_back(a.cap);
+    }
+    std::string arc_set = "\\{";
+    arc_set += join(pairs, ", ");
+    arc_set += "\\}";
+    f.set("$N = " + latex_set(keys) + "$", "nodes");
+    f.set("$A = " + arc_set + "$", "one-way " + theme().link_noun + "s");
+    f.parameter("$u_{ij}$", "capacity of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
+                latex_vector(caps));
+    f.parameter("$s = " + latex_name(keys[source]) + ", t = " + latex_name(keys[sink]) + "$",
+                "source and sink");
+    f.variable("$x_{ij} \\ge 0$", "flow on arc $(i,j)$ (continuous)");
+    f.variable("$v \\ge 0$", "total flow from $s$ to $t$");
+    f.objective("\\max v", "Maximise the flow from source to sink");
+    f.constraint("flow balance",
+                 "\\sum_{(i,j) \\in A} x_{ij} - \\sum_{(j,i) \\in A} x_{ji} = "
+                 "\\begin{cases} v & i = s \\\\ -v & i = t \\\\ 0 & \\text{otherwise} "
+                 "\\end{cases} \\quad \\forall i \\in N");
+    f.constraint("capacity", "x_{ij} \\le u_{ij} \\quad \\forall (i,j) \\in A");
+    if (limited_node >= 0) {
+      std::string k = latex_name(keys[static_cast<size_t>(limited_node)]);
+      f.constraint("node throughput",
+                   "\\sum_{(i," + k + ") \\in A} x_{i," + k + "} \\le " + text::num(node_limit));
+    }
+    if (reduced_arc >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(reduced_arc)];
+      std::string idx = latex_name(keys[a.from]) + "," + latex_name(keys[a.to]);
+      f.constraint("reduced capacity",
+                   "x_{" + idx + "} \\le " + text::num(reduced_fraction) + " \\, u_{" + idx + "}");
+    }
+    if (share_node >= 0) {
+      std::string k = latex_name(keys[static_cast<size_t>(share_node)]);
+      f.constraint("maximum share", "\\sum_{(i," + k + ") \\in A} x_{i," + k + "} \\le " +
+                                        text::num(share) + " \\, v");
+    }
+    return f.markdown();
+  }
+
+  std::string gmpl() const override {
+    std::string model =
+        "set NODES;\nset ARCS within NODES cross NODES;\n"
+        "param cap{ARCS} >= 0;\nparam source symbolic in NODES;\nparam sink symbolic in NODES;\n"
+        "var x{(i, j) in ARCS} >= 0, <= cap[i, j];\nvar flow >= 0;\n"
+        "maximize TotalFlow: flow;\n"
+        "s.t. Balance{v in NODES}: sum{(i, j) in ARCS: i = v} x[i, j]\n"
+        "  - sum{(i, j) in ARCS: j = v} x[i, j]\n"
+        "  = (if v = source then flow else if v = sink then -flow else 0);\n";
+    if (limited_node >= 0)
+      model += "s.t. NodeLimit: sum{(i, j) in ARCS: j = '" +
+               keys[static_cast<size_t>(limited_node)] + "'} x[i, j] <= " + text::num(node_limit) +
+               ";\n";
+    if (reduced_arc >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(reduced_arc)];
+      std::string idx = "['" + keys[a.from] + "', '" + keys[a.to] + "']";
+      model += "s.t. ReducedLink: x" + idx + " <= " + text::num(reduced_fraction) + " * cap" + idx +
+               ";\n";
+    }
+    if (share_node >= 0)
+      model += "s.t. MaxShare: sum{(i, j) in ARCS: j = '" + keys[static_cast<size_t>(share_node)] +
+               "'} x[i, j] <= " + text::num(share) + " * flow;\n";
+    std::vector<std::vector<std::string>> tuples;
+    std::vector<std::pair<std::vector<std::string>, double>> caps;
+    for (const Arc& a : arcs) {
+      tuples.push_back({keys[a.from], keys[a.to]});
+      caps.push_back({{keys[a.from], keys[a.to]}, a.cap});
+    }
+    GmplData data;
+    data.set("NODES", keys).set_of_tuples("ARCS", tuples).param_sparse("cap", caps);
+    data.raw("param source := " + keys[source] + ";").raw("param sink := " + keys[sink] + ";");
+    return compose_gmpl(model, "TotalFlow", data);
+  }
+
+  CheckResult check(const Solution& s) const override {
+    Checker c;
+    const double v = s.value("flow");
+    c.ge(v, 0, "flow >= 0");
+    std::vector<double> x(arcs.size()), net(n(), 0.0), in(n(), 0.0);
+    for (size_t k = 0; k < arcs.size(); ++k) {
+      const Arc& a = arcs[k];
+      x[k] = s.value("x", {keys[a.from], keys[a.to]});
+      const std::string name = "x[" + keys[a.from] + "," + keys[a.to] + "]";
+      c.ge(x[k], 0, name + " >= 0");
+      c.le(x[k], a.cap, "capacity of " + name);
+      net[a.from] += x[k];
+      net[a.to] -= x[k];
+      in[a.to] += x[k];
+    }
+    for (size_t u = 0; u < n(); ++u)
+      c.eq(net[u], u == source ? v : u == sink ? -v : 0.0, "flow balance at " + keys[u]);
+    if (limited_node >= 0)
+      c.le(in[static_cast<size_t>(limited_node)], node_limit, "node throughput limit");
+    if (reduced_arc >= 0)
+      c.le(x[static_cast<size_t>(reduced_arc)],
+           reduced_fraction * arcs[static_cast<size_t>(reduced_arc)].cap, "reduced link capacity");
+    if (share_node >= 0) c.le(in[static_cast<size_t>(share_node)], share * v, "maximum share");
+    return c.result(v);
+  }
+};
+
+class MaxFlowFamily : public Family {
+ public:
+  std::string_view name() const override { return "max_flow"; }
+  std::string_view title() const override { return "Maximum flow"; }
+  ProblemClass problem_class() const override { return ProblemClass::lp; }
+  int nl_templates() const override { return static_cast<int>(themes().size()); }
+
+  std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
+    auto inst = std::make_unique<MaxFlowInstance>();
+    inst->template_id = choose_template(rng, options, nl_templates());
+    inst->org = rng.pick(text::companies());
+    const size_t n =
+        static_cast<size_t>(size_for(rng, options.difficulty, {5, 7}, {8, 11}, {12, 15}));
+    inst->names = text::pick_distinct(rng, text::cities(), n);
+    inst->keys = text::symbols(inst->names);
+
+    // Positions sorted west to east: the source is node 0, the sink node n-1.
+    std::vector<std::pair<double, double>> pos(n);
+    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 60.0)};
+    std::sort(pos.begin(), pos.end());
+    std::vector<std::vector<bool>> linked(n, std::vector<bool>(n, false));
+    auto link = [&](size_t a, size_t b) {
+      if (a == b || linked[a][b] || linked[b][a] || (a == 0 && b == n - 1)) return;
+      linked[a][b] = true;
+      inst->arcs.push_back({a, b, 0});
+    };
+    std::vector<size_t> chain = {0};
+    for (size_t v = 1; v + 1 < n; ++v)
+      if (rng.bernoulli(0.4)) chain.push_back(v);
+    if (chain.size() == 1) chain.push_back(1 + rng.index(n - 2));
+    chain.push_back(n - 1);
+    for (size_t i = 0; i + 1 < chain.size(); ++i) link(chain[i], chain[i + 1]);
+    for (size_t v = 0; v + 1 < n; ++v) {
+      std::vector<std::pair<double, size_t>> near;
+      for (size_t w = 0; w < n; ++w)
+        if (w != v)
+          near.push_back(
+              {std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
+      std::sort(near.begin(), near.end());
+      for (size_t i = 0; i < std::min<size_t>(3, near.size()); ++i) {
+        const size_t w = near[i].second;
+        // Mostly eastwards; an occasional westward link adds a cycle.
+        if (w > v && (i < 2 || rng.bernoulli(0.6)))
+          link(v, w);
+        else if (w < v && w != 0 && rng.bernoulli(0.15))
+          link(v, w);
+      }
+    }
+    // Every intermediate node gets an incoming and an outgoing link.
+    auto nearest = [&](size_t v, bool east) {
+      size_t best = v;
+      double best_d = 1e18;
+      for (size_t w = 0; w < n; ++w) {
+        if (east ? w <= v : w >= v) continue;
+        double d = std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second);
+        if (d < best_d) {
+          best_d = d;
+          best = w;
+        }
+      }
+      return best;
+    };
+    for (size_t v = 1; v + 1 < n; ++v) {
+      bool has_in = false, has_out = false;
+      for (const Arc& a : inst->arcs) {
+        has_in = has_in || a.to == v;
+        has_out = has_out || a.from == v;
+      }
+      if (!has_in) link(nearest(v, false), v);
+      if (!has_out) link(v, nearest(v, true));
+    }
+    std::sort(inst->arcs.begin(), inst->arcs.end(), [](const Arc& a, const Arc& b) {
+      return a.from != b.from ? a.from < b.from : a.to < b.to;
+    });
+    for (Arc& a : inst->arcs) {
+      // Links at the ends are wider so the bottleneck lies inside the network.
+      const bool end = a.from == 0 || a.to == n - 1;
+      a.cap = 5.0 * (end ? rng.uniform_int(8, 30) : rng.uniform_int(2, 20));
+    }
+    inst->source = 0;
+    inst->sink = n - 1;
+
+    // Side constraints placed on the unconstrained max flow so they tend to bind.
+    const auto& arcs = inst->arcs;
+    const std::vector<bool> none(n, false);
+    std::vector<double> flow;
+    max_flow(n, arcs, 0, n - 1, none, &flow);
+    std::vector<double> through(n, 0.0);
+    for (size_t k = 0; k < arcs.size(); ++k) through[arcs[k].to] += flow[k];
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<size_t> busy;
+      for (size_t v = 1; v + 1 < n; ++v)
+        if (through[v] >= 20) busy.push_back(v);
+      if (!busy.empty()) {
+        const size_t v = rng.pick(busy);
+        inst->limited_node = static_cast<int>(v);
+        inst->node_limit = round_down(through[v] * rng.uniform(0.5, 0.85), 5);
+      }
+    }
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      std::vector<size_t> used;
+      for (size_t k = 0; k < arcs.size(); ++k)
+        if (flow[k] > 0) used.push_back(k);
+      inst->reduced_arc = static_cast<int>(rng.pick(used));
+      inst->reduced_fraction = rng.pick(std::vector<double>{0.25, 0.4, 0.5, 0.6, 0.75});
+    }
+    if (rng.bernoulli(options.side_constraint_rate)) {
+      // Only nodes that can be bypassed: a positive flow must avoid them.
+      std::vector<size_t> bypassable;
+      for (size_t v = 1; v + 1 < n; ++v) {
+        if (through[v] <= 0 || static_cast<int>(v) == inst->limited_node) continue;
+        std::vector<bool> removed(n, false);
+        removed[v] = true;
+        if (max_flow(n, arcs, 0, n - 1, removed, nullptr) > 0) bypassable.push_back(v);
+      }
+      if (!bypassable.empty()) {
+        inst->share_node = static_cast<int>(rng.pick(bypassable));
+        inst->share = rng.pick(std::vector<double>{0.3, 0.4, 0.5, 0.6});
+      }
+    }
+    return inst;
+  }
+};
+
+}  // namespace
+
+const Family& max_flow_family() {
+  static const MaxFlowFamily family;
+  return family;
+}
+
+}  // namespace trex::orlib
