@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <cctype>
+#include <cfloat>
+#include <limits>
 #include <utility>
 
 #include "trex/core/atomic_file.hpp"
@@ -405,6 +407,61 @@ SolveResult LinearModel::solve_cbc(const SolveOptions& options) const {
     result.message = std::string("CBC: ") + to_string(result.status);
   }
   return result;
+}
+
+LinearModel::Sensitivity LinearModel::sensitivity() const {
+  const bool mip = is_mip();
+  const int status = mip ? glp_mip_status(prob_) : glp_get_status(prob_);
+  require(status == GLP_OPT, "sensitivity(): the model has no optimal solution from solve_glpk()");
+  Sensitivity out;
+  out.has_duals = !mip;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int i = 1; i <= num_rows(); ++i) {
+    RowSensitivity r;
+    const char* name = glp_get_row_name(prob_, i);
+    r.name = name ? name : "r" + std::to_string(i);
+    int type = glp_get_row_type(prob_, i);
+    const bool has_lower = type == GLP_LO || type == GLP_DB || type == GLP_FX;
+    const bool has_upper = type == GLP_UP || type == GLP_DB || type == GLP_FX;
+    r.lower = has_lower ? glp_get_row_lb(prob_, i) : -inf;
+    r.upper = has_upper ? glp_get_row_ub(prob_, i) : inf;
+    r.activity = mip ? glp_mip_row_val(prob_, i) : glp_get_row_prim(prob_, i);
+    r.dual = mip ? 0.0 : glp_get_row_dual(prob_, i);
+    auto at = [&](double bound) {
+      return std::isfinite(bound) &&
+             std::fabs(r.activity - bound) <= 1e-7 * std::max(1.0, std::fabs(bound));
+    };
+    r.binding = at(r.lower) || at(r.upper);
+    out.rows.push_back(std::move(r));
+  }
+  const bool ranges = !mip && glp_bf_exists(prob_) != 0;
+  for (int j = 1; j <= num_cols(); ++j) {
+    ColumnSensitivity c;
+    c.name = column_names_[static_cast<size_t>(j - 1)];
+    c.value = mip ? glp_mip_col_val(prob_, j) : glp_get_col_prim(prob_, j);
+    c.objective_coef = glp_get_obj_coef(prob_, j);
+    c.reduced_cost = mip ? 0.0 : glp_get_col_dual(prob_, j);
+    const int stat = ranges ? glp_get_col_stat(prob_, j) : 0;
+    if (stat == GLP_BS) {
+      // GLPK ranges objective coefficients of basic columns only.
+      double coef1 = 0, coef2 = 0, value1 = 0, value2 = 0;
+      int var1 = 0, var2 = 0;
+      TerminalCapture quiet;
+      glp_analyze_coef(prob_, num_rows() + j, &coef1, &var1, &value1, &coef2, &var2, &value2);
+      c.has_range = true;
+      c.coef_lower = coef1 == -DBL_MAX ? -inf : coef1;
+      c.coef_upper = coef2 == +DBL_MAX ? inf : coef2;
+    } else if (stat == GLP_NL || stat == GLP_NU) {
+      // A non-basic column stays at its bound until its reduced cost changes sign.
+      const bool grows = (stat == GLP_NL) != maximize();  // the cost may grow without limit
+      const double edge = c.objective_coef - c.reduced_cost;
+      c.has_range = true;
+      c.coef_lower = grows ? edge : -inf;
+      c.coef_upper = grows ? inf : edge;
+    }
+    out.columns.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace trex::orlib

@@ -85,6 +85,35 @@ class LinearModel {
   // CBC (CLP + branch-and-cut) on a copy of the same rows and columns.
   SolveResult solve_cbc(const SolveOptions& options = {}) const;
 
+  // Sensitivity analysis of the last solve_glpk() call. For an LP solved to
+  // optimality: row activities, shadow prices (row duals), reduced costs and,
+  // while GLPK's basis factorisation exists, objective-coefficient ranges of
+  // the columns. For a MIP: activities at the integer optimum, binding flags,
+  // no duals (`has_duals` false). Throws trex::Error when there is no optimum.
+  struct RowSensitivity {
+    std::string name;
+    double activity = 0.0;
+    double lower = 0.0;   // -inf when free below
+    double upper = 0.0;   // +inf when free above
+    double dual = 0.0;    // shadow price (0 for a MIP)
+    bool binding = false; // activity at a finite bound (within 1e-7 relative)
+  };
+  struct ColumnSensitivity {
+    std::string name;
+    double value = 0.0;
+    double objective_coef = 0.0;
+    double reduced_cost = 0.0;
+    bool has_range = false;  // objective coefficient range keeping the basis optimal
+    double coef_lower = 0.0;
+    double coef_upper = 0.0;
+  };
+  struct Sensitivity {
+    bool has_duals = false;
+    std::vector<RowSensitivity> rows;
+    std::vector<ColumnSensitivity> columns;
+  };
+  Sensitivity sensitivity() const;
+
  private:
   LinearModel() = default;
   void read_column_names();

@@ -1,0 +1,592 @@
+#include "trex/or/dataset/cpt.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
+#include "trex/core/rng.hpp"
+#include "trex/core/strings.hpp"
+#include "trex/or/dataset/decontam.hpp"
+#include "trex/or/dataset/gmpl_edit.hpp"
+#include "trex/or/dataset/worker_pool.hpp"
+#include "trex/or/families/family.hpp"
+#include "trex/or/solver/linear_model.hpp"
+#include "trex/or/synth/verify.hpp"
+
+namespace trex::orlib {
+namespace {
+
+struct FamilyNotes {
+  const char* tricks;
+  const char* mistakes;
+};
+
+// Standard modelling tricks and common mistakes per family.
+const std::map<std::string, FamilyNotes>& family_notes() {
+  static const std::map<std::string, FamilyNotes> notes = {
+      {"knapsack",
+       {"Binary selection variables; several knapsacks need an assignment variable per "
+        "item and knapsack plus an 'at most one knapsack' row per item; conflicts "
+        "between items become x[i] + x[j] <= 1.",
+        "Declaring the selection continuous (the LP relaxation takes fractions of "
+        "items); summing weights over the wrong index; forgetting that an item may "
+        "go into at most one knapsack."}},
+      {"product_mix",
+       {"One continuous production variable per product; resource rows "
+        "sum_p a[r,p] x[p] <= b[r]; market limits as variable bounds; minimum "
+        "batch sizes need a binary and a derived big-M equal to the largest "
+        "feasible production.",
+        "Profit per unit versus revenue per unit; resource usage per unit entered "
+        "in the wrong units (minutes vs hours); flipped capacity rows."}},
+      {"diet",
+       {"Continuous quantities per food; nutrient rows with lower (and sometimes upper) "
+        "bounds; per-food upper limits as bounds.",
+        "Using <= for a minimum requirement; mixing per-100g and per-serving nutrient "
+        "data; missing upper bounds on nutrients that have them."}},
+      {"transportation",
+       {"Flow variables x[i,j] >= 0; supply rows <= s[i] and demand rows >= d[j] "
+        "(or = for balanced problems); route capacities as bounds.",
+        "Swapping the indices of the cost matrix c[i,j]; using = for supplies "
+        "when total supply exceeds demand (infeasible); forgetting forbidden "
+        "routes."}},
+      {"assignment",
+       {"Binary x[i,j]; every worker at most/exactly one task and every task exactly "
+        "one worker; the LP relaxation is integral for the pure problem, side "
+        "constraints break that.",
+        "Assigning rows instead of columns (swapped indices); equality on both "
+        "sides when there are more workers than tasks (infeasible)."}},
+      {"portfolio",
+       {"Fractions or amounts per asset with a budget equality; a risk measure made "
+        "linear (e.g. mean absolute deviation with auxiliary variables, or a worst-case "
+        "scenario bound via an epigraph variable); sector caps as sums.",
+        "Treating percentages as fractions inconsistently; missing the budget "
+        "equality; maximising return without the risk limit."}},
+      {"min_cost_flow",
+       {"Arc flows with capacities; flow conservation at every node: outflow - "
+        "inflow = supply; total supply equals total demand.",
+        "Sign convention of the balance row; reversed arcs; forgetting "
+        "transshipment nodes with zero balance."}},
+      {"shortest_path",
+       {"Unit flow from source to sink with conservation rows (+1 at the source, "
+        "-1 at the sink, 0 elsewhere); the LP is integral.",
+        "Wrong sign at source or sink (infeasible); treating an undirected edge "
+        "as a single directed arc."}},
+      {"max_flow",
+       {"Arc flows bounded by capacities, conservation at inner nodes, objective the "
+        "net outflow of the source (or a return arc from sink to source).",
+        "Counting inflow into the source; missing conservation rows for inner "
+        "nodes (unbounded)."}},
+      {"fixed_charge_network",
+       {"Flows plus binary open decisions; the big-M link x[a] <= u[a] y[a] "
+        "with M the arc capacity (or the total demand when uncapacitated).",
+        "Dropping the link (fixed costs never paid); an M that is too "
+        "small and cuts off optimal flows."}},
+      {"set_cover",
+       {"Binary choice per set; a covering row sum_{s containing e} x[s] >= 1 per "
+        "element.",
+        "Using = 1 (partitioning, a different problem); iterating "
+        "over the wrong membership index."}},
+      {"unit_commitment",
+       {"On/off binaries per unit and period, output bounded by min/max times "
+        "the on variable, start-up variables u[t] >= on[t] - on[t-1], demand "
+        "(and reserve) rows per period.",
+        "Forgetting the minimum output when on; start-up logic off by one "
+        "period; output not linked to the on variable."}},
+      {"bin_packing",
+       {"Binary assignment x[i,b] and bin-used y[b]; capacity row sum_i w[i] "
+        "x[i,b] <= C y[b]; symmetry breaking y[b] >= y[b+1].",
+        "Capacity row without y[b] (bins never counted); items allowed in two "
+        "bins."}},
+      {"facility_location",
+       {"Open binaries y[j], assignment or flow x[i,j]; capacity linked to "
+        "y; the strong link x[i,j] <= d[i] y[j] tightens the relaxation.",
+        "Missing link between service and opening (big-M omitted); "
+        "demand satisfied with <= instead of =."}},
+      {"p_median",
+       {"Binary open y[j] with sum y = p; assignment x[i,j] <= y[j]; each customer "
+        "assigned once.",
+        "Forgetting the p equality; weighting distances by the "
+        "wrong demand index."}},
+      {"cutting_stock",
+       {"Patterns or per-roll assignment: integer counts of pieces cut from each "
+        "roll with a length row per roll and a demand row per piece size.",
+        "Length row ignoring kerf or waste rules; integrality dropped (fractional "
+        "rolls)."}},
+      {"logical_transport",
+       {"Transportation with binary route-use variables and logical "
+        "conditions (if-then as y1 <= y2, at most k of a set) linked to flows "
+        "by x <= M y with M the route capacity.",
+        "Logical implication written the wrong way round; missing flow-use "
+        "link."}},
+      {"lot_sizing",
+       {"Production, inventory and setup variables per period; inventory balance "
+        "I[t-1] + x[t] - d[t] = I[t]; setup link x[t] <= M y[t] with M the remaining "
+        "demand.",
+        "Balance off by one period; a big-M smaller than demand; "
+        "setup cost charged without the link."}},
+      {"shift_scheduling",
+       {"Integer staff per shift start; coverage row per period summing the "
+        "shifts that cover it.",
+        "Wrong coverage pattern (shift length off "
+        "by one); continuous staff numbers."}},
+      {"job_shop",
+       {"Start times, precedence within a job, disjunctive machine constraints with a "
+        "binary order variable and big-M equal to the horizon; makespan via an epigraph "
+        "variable C >= start + duration.",
+        "Big-M too small (cuts feasible schedules); missing one side of the disjunction; "
+        "minimising the sum of completions instead of the maximum."}},
+      {"tsp",
+       {"Binary arc variables, one in and one out per city, Miller-Tucker-Zemlin order "
+        "variables u[i] - u[j] + n x[i,j] <= n - 1 to forbid subtours.",
+        "Dropping MTZ (subtours appear); applying MTZ to the depot as well (infeasible)."}},
+      {"cvrp",
+       {"Arc binaries, degree rows, vehicle count at the depot, load variables with MTZ-style "
+        "capacity propagation q[j] >= q[i] + d[j] - Q (1 - x[i,j]).",
+        "Load propagation without the big-M slack; vehicles counted on one side of the "
+        "depot only."}},
+  };
+  return notes;
+}
+
+std::string first_paragraphs(const std::string& text, size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  size_t cut = text.rfind("\n\n", max_chars);
+  if (cut == std::string::npos || cut < max_chars / 3) cut = text.rfind(". ", max_chars);
+  return text.substr(0, cut == std::string::npos ? max_chars : cut + 1);
+}
+
+std::string fence(const std::string& lang, const std::string& body) {
+  std::string b = body;
+  while (!b.empty() && b.back() == '\n') b.pop_back();
+  return "```" + lang + "\n" + b + "\n```\n";
+}
+
+std::string num(double v) {
+  return answer_value(v);
+}
+
+}  // namespace
+
+CptDocument family_document(const std::string& family,
+                            const std::vector<const Problem*>& examples) {
+  const Family& f = find_family(family);
+  std::string t = "# Modelling " + std::string(f.title()) + " problems\n\n";
+  t += "Problem class: " + std::string(to_string(f.problem_class())) + ".\n\n## The story\n\n";
+  if (!examples.empty()) t += first_paragraphs(examples.front()->nl, 1500) + "\n\n";
+  t += "## Variables and constraint families\n\nA typical formulation:\n\n";
+  if (!examples.empty()) t += first_paragraphs(examples.front()->alg, 4000) + "\n\n";
+  auto it = family_notes().find(family);
+  if (it != family_notes().end()) {
+    t += "## Standard modelling tricks\n\n" + std::string(it->second.tricks) + "\n\n";
+    t += "## Common mistakes\n\n" + std::string(it->second.mistakes) + "\n\n";
+  }
+  t += "## Variants seen in practice\n\n";
+  std::set<std::string> variants;
+  for (const Problem* p : examples)
+    for (const auto& v : p->variants) variants.insert(v);
+  if (variants.empty()) t += "The basic model without side conditions.\n";
+  for (const auto& v : variants) t += "- " + replace_all(v, "_", " ") + "\n";
+  if (examples.size() > 1) {
+    t += "\n## A second instance\n\n" + first_paragraphs(examples[1]->nl, 1500) + "\n\n" +
+         fence("mathprog", examples[1]->gmpl) + "\nIts optimal objective is " +
+         num(examples[1]->objective) + ".\n";
+  }
+  return {"family", t, json{{"family", family}, {"source", "trex-generated"}}};
+}
+
+CptDocument worked_example(const Problem& p, const json& record) {
+  const Family& f = find_family(p.family);
+  std::string t = "# Worked example: " + std::string(f.title()) + " (" + p.difficulty + ")\n\n";
+  t += "## Problem\n\n" + p.nl + "\n\n## Algebraic formulation\n\n" + p.alg + "\n\n";
+  t += "## GNU MathProg model\n\n" + fence("mathprog", p.gmpl) + "\n";
+  t += "## CPLEX LP file\n\nGLPK writes the same model as a CPLEX LP file:\n\n" +
+       fence("lp", record.value("lp", std::string())) + "\n";
+  t += "## Solver results\n\n";
+  if (record.contains("solvers")) {
+    for (const auto& [name, s] : record["solvers"].items()) {
+      t += "- " + name + ": status " + s.value("status", std::string("?"));
+      if (s.contains("objective") && s["objective"].is_number())
+        t += ", objective " + num(s["objective"].get<double>());
+      t += "\n";
+    }
+  }
+  t += "\nThe model prints:\n\n```\n" + objective_line(p.objective) + "\n```\n\n";
+  t += "## The solution explained\n\n";
+  t += "Both solvers prove optimality with objective " + num(p.objective) + ". ";
+  std::vector<std::string> values;
+  if (record.contains("x_ref"))
+    for (const auto& [k, v] : record["x_ref"].items())
+      if (v.is_number()) values.push_back(k + " = " + num(v.get<double>()));
+  if (values.empty()) {
+    t += "All decision variables are zero.\n";
+  } else {
+    t += "The decision variables with nonzero values are:\n\n";
+    for (size_t i = 0; i < values.size() && i < 80; ++i) t += "- " + values[i] + "\n";
+    if (values.size() > 80) t += "- ... and " + std::to_string(values.size() - 80) + " more\n";
+    t += "\nEvery other variable is zero at the optimum.\n";
+  }
+  return {"worked_example", t,
+          json{{"family", p.family}, {"problem_id", p.id}, {"source", "trex-generated"}}};
+}
+
+CptDocument lp_literacy(const Problem& p, const std::string& lp) {
+  std::string t =
+      "# Reading a CPLEX LP file: " + std::string(find_family(p.family).title()) + "\n\n";
+  int rows = 0, generals = 0, binaries = 0, bounds = 0;
+  std::string section;
+  for (const auto& raw : split(lp, '\n')) {
+    std::string line = trim(raw);
+    std::string low = to_lower(line);
+    if (low == "subject to" || low == "bounds" || low == "generals" || low == "binaries" ||
+        low == "end" || starts_with(low, "minimize") || starts_with(low, "maximize")) {
+      section = low;
+      continue;
+    }
+    if (line.empty() || line[0] == '\\') continue;
+    if (section == "subject to" && line.find(':') != std::string::npos) ++rows;
+    if (section == "bounds") ++bounds;
+    if (section == "generals") generals += static_cast<int>(split(line, ' ').size());
+    if (section == "binaries") binaries += static_cast<int>(split(line, ' ').size());
+  }
+  t += "An LP file lists the objective (`Minimize` or `Maximize` with a named expression), the "
+       "rows under `Subject To` (one `name: expression sense rhs` each, constants moved to the "
+       "right-hand side), the `Bounds` section (variables default to `0 <= x < +inf`; `-inf <= x` "
+       "or `x free` relaxes that), and the `Generals` and `Binaries` sections that mark integer "
+       "and 0/1 variables. GLPK names the columns after the MathProg variables, with the indices "
+       "in parentheses (`x(P1,R2)` for `x[P1,R2]`), and keeps a constant objective term only as "
+       "a comment.\n\n";
+  t += "This file, written by GLPK from a MathProg model, has " + std::to_string(rows) +
+       " constraint rows, " + std::to_string(bounds) + " bound lines, " + std::to_string(generals) +
+       " general-integer and " + std::to_string(binaries) +
+       " binary variable names. Its optimal "
+       "objective is " +
+       num(p.objective) + ".\n\n" + fence("lp", lp);
+  return {"lp_literacy", t,
+          json{{"family", p.family}, {"problem_id", p.id}, {"source", "trex-generated"}}};
+}
+
+std::vector<CptDocument> reference_documents() {
+  std::vector<CptDocument> out;
+  json meta{{"source", "trex-written"}};
+  out.push_back(
+      {"status_semantics",
+       "# Solver status semantics (GLPK and CBC)\n\n"
+       "- **Optimal**: a feasible solution was found and proven optimal (for a MIP: within "
+       "the default gap tolerance). The objective value and the variable values are "
+       "meaningful. In GLPK this is `GLP_OPT`; `glp_mip_status` reports it for MIPs.\n"
+       "- **Infeasible**: no assignment satisfies every constraint. Typical causes: a "
+       "flipped inequality, an equality where an inequality was meant, demand exceeding "
+       "capacity, a big-M too small. GLPK reports `GLP_NOFEAS` (or `PROBLEM HAS NO "
+       "PRIMAL FEASIBLE SOLUTION`); CBC reports proven infeasible.\n"
+       "- **Unbounded**: the objective can improve without limit. Typical causes: a "
+       "missing constraint family, a sign error in the objective, a variable without the "
+       "bound it needs. GLPK's simplex reports `GLP_UNBND` (no dual feasible "
+       "solution); for a MIP, an unbounded relaxation shows up as `GLP_ENODFS`.\n"
+       "- **Time limit**: the solver stopped before proving optimality; the best solution "
+       "(if any) is only an upper (minimisation) or lower (maximisation) bound. It must "
+       "not be reported as optimal.\n"
+       "- **Translation error**: the MathProg translator rejected the model text before "
+       "any solver ran; GLPK names the file and line (`model.mod:12: syntax error in "
+       "variable statement`). Fix the text, not the data.\n\n"
+       "A correct answer states exactly one of these outcomes. When a model that should "
+       "be feasible reports infeasible or unbounded, the model is wrong, not the solver: "
+       "check constraint senses, missing rows, variable types and units.\n",
+       meta});
+  out.push_back({"mathprog_reference",
+                 "# GNU MathProg in one page\n\n"
+                 "A model is a sequence of statements, each ending with `;`:\n\n"
+                 "- `set I;` declares a set; `set A within I cross I;` a set of pairs.\n"
+                 "- `param c{I, J} >= 0;` declares indexed data, optionally with `integer`, "
+                 "`binary`, bounds or `default 0`.\n"
+                 "- `var x{I, J} >= 0;` declares variables; add `integer` or `binary` for integer "
+                 "variables.\n"
+                 "- `minimize Cost: sum{i in I, j in J} c[i, j] * x[i, j];` (or `maximize`) names "
+                 "the objective.\n"
+                 "- `s.t. Supply{i in I}: sum{j in J} x[i, j] <= s[i];` declares one constraint "
+                 "per element of the indexing set (`subject to` is the long form).\n"
+                 "- `solve;` ends the model part; statements after it (`printf`, `display`) run on "
+                 "the optimal solution.\n"
+                 "- `data;` starts the data section: `set I := a b c;`, `param s := a 10 b 20;`, "
+                 "tables `param c : j1 j2 := i1 3 4 i2 5 6;`; `end;` closes the file.\n\n"
+                 "Indexing expressions use braces: `sum{i in I}`; parentheses there are a syntax "
+                 "error. Subscripts use brackets `x[i, j]` in the declared order; swapping them "
+                 "either fails translation (`out of domain`) or silently reads the wrong data "
+                 "when both sets share elements. Non-linear products of two variables are not "
+                 "allowed; linearise them (big-M with a binary, McCormick bounds) instead.\n",
+                 meta});
+  return out;
+}
+
+std::pair<int64_t, int64_t> deduplicate(std::vector<CptDocument>& docs, double jaccard) {
+  constexpr int kHashes = 32, kBands = 8, kRows = kHashes / kBands;
+  std::unordered_set<uint64_t> exact;
+  std::vector<std::array<uint64_t, kHashes>> kept_sigs;
+  std::vector<std::unordered_map<uint64_t, std::vector<size_t>>> bands(kBands);
+  std::vector<CptDocument> kept;
+  int64_t exact_dups = 0, near_dups = 0;
+  for (auto& d : docs) {
+    std::string norm = normalize_text(d.text);
+    if (!exact.insert(hash_string(norm)).second) {
+      ++exact_dups;
+      continue;
+    }
+    auto words = words_of(norm);
+    std::array<uint64_t, kHashes> sig;
+    sig.fill(UINT64_MAX);
+    std::vector<uint64_t> wh(words.size());
+    for (size_t i = 0; i < words.size(); ++i) wh[i] = hash_string(words[i]);
+    const size_t shingles = wh.size() < 5 ? (wh.empty() ? 0 : 1) : wh.size() - 4;
+    for (size_t i = 0; i < shingles; ++i) {
+      uint64_t h = 0;
+      for (size_t k = i; k < std::min(wh.size(), i + 5); ++k) h = hash_combine(h, wh[k]);
+      for (int k = 0; k < kHashes; ++k)
+        sig[static_cast<size_t>(k)] = std::min(
+            sig[static_cast<size_t>(k)], mix64(h ^ (0x9E37ULL * static_cast<uint64_t>(k + 1))));
+    }
+    bool near = false;
+    std::vector<uint64_t> keys(kBands);
+    for (int b = 0; b < kBands && !near; ++b) {
+      uint64_t key = static_cast<uint64_t>(b);
+      for (int r = 0; r < kRows; ++r)
+        key = hash_combine(key, sig[static_cast<size_t>(b * kRows + r)]);
+      keys[static_cast<size_t>(b)] = key;
+      auto it = bands[static_cast<size_t>(b)].find(key);
+      if (it == bands[static_cast<size_t>(b)].end()) continue;
+      for (size_t other : it->second) {
+        int same = 0;
+        for (int k = 0; k < kHashes; ++k)
+          same += sig[static_cast<size_t>(k)] == kept_sigs[other][static_cast<size_t>(k)];
+        if (static_cast<double>(same) / kHashes >= jaccard) {
+          near = true;
+          break;
+        }
+      }
+    }
+    if (near) {
+      ++near_dups;
+      continue;
+    }
+    size_t id = kept.size();
+    for (int b = 0; b < kBands; ++b)
+      bands[static_cast<size_t>(b)][keys[static_cast<size_t>(b)]].push_back(id);
+    kept_sigs.push_back(sig);
+    kept.push_back(std::move(d));
+  }
+  docs = std::move(kept);
+  return {exact_dups, near_dups};
+}
+
+namespace {
+
+// Line-level difference between two models: the first differing line of each.
+std::pair<std::string, std::string> changed_lines(const std::string& a, const std::string& b) {
+  auto la = split(a, '\n'), lb = split(b, '\n');
+  size_t i = 0;
+  while (i < la.size() && i < lb.size() && la[i] == lb[i]) ++i;
+  return {i < la.size() ? la[i] : "", i < lb.size() ? lb[i] : ""};
+}
+
+// An error -> fix narrative for problem `p`; "!" + reason when the fault is not real.
+std::string narrative(const Problem& p, uint64_t seed, int64_t index, double time_limit) {
+  Rng rng(seed, {0xC97, static_cast<uint64_t>(index)});
+  std::vector<FaultKind> kinds = all_fault_kinds();
+  rng.shuffle(kinds);
+  for (FaultKind kind : kinds) {
+    auto fault = inject_fault(p.gmpl, kind, rng);
+    if (!fault) continue;
+    std::string observed;
+    try {
+      LinearModel model = LinearModel::from_mathprog(fault->model);
+      SolveOptions options;
+      options.time_limit_seconds = time_limit;
+      SolveResult r = model.solve_glpk(options);
+      if (r.status == SolveStatus::time_limit || r.status == SolveStatus::error) continue;
+      if (r.status != SolveStatus::optimal)
+        observed = "GLPK reports the model " + std::string(to_string(r.status)) + ".";
+      else if (!objectives_agree(r.objective, p.objective))
+        observed = "The model solves, but the optimum is " + num(r.objective) +
+                   " instead of the "
+                   "expected " +
+                   num(p.objective) + ".";
+      else
+        continue;
+    } catch (const ModelError& e) {
+      if (!may_fail_translation(kind)) continue;
+      observed = "GLPK stops while translating the model:\n\n```\n" + trim(e.message()) + "\n```";
+    }
+    auto [bad, good] = changed_lines(fault->model, p.gmpl);
+    std::string t = "# Debugging a " + to_lower(std::string(find_family(p.family).title())) +
+                    " model: " + replace_all(to_string(kind), "_", " ") + "\n\n";
+    t += "A modeller wrote a GNU MathProg model for this problem:\n\n" +
+         first_paragraphs(p.nl, 1200) + "\n\n## Symptom\n\n" + observed + "\n\n## Diagnosis\n\n" +
+         fault->diagnosis + "\n\n";
+    const bool deletion =
+        kind == FaultKind::dropped_constraint || kind == FaultKind::missing_big_m_link;
+    if (!deletion && (!bad.empty() || !good.empty()))
+      t += "The faulty line:\n\n```\n" + bad + "\n```\n\nThe correct line:\n\n```\n" + good +
+           "\n```\n\n";
+    t += "## Fixed model\n\n" + fence("mathprog", p.gmpl) +
+         "\nAfter the fix the model solves to "
+         "optimality with objective " +
+         num(p.objective) + ".\n";
+    return json{{"text", t}, {"kind", to_string(kind)}}.dump();
+  }
+  return "!no_real_fault";
+}
+
+std::vector<CptDocument> glpk_example_documents(const std::string& dir) {
+  std::vector<CptDocument> out;
+  if (dir.empty() || !std::filesystem::is_directory(dir)) return out;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    auto ext = e.path().extension().string();
+    if (ext == ".mod" || ext == ".dat" || ext == ".lp") paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const auto& path : paths) {
+    std::string text = read_file(path.string());
+    if (text.size() > 400000) continue;
+    std::string rel = std::filesystem::relative(path, dir).string();
+    std::string kind = path.extension() == ".lp"    ? "LP file"
+                       : path.extension() == ".dat" ? "MathProg data file"
+                                                    : "GNU MathProg model";
+    std::string t = "# GLPK example: " + rel + "\n\nThis " + kind +
+                    " is one of the examples "
+                    "distributed with GLPK (GNU Linear Programming Kit, Debian package glpk-utils, "
+                    "Copyright (C) 2000-2020 Free Software Foundation, Inc.; licensed under the "
+                    "GNU General Public License version 3 or later).\n\n" +
+                    fence(path.extension() == ".lp" ? "lp" : "mathprog", text);
+    out.push_back({"glpk_example", t,
+                   json{{"source", "glpk-utils examples"},
+                        {"file", rel},
+                        {"license", "GPL-3.0-or-later"},
+                        {"copyright", "2000-2020 Free Software Foundation, Inc."}}});
+  }
+  return out;
+}
+
+}  // namespace
+
+CptSummary build_cpt(const CptOptions& options) {
+  require(!options.out_dir.empty(), "an output directory is required");
+  auto start = std::chrono::steady_clock::now();
+  std::vector<json> records = read_jsonl(options.problems_path);
+  std::vector<Problem> problems;
+  for (const auto& r : records) problems.push_back(parse_problem(r));
+  require(!problems.empty(), "no problems in " + options.problems_path);
+  CptSummary summary;
+
+  // Error -> fix narratives: faulty models are solved in worker processes.
+  const int64_t n_narr = static_cast<int64_t>(problems.size()) * options.narratives_per_problem;
+  std::vector<std::string> narratives(static_cast<size_t>(n_narr));
+  int64_t next_job = 0;
+  run_worker_pool(
+      options.jobs,
+      [&]() -> std::optional<PoolJob> {
+        if (next_job >= n_narr) return std::nullopt;
+        return PoolJob{next_job++, 0};
+      },
+      [&](const PoolJob& job) {
+        const Problem& p = problems[static_cast<size_t>(job.index) % problems.size()];
+        return narrative(p, options.seed, job.index, options.time_limit_seconds);
+      },
+      [&](const PoolJob& job, std::string result, bool crashed) {
+        if (crashed || result.empty() || result[0] == '!') {
+          ++summary.narratives_rejected;
+          return;
+        }
+        narratives[static_cast<size_t>(job.index)] = std::move(result);
+      });
+
+  std::vector<CptDocument> docs = reference_documents();
+  std::map<std::string, std::vector<const Problem*>> by_family;
+  for (const auto& p : problems) by_family[p.family].push_back(&p);
+  for (const auto& [family, list] : by_family) {
+    // Several expositions per family, each with different example instances.
+    for (size_t k = 0; k < list.size() && k < 40; k += 2) {
+      std::vector<const Problem*> examples = {list[k]};
+      if (k + 1 < list.size()) examples.push_back(list[k + 1]);
+      docs.push_back(family_document(family, examples));
+    }
+  }
+  for (auto& d : glpk_example_documents(options.glpk_examples_dir)) docs.push_back(std::move(d));
+  for (size_t i = 0; i < problems.size(); ++i) {
+    docs.push_back(worked_example(problems[i], records[i]));
+    docs.push_back(lp_literacy(problems[i], records[i].value("lp", std::string())));
+  }
+  for (size_t k = 0; k < narratives.size(); ++k) {
+    if (narratives[k].empty()) continue;
+    json n = json::parse(narratives[k]);
+    const Problem& p = problems[k % problems.size()];
+    docs.push_back({"error_fix", n["text"].get<std::string>(),
+                    json{{"family", p.family},
+                         {"problem_id", p.id},
+                         {"fault", n["kind"]},
+                         {"source", "trex-generated"}}});
+  }
+  std::tie(summary.exact_duplicates, summary.near_duplicates) =
+      deduplicate(docs, options.near_duplicate_jaccard);
+
+  std::filesystem::create_directories(options.out_dir);
+  JsonlWriter writer((std::filesystem::path(options.out_dir) / "corpus.jsonl").string());
+  for (auto& d : docs) {
+    d.meta["kind"] = d.kind;
+    writer.write(json{{"text", d.text}, {"meta", d.meta}});
+    auto& k = summary.kinds[d.kind];
+    k.documents += 1;
+    k.bytes += static_cast<int64_t>(d.text.size());
+    summary.documents += 1;
+    summary.bytes += static_cast<int64_t>(d.text.size());
+  }
+  writer.commit();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  json kinds = json::object();
+  for (const auto& [k, s] : summary.kinds)
+    kinds[k] = {{"documents", s.documents}, {"bytes", s.bytes}, {"tokens_equiv", s.bytes / 4}};
+  json sj{{"documents", summary.documents},
+          {"bytes", summary.bytes},
+          {"tokens_equiv", summary.bytes / 4},
+          {"token_measure", "bytes/4 (no tokenizer yet)"},
+          {"kinds", kinds},
+          {"exact_duplicates_removed", summary.exact_duplicates},
+          {"near_duplicates_removed", summary.near_duplicates},
+          {"near_duplicate_jaccard", options.near_duplicate_jaccard},
+          {"narratives_rejected", summary.narratives_rejected},
+          {"seconds", summary.seconds},
+          {"problems", options.problems_path}};
+  write_file_atomic((std::filesystem::path(options.out_dir) / "summary.json").string(),
+                    sj.dump(2) + "\n");
+  return summary;
+}
+
+std::string format_cpt_summary(const CptSummary& s) {
+  std::string out = "kind                 documents        bytes   tokens(bytes/4)\n";
+  auto row = [](const std::string& name, int64_t docs, int64_t bytes) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%-20s %9lld %12lld %17lld\n", name.c_str(),
+                  static_cast<long long>(docs), static_cast<long long>(bytes),
+                  static_cast<long long>(bytes / 4));
+    return std::string(buf);
+  };
+  for (const auto& [k, v] : s.kinds) out += row(k, v.documents, v.bytes);
+  out += row("total", s.documents, s.bytes);
+  out += "removed: " + std::to_string(s.exact_duplicates) + " exact duplicates, " +
+         std::to_string(s.near_duplicates) +
+         " near duplicates; narratives rejected (fault not "
+         "real): " +
+         std::to_string(s.narratives_rejected) + "; " + format_fixed(s.seconds, 1) + " s\n";
+  return out;
+}
+
+}  // namespace trex::orlib

@@ -1,0 +1,64 @@
+#pragma once
+// `trex or cpt`: the OR continued-pretraining corpus. Documents (JSONL
+// {"text", "meta"}) of six kinds: family expositions, worked examples (one
+// instance in all three representations with the verified solver results),
+// LP-file literacy, MathProg language material (including the GLPK example
+// models, GPL-3+), solver status semantics, and error -> fix narratives whose
+// GLPK messages come from solving the faulty models in worker processes.
+// Exact and near-duplicate documents are removed. See docs/or-datasets.md.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trex/or/dataset/sft.hpp"
+
+namespace trex::orlib {
+
+struct CptOptions {
+  std::string problems_path;
+  std::string out_dir;
+  uint64_t seed = 1;
+  std::string glpk_examples_dir = "/usr/share/doc/glpk-utils/examples";
+  int jobs = 2;  // worker processes for the error narratives; 0 = in-process
+  int narratives_per_problem = 2;
+  double time_limit_seconds = 10.0;
+  double near_duplicate_jaccard = 0.8;
+};
+
+struct CptKindStats {
+  int64_t documents = 0;
+  int64_t bytes = 0;
+};
+
+struct CptSummary {
+  std::map<std::string, CptKindStats> kinds;  // kept documents by kind
+  int64_t documents = 0;
+  int64_t bytes = 0;
+  int64_t exact_duplicates = 0;
+  int64_t near_duplicates = 0;
+  int64_t narratives_rejected = 0;  // fault did not change the outcome or hit a limit
+  double seconds = 0.0;
+};
+
+struct CptDocument {
+  std::string kind;
+  std::string text;
+  json meta;
+};
+
+CptSummary build_cpt(const CptOptions& options);
+std::string format_cpt_summary(const CptSummary& summary);
+
+// Removes exact duplicates (normalised text) and near duplicates (MinHash over
+// word 5-grams, estimated Jaccard >= threshold against an earlier document),
+// keeping the first. Returns the two counts.
+std::pair<int64_t, int64_t> deduplicate(std::vector<CptDocument>& docs, double jaccard);
+
+// Document builders (no solver calls).
+CptDocument family_document(const std::string& family, const std::vector<const Problem*>& examples);
+CptDocument worked_example(const Problem& p, const json& record);
+CptDocument lp_literacy(const Problem& p, const std::string& lp);
+std::vector<CptDocument> reference_documents();
+
+}  // namespace trex::orlib

@@ -1,0 +1,59 @@
+#pragma once
+// Text edits on the GNU MathProg models written by the families (one statement
+// per line, `data;` section from GmplData): fault injection for the T3
+// diagnose-and-repair task, and data changes for T4 what-if questions.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trex/core/rng.hpp"
+
+namespace trex::orlib {
+
+// The fault taxonomy of issue 3.
+enum class FaultKind {
+  wrong_var_type,
+  dropped_constraint,
+  flipped_inequality,
+  wrong_coefficient,
+  swapped_indices,
+  missing_big_m_link,
+  equality_vs_inequality,
+  syntax_error,
+};
+const char* to_string(FaultKind kind);
+const std::vector<FaultKind>& all_fault_kinds();
+// Whether a translation error is a faithful symptom of this kind (a syntax error; swapped
+// indices out of the set's domain; a data value outside its declared range). Other kinds
+// must translate, so that the diagnosis matches the symptom.
+bool may_fail_translation(FaultKind kind);
+
+struct Fault {
+  FaultKind kind = FaultKind::syntax_error;
+  std::string model;      // the faulty model
+  std::string location;   // e.g. "constraint Capacity", "variable y", "parameter c[C1,S2]"
+  std::string diagnosis;  // what is wrong and how the repair undoes it
+};
+
+// Applies one fault of `kind`, choosing the place with `rng`; nullopt when the
+// model has no place for that kind (e.g. no binary variable). The result is a
+// text change only: whether it is a *real* fault is decided by solving.
+std::optional<Fault> inject_fault(const std::string& gmpl, FaultKind kind, Rng& rng);
+
+// One number in the data section.
+struct DataValue {
+  size_t line = 0;          // 0-based line index in the model
+  size_t pos = 0, len = 0;  // the number's characters in that line
+  std::string param;        // parameter name
+  std::string key;          // "" for a scalar, else "S1" or "C1,S2"
+  double value = 0.0;
+};
+std::vector<DataValue> data_values(const std::string& gmpl);
+// Returns the model with `v` replaced by `new_value`.
+std::string with_data_value(const std::string& gmpl, const DataValue& v, double new_value);
+std::string describe(const DataValue& v);  // "f[S1]" or "K"
+
+// Names of the `s.t.` constraints, in order.
+std::vector<std::string> constraint_names(const std::string& gmpl);
+
+}  // namespace trex::orlib

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "test_paths.hpp"
+#include "trex/core/jsonl.hpp"
+#include "trex/or/dataset/cpt.hpp"
+#include "trex/or/dataset/worker_pool.hpp"
+#include "trex/or/families/family.hpp"
+#include "trex/or/synth/synth.hpp"
+
+namespace trex::orlib {
+namespace {
+
+TEST(DatasetPool, CrashedJobsAreReportedAndRetried) {
+  std::map<int64_t, std::string> results;
+  int crashes = 0;
+  int64_t next = 0;
+  std::vector<PoolJob> retries;
+  run_worker_pool(
+      2,
+      [&]() -> std::optional<PoolJob> {
+        if (!retries.empty()) {
+          PoolJob j = retries.back();
+          retries.pop_back();
+          return j;
+        }
+        if (next < 10) return PoolJob{next++, 0};
+        return std::nullopt;
+      },
+      [](const PoolJob& job) -> std::string {
+        if (job.index == 3 && job.attempt == 0) std::abort();
+        return std::to_string(job.index * 10 + job.attempt);
+      },
+      [&](const PoolJob& job, std::string result, bool crashed) {
+        if (crashed) {
+          ++crashes;
+          retries.push_back(PoolJob{job.index, job.attempt + 1});
+          return;
+        }
+        results[job.index] = result;
+      });
+  EXPECT_EQ(crashes, 1);
+  ASSERT_EQ(results.size(), 10u);
+  EXPECT_EQ(results[3], "31");
+  EXPECT_EQ(results[7], "70");
+}
+
+CptDocument doc(const std::string& text) {
+  return {"test", text, json::object()};
+}
+
+TEST(DatasetCpt, ExactAndNearDuplicatesAreRemoved) {
+  std::string base;
+  for (int i = 0; i < 300; ++i) base += "word" + std::to_string(i) + " ";
+  std::string near = base + "one extra tail";
+  std::string other;
+  for (int i = 0; i < 300; ++i) other += "token" + std::to_string(i * 7) + " ";
+  std::vector<CptDocument> docs = {doc(base), doc(base), doc("  " + base), doc(near), doc(other)};
+  auto [exact, near_count] = deduplicate(docs, 0.8);
+  EXPECT_EQ(exact, 2);  // identical, and identical after whitespace normalisation
+  EXPECT_EQ(near_count, 1);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].text, base);
+  EXPECT_EQ(docs[1].text, other);
+}
+
+TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
+  test::TempDir dir;
+  SynthRequest r;
+  r.count = static_cast<int64_t>(all_families().size());
+  r.families = all_families();
+  r.settings.seed = 21;
+  r.settings.mixed_difficulty = false;
+  r.settings.difficulty = Difficulty::easy;
+  r.settings.record_timings = false;
+  r.jobs = 2;
+  r.show_progress = false;
+  JsonlWriter w(dir.file("problems.jsonl"));
+  run_synth(r, [&](const std::string& rec) { w.write_line(rec); });
+  w.commit();
+  CptOptions o;
+  o.problems_path = dir.file("problems.jsonl");
+  o.out_dir = dir.file("cpt");
+  CptSummary s = build_cpt(o);
+  auto docs = read_jsonl(dir.file("cpt/corpus.jsonl"));
+  EXPECT_EQ(static_cast<int64_t>(docs.size()), s.documents);
+  std::map<std::string, int> kinds;
+  int64_t bytes = 0;
+  for (const auto& d : docs) {
+    kinds[d["meta"]["kind"].get<std::string>()]++;
+    bytes += static_cast<int64_t>(d["text"].get<std::string>().size());
+    if (d["meta"]["kind"] == "glpk_example") {
+      EXPECT_EQ(d["meta"]["license"], "GPL-3.0-or-later");
+      EXPECT_NE(d["text"].get<std::string>().find("GNU General Public License"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(bytes, s.bytes);
+  for (const char* k : {"worked_example", "lp_literacy", "error_fix", "family", "status_semantics",
+                        "mathprog_reference"})
+    EXPECT_GT(kinds[k], 0) << k;
+  if (std::filesystem::is_directory(o.glpk_examples_dir)) {
+    EXPECT_GT(kinds["glpk_example"], 10);
+  }
+  EXPECT_EQ(kinds["worked_example"], static_cast<int>(all_families().size()));
+}
+
+}  // namespace
+}  // namespace trex::orlib
