@@ -76,7 +76,8 @@ TEST(Cli, MalformedModelsGiveAClearErrorNotACrash) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("bad.lp:4"), std::string::npos) << r.output;
 
-  write_file_atomic(dir.file("binary.mod"), std::string("\x7f" "ELF\x01\x02\x00\xff\xfe garbage", 20));
+  const char binary[] = "\x7f" "ELF\x01\x02\x00\xff\xfe garbage";
+  write_file_atomic(dir.file("binary.mod"), std::string(binary, sizeof binary - 1));
   r = run_trex("or solve " + dir.file("binary.mod"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
 
