@@ -4,6 +4,7 @@
 namespace trex::cli {
 
 void add_or_commands(CLI::App& app);
+void add_or_eval_commands(CLI::App& or_app);
 void add_or_data_commands(CLI::App& or_app);
 void add_demo_command(CLI::App& app);
 

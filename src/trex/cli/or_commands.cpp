@@ -103,6 +103,7 @@ int run_synth_command(const SynthCliOptions& o) {
 void add_or_commands(CLI::App& app) {
   auto* orc = app.add_subcommand("or", "Operations-research data, solvers and evaluation");
   orc->require_subcommand(1);
+  add_or_eval_commands(*orc);
   add_or_data_commands(*orc);
 
   auto synth = std::make_shared<SynthCliOptions>();
