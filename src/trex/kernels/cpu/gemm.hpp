@@ -1,0 +1,50 @@
+#pragma once
+// The engine's one GEMM entry point. Row-major throughout.
+//   float  -> oneDNN matmul; in Precision::kBF16 the operands are rounded to
+//             bf16 and multiplied with fp32 accumulation and fp32 output.
+//   double -> a plain blocked loop (finite-difference gradient checks only).
+// Every model GEMM goes through here so that precision, profiling and a
+// future GPU/NPU backend have a single seam.
+#include <cstdint>
+
+namespace trex::kernels {
+
+enum class Precision { kF32, kBF16 };
+
+// Process-wide GEMM precision for float operands (double ignores it).
+void set_gemm_precision(Precision precision);
+Precision gemm_precision();
+
+// RAII: switch precision for a scope (tests, parity runs).
+class ScopedGemmPrecision {
+ public:
+  explicit ScopedGemmPrecision(Precision precision) : saved_(gemm_precision()) {
+    set_gemm_precision(precision);
+  }
+  ~ScopedGemmPrecision() { set_gemm_precision(saved_); }
+  ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
+  ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
+
+ private:
+  Precision saved_;
+};
+
+// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
+// op(A) = A ([M,K], leading dim lda) or Aᵀ (A stored [K,M]); same for B.
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+// Linear layer with weight stored [out, in] (HF / PyTorch layout).
+// Y[M,N] = X[M,K] · W[N,K]ᵀ  (+ Y when accumulate).
+template <class T>
+void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t K,
+                    bool accumulate = false);
+
+// Backward of linear_forward. Either output may be null.
+// dX[M,K] = dY[M,N] · W[N,K]  (+ dX when accumulate_dx);  dW[N,K] += dY[M,N]ᵀ · X[M,K].
+template <class T>
+void linear_backward(const T* X, const T* W, const T* dY, T* dX, T* dW, int64_t M, int64_t N,
+                     int64_t K, bool accumulate_dx = false);
+
+}  // namespace trex::kernels
