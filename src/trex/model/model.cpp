@@ -1,0 +1,537 @@
+#include "trex/model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "trex/core/error.hpp"
+#include "trex/core/rng.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
+#include "trex/kernels/cpu/norms.hpp"
+#include "trex/model/attention.hpp"
+#include "trex/model/lm_loss.hpp"
+#include "trex/model/mhc.hpp"
+#include "trex/model/moe.hpp"
+
+namespace trex::model {
+namespace {
+
+std::string block_prefix(const ModelConfig& c, int64_t layer) {
+  if (layer < c.num_hidden_layers) return "layers." + std::to_string(layer) + ".";
+  return "mtp." + std::to_string(layer - c.num_hidden_layers) + ".";
+}
+
+template <class T>
+struct BlockCache {
+  SeqShape shape;
+  std::vector<T> x_in;     // [N, n, d] block input streams
+  MhcCache<T> attn_mhc;
+  std::vector<T> u_attn, inv_attn, a;  // collapsed input, its norm stats, normed input
+  AttentionCache<T> attn;
+  std::vector<T> y_attn;   // [N, d]
+  std::vector<T> x_mid;    // [N, n, d]
+  MhcCache<T> ffn_mhc;
+  std::vector<T> u_ffn, inv_ffn, x_ffn;
+  MoeCache<T> moe;
+  std::vector<T> y_ffn;
+};
+
+template <class T>
+struct MtpCache {
+  int64_t M = 0;                      // tokens B·(S−1)
+  std::vector<int64_t> next_ids;      // [M]
+  std::vector<T> e, e_inv, e_norm;    // embedding of the next token, enorm
+  std::vector<T> h, h_inv, h_norm;    // X^L rows [M·n, d], hnorm per stream
+  std::vector<T> e_proj;              // [M, d]
+  BlockCache<T> block;
+  std::vector<T> x_out;               // [M, n, d]
+  HcHeadCache<T> head;
+  std::vector<T> hc_out, inv_final, final_normed;
+  std::vector<int64_t> targets;
+};
+
+}  // namespace
+
+template <class T>
+struct Model<T>::State {
+  std::vector<BlockCache<T>> blocks;
+  std::vector<MtpCache<T>> mtp;
+  std::vector<int64_t> ids;
+  std::vector<T> x_final;  // X^L [N, n, d]
+  HcHeadCache<T> head;
+  std::vector<T> hc_out, inv_final, final_normed;
+  std::vector<int64_t> targets;
+};
+
+namespace {
+
+template <class T>
+MhcDims mhc_dims(const ModelConfig& c, int64_t tokens) {
+  MhcDims d;
+  d.tokens = tokens;
+  d.hidden = c.hidden_size;
+  d.hc_mult = c.hc_mult;
+  d.sinkhorn_iters = c.hc_sinkhorn_iters;
+  d.hc_eps = c.hc_eps;
+  d.norm_eps = c.rms_norm_eps;
+  return d;
+}
+
+MoeDims moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape, const LossOptions& loss) {
+  MoeDims d;
+  d.batch = shape.B;
+  d.seq = shape.S;
+  d.hidden = c.hidden_size;
+  d.n_experts = c.n_routed_experts;
+  d.top_k = c.num_experts_per_tok;
+  d.inter = c.moe_intermediate_size;
+  d.routed_scaling = c.routed_scaling_factor;
+  d.swiglu_limit = c.swiglu_limit;
+  d.hash_routed = c.is_hash_layer(layer);
+  d.norm_topk_prob = c.norm_topk_prob;
+  d.balance_loss_weight = loss.balance_loss_weight;
+  d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
+  d.vocab = c.vocab_size;
+  return d;
+}
+
+template <class T>
+struct BlockBinding {
+  MhcWeights<T> attn_hc, ffn_hc;
+  MhcGrads<T> attn_hc_g, ffn_hc_g;
+  const T* attn_norm;
+  const T* ffn_norm;
+  T* attn_norm_g;
+  T* ffn_norm_g;
+  AttentionWeights<T> attn;
+  AttentionGrads<T> attn_g;
+  MoeWeights<T> moe;
+  MoeGrads<T> moe_g;
+};
+
+template <class T>
+BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTables& hash, int64_t layer) {
+  const std::string b = block_prefix(c, layer);
+  auto v = [&](const std::string& n) -> const T* { return p.value(b + n); };
+  auto g = [&](const std::string& n) -> T* { return p.grad(b + n); };
+  auto vo = [&](const std::string& n) -> const T* { return p.value_or_null(b + n); };
+  auto go = [&](const std::string& n) -> T* { return p.grad_or_null(b + n); };
+  BlockBinding<T> r{};
+  r.attn_hc = {v("hc_attn_fn"), v("hc_attn_base"), v("hc_attn_scale")};
+  r.attn_hc_g = {g("hc_attn_fn"), g("hc_attn_base"), g("hc_attn_scale")};
+  r.ffn_hc = {v("hc_ffn_fn"), v("hc_ffn_base"), v("hc_ffn_scale")};
+  r.ffn_hc_g = {g("hc_ffn_fn"), g("hc_ffn_base"), g("hc_ffn_scale")};
+  r.attn_norm = v("attn_norm.weight");
+  r.ffn_norm = v("ffn_norm.weight");
+  r.attn_norm_g = g("attn_norm.weight");
+  r.ffn_norm_g = g("ffn_norm.weight");
+  AttentionWeights<T>& aw = r.attn;
+  aw.wq_a = v("attn.wq_a.weight");
+  aw.q_norm = v("attn.q_norm.weight");
+  aw.wq_b = v("attn.wq_b.weight");
+  aw.wkv = v("attn.wkv.weight");
+  aw.kv_norm = v("attn.kv_norm.weight");
+  aw.wo_a = v("attn.wo_a.weight");
+  aw.wo_b = v("attn.wo_b.weight");
+  aw.attn_sink = v("attn.attn_sink");
+  aw.compressor = {vo("attn.compressor.wkv.weight"), vo("attn.compressor.wgate.weight"),
+                   vo("attn.compressor.ape"), vo("attn.compressor.norm.weight")};
+  aw.indexer.wq_b = vo("attn.indexer.wq_b.weight");
+  aw.indexer.weights_proj = vo("attn.indexer.weights_proj.weight");
+  aw.indexer.compressor = {vo("attn.indexer.compressor.wkv.weight"), vo("attn.indexer.compressor.wgate.weight"),
+                           vo("attn.indexer.compressor.ape"), vo("attn.indexer.compressor.norm.weight")};
+  AttentionGrads<T>& ag = r.attn_g;
+  ag.wq_a = g("attn.wq_a.weight");
+  ag.q_norm = g("attn.q_norm.weight");
+  ag.wq_b = g("attn.wq_b.weight");
+  ag.wkv = g("attn.wkv.weight");
+  ag.kv_norm = g("attn.kv_norm.weight");
+  ag.wo_a = g("attn.wo_a.weight");
+  ag.wo_b = g("attn.wo_b.weight");
+  ag.attn_sink = g("attn.attn_sink");
+  ag.compressor = {go("attn.compressor.wkv.weight"), go("attn.compressor.wgate.weight"),
+                   go("attn.compressor.ape"), go("attn.compressor.norm.weight")};
+  ag.indexer.wq_b = go("attn.indexer.wq_b.weight");
+  ag.indexer.weights_proj = go("attn.indexer.weights_proj.weight");
+  ag.indexer.compressor = {go("attn.indexer.compressor.wkv.weight"), go("attn.indexer.compressor.wgate.weight"),
+                           go("attn.indexer.compressor.ape"), go("attn.indexer.compressor.norm.weight")};
+  MoeWeights<T>& mw = r.moe;
+  MoeGrads<T>& mg = r.moe_g;
+  mw.gate = v("ffn.gate.weight");
+  mg.gate = g("ffn.gate.weight");
+  mw.gate_bias = vo("ffn.gate.bias");
+  if (c.is_hash_layer(layer)) mw.tid2eid = hash.at(static_cast<size_t>(layer)).data();
+  mw.shared_w1 = v("ffn.shared_experts.w1.weight");
+  mw.shared_w2 = v("ffn.shared_experts.w2.weight");
+  mw.shared_w3 = v("ffn.shared_experts.w3.weight");
+  mg.shared_w1 = g("ffn.shared_experts.w1.weight");
+  mg.shared_w2 = g("ffn.shared_experts.w2.weight");
+  mg.shared_w3 = g("ffn.shared_experts.w3.weight");
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+    const std::string ep = "ffn.experts." + std::to_string(e) + ".";
+    mw.w1.push_back(v(ep + "w1.weight"));
+    mw.w2.push_back(v(ep + "w2.weight"));
+    mw.w3.push_back(v(ep + "w3.weight"));
+    mg.w1.push_back(g(ep + "w1.weight"));
+    mg.w2.push_back(g(ep + "w2.weight"));
+    mg.w3.push_back(g(ep + "w3.weight"));
+  }
+  return r;
+}
+
+// One block forward: X_in [N, n, d] → x_out.
+template <class T>
+double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer, const SeqShape& shape,
+                     const T* x_in, const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
+                     BlockCache<T>& bc, T* x_out) {
+  const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
+  const MhcDims md = mhc_dims<T>(c, N);
+  bc.shape = shape;
+  bc.x_in.assign(x_in, x_in + N * n * d);
+  bc.u_attn.resize(N * d);
+  bc.inv_attn.resize(N);
+  bc.a.resize(N * d);
+  bc.y_attn.resize(N * d);
+  bc.x_mid.resize(N * n * d);
+  mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc);
+  kernels::rmsnorm_forward(bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d, c.rms_norm_eps);
+  AttentionOptions ao;
+  ao.fixed_selection = step.fixed_selection;
+  ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
+  ao.indexer_loss_weight = loss.indexer_loss_weight;
+  const double indexer_loss = attention_forward(AttentionDims::from_config(c, layer), w.attn, shape, bc.a.data(),
+                                                bc.attn, bc.y_attn.data(), ao);
+  mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
+
+  bc.u_ffn.resize(N * d);
+  bc.inv_ffn.resize(N);
+  bc.x_ffn.resize(N * d);
+  bc.y_ffn.resize(N * d);
+  mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
+  kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d, c.rms_norm_eps);
+  moe_forward(moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(),
+              step.fixed_selection);
+  mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
+  return indexer_loss;
+}
+
+// dx_out [N, n, d] → dx_in [N, n, d] (written). Parameter gradients accumulate.
+template <class T>
+void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer, const LossOptions& loss,
+                    const BlockCache<T>& bc, const T* dx_out, T* dx_in) {
+  const SeqShape& shape = bc.shape;
+  const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
+  const MhcDims md = mhc_dims<T>(c, N);
+  std::vector<T> dx_mid(N * n * d), dy(N * d), dnormed(N * d), du(N * d);
+  MhcCoefGrads<T> coef;
+  mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(), dy.data(), coef);
+  moe_backward(moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+  kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(), du.data(), w.ffn_norm_g,
+                            N, d);
+  mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g, dx_mid.data());
+
+  mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in, dy.data(), coef);
+  attention_backward(AttentionDims::from_config(c, layer), w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
+  kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(), du.data(),
+                            w.attn_norm_g, N, d);
+  mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in);
+}
+
+void check_batch(const ModelConfig& c, const Batch& b) {
+  require(b.B > 0 && b.S > 0, "batch: B and S must be positive");
+  if (static_cast<int64_t>(b.input_ids.size()) != b.B * b.S)
+    throw Error("batch: input_ids has " + std::to_string(b.input_ids.size()) + " entries, expected B·S = " +
+                std::to_string(b.B * b.S))
+        .field("input_ids");
+  if (!b.labels.empty() && static_cast<int64_t>(b.labels.size()) != b.B * b.S)
+    throw Error("batch: labels has " + std::to_string(b.labels.size()) + " entries, expected B·S").field("labels");
+  for (int64_t id : b.input_ids)
+    if (id < 0 || id >= c.vocab_size)
+      throw Error("batch: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                  std::to_string(c.vocab_size) + ")")
+          .field("input_ids");
+  for (int64_t id : b.labels)
+    if (id >= c.vocab_size)
+      throw Error("batch: label " + std::to_string(id) + " outside the vocabulary").field("labels");
+}
+
+}  // namespace
+
+template <class T>
+Model<T>::Model(ModelConfig config)
+    : config_(std::move(config)), params_(parameter_specs(config_)), state_(std::make_unique<State>()) {
+  config_.validate("model config");
+  for (size_t i = 0; i < hash_table_names(config_).size(); ++i)
+    hash_tables_.emplace_back(static_cast<size_t>(config_.vocab_size * config_.num_experts_per_tok), 0);
+}
+
+template <class T>
+Model<T>::Model(ModelConfig config, ParamStore<T> params, HashTables hash_tables)
+    : config_(std::move(config)),
+      params_(std::move(params)),
+      hash_tables_(std::move(hash_tables)),
+      state_(std::make_unique<State>()) {}
+
+template <class T>
+Model<T>::~Model() = default;
+template <class T>
+Model<T>::Model(Model&&) noexcept = default;
+template <class T>
+Model<T>& Model<T>::operator=(Model&&) noexcept = default;
+
+template <class T>
+Model<T> Model<T>::from_checkpoint(const std::string& dir, NamingScheme* scheme) {
+  LoadedCheckpoint<T> loaded = load_checkpoint<T>(dir);
+  if (scheme) *scheme = loaded.scheme;
+  return Model(std::move(loaded.config), std::move(loaded.params), std::move(loaded.hash_tables));
+}
+
+template <class T>
+void Model<T>::init_random(uint64_t seed) {
+  const double sigma = config_.initializer_range;
+  int64_t tensor_index = 0;
+  for (const ParamSpec& spec : params_.specs()) {
+    T* v = params_.value(spec.name);
+    const int64_t n = spec.numel();
+    const std::string& name = spec.name;
+    auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    Rng rng(seed, {0x1417, static_cast<uint64_t>(tensor_index++)});
+    if (ends_with("norm.weight")) {
+      std::fill(v, v + n, T(1));
+    } else if (ends_with("_scale")) {
+      std::fill(v, v + n, T(1));
+    } else if (ends_with("_base") || ends_with("attn_sink") || ends_with(".ape") || ends_with("gate.bias")) {
+      std::fill(v, v + n, T(0));
+    } else {
+      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(sigma * rng.normal());
+    }
+  }
+  // Balanced hash table: token t gets K distinct experts, spread round-robin
+  // over a seeded permutation so every expert serves ~V·K/E tokens.
+  const int64_t V = config_.vocab_size, K = config_.num_experts_per_tok, E = config_.n_routed_experts;
+  for (size_t l = 0; l < hash_tables_.size(); ++l) {
+    Rng rng(seed, {0x7a5b, static_cast<uint64_t>(l)});
+    std::vector<int64_t> perm(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) perm[e] = e;
+    auto& table = hash_tables_[l];
+    for (int64_t t = 0; t < V; ++t) {
+      if (t % E == 0)
+        for (int64_t i = E - 1; i > 0; --i) std::swap(perm[i], perm[rng.uniform_int(int64_t{0}, i)]);
+      for (int64_t k = 0; k < K; ++k) table[t * K + k] = perm[(t + k) % E];
+    }
+  }
+}
+
+template <class T>
+LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss, const StepOptions& step,
+                                         T* logits, T* mtp_logits) {
+  const ModelConfig& c = config_;
+  check_batch(c, batch);
+  State& st = *state_;
+  const int64_t B = batch.B, S = batch.S, N = B * S, d = c.hidden_size, n = c.hc_mult, V = c.vocab_size;
+  const int64_t L = c.num_hidden_layers;
+  const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
+  const bool run_mtp = c.num_nextn_predict_layers > 0 && (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
+  if (step.fixed_selection)
+    require(st.blocks.size() == static_cast<size_t>(L) && st.blocks[0].shape.B == B && st.blocks[0].shape.S == S,
+            "fixed_selection needs a previous forward of the same batch shape");
+  st.blocks.resize(static_cast<size_t>(L));
+  st.ids = batch.input_ids;
+  LossBreakdown out;
+
+  // Embedding and stream expansion.
+  const T* embed = params_.value("embed.weight");
+  std::vector<T> x(N * n * d), x_next(N * n * d);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t j = 0; j < n; ++j) std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
+                                              x.data() + (r * n + j) * d);
+  const SeqShape shape{B, S};
+  std::vector<BlockBinding<T>> bindings;
+  for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
+  for (int64_t l = 0; l < L; ++l) {
+    out.indexer += block_forward(c, bindings[l], l, shape, x.data(), batch.input_ids.data(), loss, step,
+                                 st.blocks[l], x_next.data());
+    std::swap(x, x_next);
+    out.expert_load.push_back(st.blocks[l].moe.expert_load);
+    if (st.blocks[l].moe.balance_loss_active) out.balance += st.blocks[l].moe.balance_loss;
+  }
+  st.x_final = x;
+
+  // Main head.
+  const MhcDims md = mhc_dims<T>(c, N);
+  const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
+                                params_.value("hc_head_scale")};
+  st.hc_out.resize(N * d);
+  st.inv_final.resize(N);
+  st.final_normed.resize(N * d);
+  hc_head_forward(md, head_w, st.x_final.data(), st.hc_out.data(), st.head);
+  kernels::rmsnorm_forward(st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(), st.inv_final.data(),
+                           N, d, c.rms_norm_eps);
+  st.targets.assign(N, -1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < S; ++t) st.targets[b * S + t] = labels[b * S + t + 1] < 0 ? -1 : labels[b * S + t + 1];
+  const LmLossDims ld{N, d, V, 0};
+  out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V);
+  std::vector<T> d_final(step.backward ? N * d : 0);
+  {
+    LmLossOutputs<T> o;
+    o.logits = logits;
+    if (step.backward) {
+      o.dh = d_final.data();
+      o.dhead = params_.grad("head.weight");
+    }
+    const double scale = out.lm_tokens > 0 ? 1.0 / static_cast<double>(out.lm_tokens) : 0.0;
+    out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"), st.targets.data(), scale, o)
+                 .loss;
+  }
+
+  // MTP block(s) (depth 1 in V4; each further depth would chain on the previous one).
+  std::vector<T> dx_final(step.backward ? N * n * d : 0, T(0));
+  st.mtp.resize(run_mtp ? 1 : 0);
+  if (run_mtp) {
+    MtpCache<T>& mc = st.mtp[0];
+    const int64_t layer = L, S1 = S - 1, M = B * S1;
+    const std::string p = block_prefix(c, layer);
+    mc.M = M;
+    mc.next_ids.resize(M);
+    mc.e.resize(M * d);
+    mc.h.resize(M * n * d);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < S1; ++t) {
+        const int64_t r = b * S1 + t;
+        mc.next_ids[r] = batch.input_ids[b * S + t + 1];
+        std::copy(embed + mc.next_ids[r] * d, embed + (mc.next_ids[r] + 1) * d, mc.e.data() + r * d);
+        std::copy(st.x_final.data() + (b * S + t) * n * d, st.x_final.data() + (b * S + t + 1) * n * d,
+                  mc.h.data() + r * n * d);
+      }
+    mc.e_inv.resize(M);
+    mc.e_norm.resize(M * d);
+    mc.h_inv.resize(M * n);
+    mc.h_norm.resize(M * n * d);
+    kernels::rmsnorm_forward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(), mc.e_inv.data(), M, d,
+                             c.rms_norm_eps);
+    kernels::rmsnorm_forward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(), mc.h_inv.data(), M * n,
+                             d, c.rms_norm_eps);
+    mc.e_proj.resize(M * d);
+    kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), mc.e_proj.data(), M, d, d);
+    std::vector<T> xm(M * n * d);
+    kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(), M * n, d, d);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < d; ++i) xm[(r * n + j) * d + i] += mc.e_proj[r * d + i];
+    BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
+    mc.x_out.resize(M * n * d);
+    const SeqShape mshape{B, S1};
+    out.indexer += block_forward(c, bw, layer, mshape, xm.data(), mc.next_ids.data(), loss, step, mc.block,
+                                 mc.x_out.data());
+    out.expert_load.push_back(mc.block.moe.expert_load);
+    if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
+    const MhcDims mmd = mhc_dims<T>(c, M);
+    const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
+                               params_.value(p + "hc_head_scale")};
+    mc.hc_out.resize(M * d);
+    mc.inv_final.resize(M);
+    mc.final_normed.resize(M * d);
+    hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
+    kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"), mc.final_normed.data(),
+                             mc.inv_final.data(), M, d, c.rms_norm_eps);
+    mc.targets.assign(M, -1);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t + 2 < S; ++t) {
+        const int64_t lab = labels[b * S + t + 2];
+        mc.targets[b * S1 + t] = lab < 0 ? -1 : lab;
+      }
+    out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V);
+    // λ goes into the loss scale so that dhead and dh carry it; λ = 0 (logits
+    // only) skips the MTP backward.
+    const bool mtp_backward = step.backward && loss.mtp_weight != 0.0;
+    const double lambda = loss.mtp_weight != 0.0 ? loss.mtp_weight : 1.0;
+    std::vector<T> d_mfinal(mtp_backward ? M * d : 0);
+    LmLossOutputs<T> o;
+    o.logits = mtp_logits;
+    if (mtp_backward) {
+      o.dh = d_mfinal.data();
+      o.dhead = params_.grad("head.weight");
+    }
+    const double scale = out.mtp_tokens > 0 ? lambda / static_cast<double>(out.mtp_tokens) : 0.0;
+    const LmLossDims mld{M, d, V, 0};
+    out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"), mc.targets.data(),
+                                    scale, o)
+                  .loss /
+              lambda;
+    if (mtp_backward) {
+      std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
+      kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"), mc.inv_final.data(),
+                                d_mfinal.data(), dhc.data(), params_.grad(p + "norm.weight"), M, d);
+      HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
+                         params_.grad(p + "hc_head_scale")};
+      hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
+      block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data());
+      // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
+      std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d), de(M * d);
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < d; ++i) de_proj[r * d + i] += dxm[(r * n + j) * d + i];
+      kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(), dh_norm.data(),
+                               params_.grad(p + "h_proj.weight"), M * n, d, d);
+      kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), de_proj.data(), de_norm.data(),
+                               params_.grad(p + "e_proj.weight"), M, d, d);
+      kernels::rmsnorm_backward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(), dh_norm.data(),
+                                dh.data(), params_.grad(p + "hnorm.weight"), M * n, d);
+      kernels::rmsnorm_backward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(), de_norm.data(),
+                                de.data(), params_.grad(p + "enorm.weight"), M, d);
+      T* dembed = params_.grad("embed.weight");
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < S1; ++t) {
+          const int64_t r = b * S1 + t;
+          T* row = dembed + mc.next_ids[r] * d;
+          for (int64_t i = 0; i < d; ++i) row[i] += de[r * d + i];
+          T* dst = dx_final.data() + (b * S + t) * n * d;
+          const T* src = dh.data() + r * n * d;
+          for (int64_t i = 0; i < n * d; ++i) dst[i] += src[i];
+        }
+    }
+  }
+  out.total = out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
+  if (!step.backward) return out;
+
+  // Main head backward.
+  {
+    std::vector<T> dhc(N * d), dxh(N * n * d);
+    kernels::rmsnorm_backward(st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(), d_final.data(),
+                              dhc.data(), params_.grad("norm.weight"), N, d);
+    HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"), params_.grad("hc_head_scale")};
+    hc_head_backward(md, head_w, st.head, st.x_final.data(), dhc.data(), hg, dxh.data());
+    for (int64_t i = 0; i < N * n * d; ++i) dx_final[i] += dxh[i];
+  }
+  std::vector<T> dx_prev(N * n * d);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    block_backward(c, bindings[l], l, loss, st.blocks[l], dx_final.data(), dx_prev.data());
+    std::swap(dx_final, dx_prev);
+  }
+  // Embedding: the four streams are copies of the same row.
+  T* dembed = params_.grad("embed.weight");
+  for (int64_t r = 0; r < N; ++r) {
+    T* row = dembed + batch.input_ids[r] * d;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < d; ++i) row[i] += dx_final[(r * n + j) * d + i];
+  }
+  return out;
+}
+
+template <class T>
+void Model<T>::update_router_biases(const LossBreakdown& last, double speed) {
+  for (size_t l = 0; l < last.expert_load.size(); ++l) {
+    const std::string name = block_prefix(config_, static_cast<int64_t>(l)) + "ffn.gate.bias";
+    T* bias = params_.value_or_null(name);
+    if (!bias) continue;  // hash-routed layer
+    update_router_bias(bias, last.expert_load[l].data(), config_.n_routed_experts, speed);
+  }
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace trex::model

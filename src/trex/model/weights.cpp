@@ -1,0 +1,337 @@
+#include "trex/model/weights.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
+
+namespace trex::model {
+namespace {
+
+// Released block-tensor suffix -> transformers suffix (same for main and MTP blocks).
+const std::vector<std::pair<std::string, std::string>>& block_suffixes() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"hc_attn_fn", "attn_hc.fn"},
+      {"hc_attn_base", "attn_hc.base"},
+      {"hc_attn_scale", "attn_hc.scale"},
+      {"hc_ffn_fn", "ffn_hc.fn"},
+      {"hc_ffn_base", "ffn_hc.base"},
+      {"hc_ffn_scale", "ffn_hc.scale"},
+      {"attn.wq_a.weight", "self_attn.q_a_proj.weight"},
+      {"attn.q_norm.weight", "self_attn.q_a_norm.weight"},
+      {"attn.wq_b.weight", "self_attn.q_b_proj.weight"},
+      {"attn.wkv.weight", "self_attn.kv_proj.weight"},
+      {"attn.kv_norm.weight", "self_attn.kv_norm.weight"},
+      {"attn.wo_a.weight", "self_attn.o_a_proj.weight"},
+      {"attn.wo_b.weight", "self_attn.o_b_proj.weight"},
+      {"attn.attn_sink", "self_attn.sinks"},
+      {"attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"},
+      {"attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"},
+      {"attn.compressor.ape", "self_attn.compressor.position_bias"},
+      {"attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"},
+      {"attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
+      {"attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+      {"attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
+      {"attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
+      {"attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"},
+      {"attn.indexer.compressor.norm.weight", "self_attn.compressor.indexer.kv_norm.weight"},
+      {"ffn.gate.weight", "mlp.gate.weight"},
+      {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"},
+      {"ffn.gate.tid2eid", "mlp.gate.tid2eid"},
+      {"ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+      {"ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+      {"ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+  };
+  return table;
+}
+
+const std::vector<std::pair<std::string, std::string>>& head_suffixes() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"hc_head_fn", "hc_head.hc_fn"}, {"hc_head_base", "hc_head.hc_base"},
+      {"hc_head_scale", "hc_head.hc_scale"}};
+  return table;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Splits "layers.12.rest" / "mtp.0.rest" into ("layers.12.", "rest").
+bool split_block(const std::string& name, const std::string& root, std::string& prefix,
+                 std::string& rest) {
+  if (!starts_with(name, root)) return false;
+  const size_t dot = name.find('.', root.size());
+  if (dot == std::string::npos) return false;
+  prefix = name.substr(0, dot + 1);
+  rest = name.substr(dot + 1);
+  return true;
+}
+
+std::string map_block_suffix(const std::string& rest, const std::string& full) {
+  for (const auto& [released, port] : block_suffixes())
+    if (rest == released) return port;
+  throw Error("no transformers name for tensor '" + full + "'");
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool is_quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI8 || t == DType::kU8; }
+
+std::string scale_name_for(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+  return weight_name + ".scale";
+}
+
+// Reads one tensor as float with shape validation, dequantising FP8/FP4 when a
+// .scale sibling exists. Records the consumed names.
+std::vector<float> read_tensor(const CheckpointReader& reader, const std::string& name,
+                               const std::vector<int64_t>& expected_shape,
+                               std::set<std::string>& consumed) {
+  const TensorView* view = reader.find(name);
+  if (!view)
+    throw Error("checkpoint " + reader.source() + " has no tensor '" + name + "' (expected shape " +
+                shape_string(expected_shape) + ")")
+        .field(name);
+  consumed.insert(name);
+  if (is_quantized(view->dtype)) {
+    const std::string scale = scale_name_for(name);
+    const TensorView* scale_view = reader.find(scale);
+    if (!scale_view)
+      throw Error("quantised tensor '" + name + "' in " + reader.source() + " has no scale tensor '" +
+                  scale + "'")
+          .field(name);
+    consumed.insert(scale);
+    const std::vector<int64_t> shape = dequantized_shape(*view, *scale_view);
+    if (shape != expected_shape)
+      throw Error("tensor '" + name + "' in " + reader.source() + " dequantises to shape " +
+                  shape_string(shape) + ", expected " + shape_string(expected_shape))
+          .field(name);
+    return dequantize_to_f32(*view, *scale_view);
+  }
+  if (view->shape != expected_shape)
+    throw Error("tensor '" + name + "' in " + view->file + " has shape " + shape_string(view->shape) +
+                ", expected " + shape_string(expected_shape))
+        .field(name);
+  return reader.read_f32(name);
+}
+
+template <class T>
+void copy_into(const std::vector<float>& src, T* dst) {
+  std::copy(src.begin(), src.end(), dst);
+}
+
+}  // namespace
+
+const char* naming_scheme_name(NamingScheme scheme) {
+  return scheme == NamingScheme::kReleased ? "released" : "transformers";
+}
+
+NamingScheme detect_naming_scheme(const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (starts_with(n, "model.") || n == "lm_head.weight") return NamingScheme::kTransformers;
+  return NamingScheme::kReleased;
+}
+
+std::string transformers_name(const std::string& released) {
+  if (released == "embed.weight") return "model.embed_tokens.weight";
+  if (released == "head.weight") return "lm_head.weight";
+  if (released == "norm.weight") return "model.norm.weight";
+  for (const auto& [r, p] : head_suffixes())
+    if (released == r) return "model." + p;
+  std::string prefix, rest;
+  if (split_block(released, "layers.", prefix, rest)) return "model." + prefix + map_block_suffix(rest, released);
+  if (split_block(released, "mtp.", prefix, rest)) {
+    for (const char* own : {"e_proj.weight", "h_proj.weight", "enorm.weight", "hnorm.weight", "norm.weight"})
+      if (rest == own) return released;
+    for (const auto& [r, p] : head_suffixes())
+      if (rest == r) return prefix + p;
+    return prefix + map_block_suffix(rest, released);
+  }
+  throw Error("no transformers name for tensor '" + released + "'");
+}
+
+TransformersLocation transformers_location(const ModelConfig& config, const std::string& released) {
+  std::string prefix, rest;
+  const bool block = split_block(released, "layers.", prefix, rest) || split_block(released, "mtp.", prefix, rest);
+  if (block && starts_with(rest, "ffn.experts.")) {
+    // ffn.experts.<e>.<w>.weight
+    const std::string tail = rest.substr(std::string("ffn.experts.").size());
+    const size_t dot = tail.find('.');
+    const int64_t expert = std::stoll(tail.substr(0, dot));
+    const std::string which = tail.substr(dot + 1);
+    const std::string port_prefix = (starts_with(prefix, "layers.") ? "model." : "") + prefix + "mlp.experts.";
+    const int64_t I = config.moe_intermediate_size;
+    if (which == "w1.weight") return {port_prefix + "gate_up_proj", expert, 0, 2 * I};
+    if (which == "w3.weight") return {port_prefix + "gate_up_proj", expert, I, 2 * I};
+    if (which == "w2.weight") return {port_prefix + "down_proj", expert, 0, config.hidden_size};
+    throw Error("no transformers name for tensor '" + released + "'");
+  }
+  return {transformers_name(released), -1, 0, 0};
+}
+
+template <class T>
+NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& config,
+                          ParamStore<T>& params, HashTables& hash_tables) {
+  const NamingScheme scheme = detect_naming_scheme(reader.names());
+  std::set<std::string> consumed;
+  std::map<std::string, std::vector<float>> fused;  // transformers expert tensors, read once
+  for (const ParamSpec& spec : params.specs()) {
+    T* dst = params.value(spec.name);
+    if (scheme == NamingScheme::kReleased) {
+      copy_into(read_tensor(reader, spec.name, spec.shape, consumed), dst);
+      continue;
+    }
+    const TransformersLocation loc = transformers_location(config, spec.name);
+    if (loc.expert < 0) {
+      copy_into(read_tensor(reader, loc.name, spec.shape, consumed), dst);
+      continue;
+    }
+    auto it = fused.find(loc.name);
+    if (it == fused.end()) {
+      const std::vector<int64_t> shape = {config.n_routed_experts, loc.rows_total, spec.shape[1]};
+      it = fused.emplace(loc.name, read_tensor(reader, loc.name, shape, consumed)).first;
+    }
+    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+    const float* src = it->second.data() + (loc.expert * loc.rows_total + loc.row_offset) * cols;
+    std::copy(src, src + rows * cols, dst);
+  }
+  hash_tables.clear();
+  const int64_t V = config.vocab_size, K = config.num_experts_per_tok;
+  for (const std::string& released : hash_table_names(config)) {
+    const std::string name = scheme == NamingScheme::kReleased ? released : transformers_name(released);
+    const TensorView* view = reader.find(name);
+    if (!view) throw Error("checkpoint " + reader.source() + " has no hash-routing table '" + name + "'").field(name);
+    if (view->shape != std::vector<int64_t>{V, K})
+      throw Error("hash-routing table '" + name + "' has shape " + shape_string(view->shape) + ", expected " +
+                  shape_string({V, K}))
+          .field(name);
+    consumed.insert(name);
+    std::vector<int64_t> table = reader.read_i64(name);
+    for (int64_t i = 0; i < V * K; ++i)
+      if (table[i] < 0 || table[i] >= config.n_routed_experts)
+        throw Error("hash-routing table '" + name + "' maps token " + std::to_string(i / K) + " to expert " +
+                    std::to_string(table[i]) + ", outside [0, " + std::to_string(config.n_routed_experts) + ")")
+            .field(name);
+    hash_tables.push_back(std::move(table));
+  }
+  std::vector<std::string> extra;
+  for (const std::string& n : reader.names())
+    if (!consumed.count(n)) extra.push_back(n);
+  if (!extra.empty()) {
+    std::string list;
+    for (size_t i = 0; i < std::min<size_t>(extra.size(), 5); ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 5) list += ", ...";
+    throw Error("checkpoint " + reader.source() + " has " + std::to_string(extra.size()) +
+                " tensor(s) this model configuration does not use: " + list)
+        .field(extra.front());
+  }
+  return scheme;
+}
+
+template <class T>
+std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamStore<T>& params, bool grads,
+                                        NamingScheme scheme, const HashTables* hash_tables,
+                                        const std::string& name_prefix) {
+  const std::vector<T>& flat = grads ? params.grads() : params.values();
+  std::vector<NamedTensor> out;
+  std::map<std::string, size_t> fused_index;
+  for (const ParamSpec& spec : params.specs()) {
+    const T* src = flat.data() + params.offset(spec.name);
+    const int64_t n = spec.numel();
+    if (scheme == NamingScheme::kReleased) {
+      out.push_back({name_prefix + spec.name, spec.shape, std::vector<float>(src, src + n), {}});
+      continue;
+    }
+    const TransformersLocation loc = transformers_location(config, spec.name);
+    if (loc.expert < 0) {
+      out.push_back({name_prefix + loc.name, spec.shape, std::vector<float>(src, src + n), {}});
+      continue;
+    }
+    auto it = fused_index.find(loc.name);
+    if (it == fused_index.end()) {
+      const int64_t cols = spec.shape[1];
+      NamedTensor t{name_prefix + loc.name, {config.n_routed_experts, loc.rows_total, cols}, {}, {}};
+      t.f32.assign(static_cast<size_t>(config.n_routed_experts * loc.rows_total * cols), 0.0f);
+      out.push_back(std::move(t));
+      it = fused_index.emplace(loc.name, out.size() - 1).first;
+    }
+    NamedTensor& t = out[it->second];
+    std::copy(src, src + n, t.f32.begin() + (loc.expert * loc.rows_total + loc.row_offset) * spec.shape[1]);
+  }
+  if (hash_tables) {
+    const std::vector<std::string> names = hash_table_names(config);
+    for (size_t i = 0; i < names.size() && i < hash_tables->size(); ++i) {
+      const std::string name = scheme == NamingScheme::kReleased ? names[i] : transformers_name(names[i]);
+      out.push_back({name_prefix + name, {config.vocab_size, config.num_experts_per_tok}, {}, (*hash_tables)[i]});
+    }
+  }
+  return out;
+}
+
+template <class T>
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamStore<T>& params,
+                     const HashTables& hash_tables, NamingScheme scheme, DType float_dtype,
+                     size_t max_shard_bytes) {
+  require(float_dtype == DType::kF32 || float_dtype == DType::kBF16,
+          "checkpoints are written in F32 or BF16");
+  std::filesystem::create_directories(dir);
+  ModelConfig written = config;
+  written.transformers_scheme = scheme == NamingScheme::kTransformers;
+  written.torch_dtype = float_dtype == DType::kF32 ? "float32" : "bfloat16";
+  const std::vector<NamedTensor> tensors = export_tensors(config, params, false, scheme, &hash_tables);
+  std::vector<std::vector<uint16_t>> bf16(tensors.size());
+  std::vector<TensorToWrite> writes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& t = tensors[i];
+    if (!t.i64.empty()) {
+      writes.push_back({t.name, DType::kI64, t.shape, t.i64.data(), t.i64.size() * sizeof(int64_t)});
+    } else if (float_dtype == DType::kBF16) {
+      bf16[i] = to_bf16(t.f32.data(), static_cast<int64_t>(t.f32.size()));
+      writes.push_back({t.name, DType::kBF16, t.shape, bf16[i].data(), bf16[i].size() * sizeof(uint16_t)});
+    } else {
+      writes.push_back({t.name, DType::kF32, t.shape, t.f32.data(), t.f32.size() * sizeof(float)});
+    }
+  }
+  write_checkpoint(dir, writes, {{"format", "pt"}, {"writer", "trex"}}, max_shard_bytes);
+  write_file_atomic((std::filesystem::path(dir) / "config.json").string(), written.to_json().dump(2) + "\n");
+}
+
+template <class T>
+LoadedCheckpoint<T> load_checkpoint(const std::string& dir) {
+  LoadedCheckpoint<T> out;
+  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
+  if (!std::filesystem::exists(config_path))
+    throw Error("checkpoint directory has no config.json").file(config_path.string());
+  out.config = ModelConfig::load(config_path.string());
+  out.params = ParamStore<T>(parameter_specs(out.config));
+  const CheckpointReader reader = CheckpointReader::open(dir);
+  out.scheme = load_weights(reader, out.config, out.params, out.hash_tables);
+  return out;
+}
+
+#define TREX_INSTANTIATE(T)                                                                              \
+  template NamingScheme load_weights<T>(const CheckpointReader&, const ModelConfig&, ParamStore<T>&,      \
+                                        HashTables&);                                                    \
+  template std::vector<NamedTensor> export_tensors<T>(const ModelConfig&, const ParamStore<T>&, bool,     \
+                                                      NamingScheme, const HashTables*, const std::string&); \
+  template void save_checkpoint<T>(const std::string&, const ModelConfig&, const ParamStore<T>&,         \
+                                   const HashTables&, NamingScheme, DType, size_t);                      \
+  template LoadedCheckpoint<T> load_checkpoint<T>(const std::string&);
+TREX_INSTANTIATE(float)
+TREX_INSTANTIATE(double)
+#undef TREX_INSTANTIATE
+
+}  // namespace trex::model

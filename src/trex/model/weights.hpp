@@ -1,0 +1,86 @@
+#pragma once
+// Tensor names on disk <-> the model's flat parameter buffers. Two naming
+// schemes are read and written (auto-detected on load):
+//   released:     the DeepSeek checkpoints' names (layers.3.attn.wq_a.weight,
+//                 FP8/FP4 weights with .scale siblings dequantised on load);
+//   transformers: the HF port's names (model.layers.3.self_attn.q_a_proj.weight,
+//                 routed experts fused into [E, 2I, d] gate_up_proj / [E, d, I]
+//                 down_proj); MTP tensors under mtp.0.<port layer names>.
+// The mapping is documented in docs/deepseek-v4-hf-port.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trex/core/dtypes.hpp"
+#include "trex/io/safetensors.hpp"
+#include "trex/model/config.hpp"
+#include "trex/model/params.hpp"
+
+namespace trex::model {
+
+enum class NamingScheme { kReleased, kTransformers };
+const char* naming_scheme_name(NamingScheme scheme);
+
+// Transformers scheme iff some name starts with "model." or is "lm_head.weight".
+NamingScheme detect_naming_scheme(const std::vector<std::string>& names);
+
+// Where a released-scheme tensor lives in the transformers scheme. Routed
+// experts are slices of fused tensors: rows [row_offset, row_offset + rows) of
+// expert `expert` in `name`.
+struct TransformersLocation {
+  std::string name;
+  int64_t expert = -1;      // >= 0: slice of a fused [E, rows_total, cols] tensor
+  int64_t row_offset = 0;
+  int64_t rows_total = 0;   // second dimension of the fused tensor
+};
+TransformersLocation transformers_location(const ModelConfig& config, const std::string& released);
+// Released name of a released-scheme integer table (tid2eid) in the port scheme.
+std::string transformers_name(const std::string& released_non_expert);
+
+// Hash-routing tables of layers 0..num_hash_layers-1, each [vocab, top_k].
+using HashTables = std::vector<std::vector<int64_t>>;
+
+// Loads every parameter and hash table. Rejects missing, unexpected and
+// mis-shaped tensors and invalid tid2eid entries with errors naming the tensor
+// and the checkpoint. Returns the scheme the checkpoint used.
+template <class T>
+NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& config,
+                          ParamStore<T>& params, HashTables& hash_tables);
+
+// A named fp32 tensor ready to be written.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> f32;       // floating-point payload
+  std::vector<int64_t> i64;     // integer payload (tid2eid)
+};
+
+// The model's values (or gradients, with `grads`) as tensors of `scheme`
+// (fused experts assembled for the transformers scheme). Hash tables are
+// included only when `hash_tables` is non-null. `name_prefix` is prepended to
+// every name (e.g. "grad.").
+template <class T>
+std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamStore<T>& params,
+                                        bool grads, NamingScheme scheme,
+                                        const HashTables* hash_tables,
+                                        const std::string& name_prefix = "");
+
+// Writes config.json (in the scheme's key convention) and the safetensors
+// checkpoint (F32 or BF16 floating tensors, I64 hash tables) atomically.
+template <class T>
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamStore<T>& params,
+                     const HashTables& hash_tables, NamingScheme scheme, DType float_dtype,
+                     size_t max_shard_bytes = 5ull << 30);
+
+// Loads config.json + the weights of a checkpoint directory.
+template <class T>
+struct LoadedCheckpoint {
+  ModelConfig config;
+  ParamStore<T> params;
+  HashTables hash_tables;
+  NamingScheme scheme = NamingScheme::kReleased;
+};
+template <class T>
+LoadedCheckpoint<T> load_checkpoint(const std::string& dir);
+
+}  // namespace trex::model
