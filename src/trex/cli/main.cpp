@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   trex::cli::add_or_commands(app);
   trex::cli::add_demo_command(app);
+  trex::cli::add_model_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
