@@ -60,8 +60,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   int64_t num_nextn_predict_layers = 0;
   bool tie_word_embeddings = false;
-  int64_t bos_token_id = 0;
-  int64_t eos_token_id = 1;
+  int64_t bos_token_id = 0;  // -1: null in the file
+  int64_t eos_token_id = 1;  // -1: null; a list in the file keeps its first entry
   double initializer_range = 0.02;
   std::string torch_dtype = "bfloat16";
   std::string expert_dtype;  // "fp4", "fp8" or empty
@@ -78,6 +78,9 @@ struct ModelConfig {
   int64_t nope_head_dim() const { return head_dim - qk_rope_head_dim; }
   int64_t hc_mix_dim() const { return (2 + hc_mult) * hc_mult; }  // 24 for hc_mult 4
   int64_t heads_per_group() const { return num_attention_heads / o_groups; }
+  // Main layers plus MTP layers: the length compress_ratios must have.
+  int64_t total_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
+  bool has_csa_layer() const;  // any layer (main or MTP) with ratio 4
 
   // Parses and validates. `source` names the file in error messages; every
   // error names the offending key.
