@@ -10,6 +10,7 @@
 
 #include "gradcheck.hpp"
 #include "trex/core/error.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
 namespace {
@@ -426,6 +427,36 @@ TEST(Mhc, BadDimsThrowNamingTheField) {
   MhcCache<double> empty;
   std::vector<double> y(2), Xout(8);
   EXPECT_THROW(mhc_post_forward(dims, empty, X.data(), y.data(), Xout.data()), Error);
+}
+
+TEST(Mhc, StaysFp32UnderBf16GemmPrecision) {
+  const SiteProblem<float> f = to_float(make_site(40, 32, 20, 66));
+  MhcCache<float> a, b;
+  std::vector<float> ua, ya, Xa, ub, yb, Xb;
+  f.forward(a, ua, ya, Xa);
+  {
+    kernels::ScopedGemmPrecision bf16(kernels::Precision::kBF16);
+    f.forward(b, ub, yb, Xb);
+    EXPECT_EQ(kernels::gemm_precision(), kernels::Precision::kBF16);  // restored after mHC
+  }
+  EXPECT_EQ(a.mix, b.mix);
+  EXPECT_EQ(Xa, Xb);
+}
+
+TEST(Mhc, DimsFromConfig) {
+  ModelConfig config;
+  config.hidden_size = 64;
+  config.hc_mult = 4;
+  config.hc_sinkhorn_iters = 20;
+  config.hc_eps = 1e-6;
+  config.rms_norm_eps = 1e-5;
+  const MhcDims dims = mhc_dims(config, 10);
+  EXPECT_EQ(dims.tokens, 10);
+  EXPECT_EQ(dims.hidden, 64);
+  EXPECT_EQ(dims.mix(), 24);
+  EXPECT_EQ(dims.mix(), config.hc_mix_dim());
+  EXPECT_EQ(dims.streams_width(), 256);
+  EXPECT_EQ(dims.norm_eps, 1e-5);
 }
 
 // ---- HC head ----------------------------------------------------------------

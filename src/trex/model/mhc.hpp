@@ -33,6 +33,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/model/config.hpp"
+
 namespace trex::model {
 
 struct MhcDims {
@@ -46,6 +48,12 @@ struct MhcDims {
   int64_t streams_width() const { return hc_mult * hidden; }  // n·d
   int64_t mix() const { return (2 + hc_mult) * hc_mult; }     // coefficients per token
 };
+
+// The dims of every mHC site / HC head of a model, for `tokens` tokens.
+inline MhcDims mhc_dims(const ModelConfig& config, int64_t tokens) {
+  return MhcDims{tokens,        config.hidden_size, config.hc_mult, config.hc_sinkhorn_iters,
+                 config.hc_eps, config.rms_norm_eps};
+}
 
 // Throws trex::Error naming the offending field when dims are unusable.
 void validate(const MhcDims& dims);
