@@ -13,6 +13,7 @@
 
 #include "model/gradcheck.hpp"
 #include "trex/core/error.hpp"
+#include "trex/model/config.hpp"
 
 namespace trex::model {
 namespace {
@@ -625,6 +626,41 @@ TEST(MoeErrors, BadInputsNameTheField) {
     ADD_FAILURE() << "fixed_selection with a wrong-sized index did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.field_name(), "moe.expert_index");
+  }
+}
+
+TEST(MoeDimsFromConfig, HashLayersScoreLayersAndMtp) {
+  ModelConfig config;
+  config.vocab_size = 100;
+  config.hidden_size = 16;
+  config.num_hidden_layers = 4;
+  config.num_nextn_predict_layers = 1;
+  config.n_routed_experts = 8;
+  config.num_experts_per_tok = 2;
+  config.moe_intermediate_size = 12;
+  config.num_hash_layers = 3;
+  config.routed_scaling_factor = 1.5;
+  config.swiglu_limit = 10.0;
+  const MoeDims hash = moe_dims(config, 2, 3, 5, 1e-4);
+  EXPECT_TRUE(hash.hash_routed);
+  EXPECT_EQ(hash.tokens(), 15);
+  EXPECT_EQ(hash.n_experts, 8);
+  EXPECT_EQ(hash.top_k, 2);
+  EXPECT_EQ(hash.inter, 12);
+  EXPECT_EQ(hash.vocab, 100);
+  EXPECT_DOUBLE_EQ(hash.routed_scaling, 1.5);
+  EXPECT_DOUBLE_EQ(hash.swiglu_limit, 10.0);
+  EXPECT_DOUBLE_EQ(hash.balance_loss_weight, 1e-4);
+  EXPECT_FALSE(moe_dims(config, 3, 1, 5).hash_routed);
+  // The MTP layer (index num_hidden_layers) is score routed even with many hash layers.
+  config.num_hash_layers = 10;
+  EXPECT_FALSE(moe_dims(config, 4, 1, 5).hash_routed);
+  config.scoring_func = "softmax";
+  try {
+    moe_dims(config, 3, 1, 5);
+    ADD_FAILURE() << "softmax scoring accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field_name(), "scoring_func");
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
+#include "trex/model/config.hpp"
 
 namespace trex::model {
 namespace {
@@ -192,6 +193,31 @@ void balance_frequencies(const MoeDims& dims, const int32_t* idx, std::vector<do
 
 }  // namespace
 
+MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_t seq,
+                 double balance_loss_weight) {
+  if (config.scoring_func != "sqrtsoftplus")
+    throw moe_error("unsupported scoring_func '" + config.scoring_func + "' (V4 uses sqrtsoftplus)",
+                    "scoring_func");
+  if (config.n_shared_experts != 0 && config.n_shared_experts != 1)
+    throw moe_error("n_shared_experts must be 0 or 1", "n_shared_experts");
+  if (layer < 0) throw moe_error("negative layer index", "layer");
+  MoeDims dims;
+  dims.batch = batch;
+  dims.seq = seq;
+  dims.hidden = config.hidden_size;
+  dims.n_experts = config.n_routed_experts;
+  dims.top_k = config.num_experts_per_tok;
+  dims.inter = config.moe_intermediate_size;
+  dims.routed_scaling = config.routed_scaling_factor;
+  dims.swiglu_limit = config.swiglu_limit;
+  dims.hash_routed = layer < config.num_hidden_layers && config.is_hash_layer(layer);
+  dims.norm_topk_prob = config.norm_topk_prob;
+  dims.balance_loss_weight = balance_loss_weight;
+  dims.vocab = config.vocab_size;
+  validate_dims(dims);
+  return dims;
+}
+
 SqrtSoftplus sqrt_softplus(double logit) {
   if (logit >= 0.0) {
     const double softplus = logit + std::log1p(std::exp(-logit));
@@ -260,7 +286,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
         }
       }
     } else {
-#pragma omp parallel
+#pragma omp parallel if (N * E * K > (1 << 14))
       {
         std::vector<char> taken;
 #pragma omp for schedule(static)
@@ -352,7 +378,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
     balance_frequencies(dims, cache.expert_index.data(), freq);
     const int64_t B = dims.batch, S = dims.seq;
     std::vector<double> per_seq(static_cast<size_t>(B), 0.0);
-#pragma omp parallel for schedule(static) if (B > 1)
+#pragma omp parallel for schedule(static) if (B > 1 && N * E > (1 << 12))
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> prob(static_cast<size_t>(E), 0.0);
       for (int64_t t = b * S; t < (b + 1) * S; ++t) {
@@ -449,7 +475,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   if (balance) balance_frequencies(dims, cache.expert_index.data(), freq);
   const double gamma = dims.routed_scaling;
   std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
-#pragma omp parallel
+#pragma omp parallel if (N * E > (1 << 12))
   {
     std::vector<double> ds(static_cast<size_t>(E));
 #pragma omp for schedule(static)

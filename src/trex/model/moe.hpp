@@ -29,6 +29,8 @@
 
 namespace trex::model {
 
+struct ModelConfig;
+
 struct MoeDims {
   int64_t batch = 1;            // B sequences ...
   int64_t seq = 0;              // ... of S tokens each; token (b, t) is row b·S + t
@@ -46,6 +48,13 @@ struct MoeDims {
 
   int64_t tokens() const { return batch * seq; }
 };
+
+// Dims of layer `layer` (MTP layers: index ≥ num_hidden_layers, never hash
+// routed) for B sequences of S tokens. Checks the config keys the block relies
+// on (scoring_func "sqrtsoftplus", n_shared_experts 0 or 1, ...) and throws
+// trex::Error naming the key otherwise.
+MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_t seq,
+                 double balance_loss_weight = 0.0);
 
 template <class T>
 struct MoeWeights {
