@@ -1,0 +1,560 @@
+#include "trex/model/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "trex/core/error.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
+#include "trex/model/config.hpp"
+
+namespace trex::model {
+namespace {
+
+Error moe_error(const std::string& message, const std::string& field) {
+  Error error("moe: " + message);
+  error.field(field);
+  return error;
+}
+
+template <class T>
+T sigmoid(T v) {
+  if (v >= T(0)) return T(1) / (T(1) + std::exp(-v));
+  const T e = std::exp(v);
+  return e / (T(1) + e);
+}
+
+bool clamp_enabled(double limit) {
+  return limit > 0.0;
+}
+
+void validate_dims(const MoeDims& dims) {
+  if (dims.batch <= 0) throw moe_error("batch must be positive", "moe.batch");
+  if (dims.seq <= 0) throw moe_error("seq must be positive", "moe.seq");
+  if (dims.hidden <= 0) throw moe_error("hidden must be positive", "moe.hidden");
+  if (dims.n_experts <= 0) throw moe_error("n_experts must be positive", "moe.n_experts");
+  if (dims.inter <= 0) throw moe_error("inter must be positive", "moe.inter");
+  if (dims.top_k <= 0) throw moe_error("top_k must be positive", "moe.top_k");
+  if (!dims.hash_routed && dims.top_k > dims.n_experts)
+    throw moe_error("top_k " + std::to_string(dims.top_k) + " exceeds n_experts " +
+                        std::to_string(dims.n_experts),
+                    "moe.top_k");
+  if (dims.n_experts > INT32_MAX) throw moe_error("too many experts", "moe.n_experts");
+  if (dims.balance_loss_weight < 0.0)
+    throw moe_error("balance_loss_weight must be >= 0", "moe.balance_loss_weight");
+}
+
+template <class T>
+bool has_shared(const MoeWeights<T>& w) {
+  const int present =
+      (w.shared_w1 != nullptr) + (w.shared_w2 != nullptr) + (w.shared_w3 != nullptr);
+  if (present != 0 && present != 3)
+    throw moe_error("shared expert needs all of w1, w2, w3 or none", "moe.shared_w1");
+  return present == 3;
+}
+
+template <class T>
+void validate_weights(const MoeDims& dims, const MoeWeights<T>& w) {
+  if (!w.gate) throw moe_error("router weight is null", "moe.gate");
+  const auto E = static_cast<size_t>(dims.n_experts);
+  if (w.w1.size() != E || w.w2.size() != E || w.w3.size() != E)
+    throw moe_error("expected " + std::to_string(E) + " routed expert weights", "moe.w1");
+  for (size_t e = 0; e < E; ++e)
+    if (!w.w1[e] || !w.w2[e] || !w.w3[e])
+      throw moe_error("routed expert " + std::to_string(e) + " has a null weight",
+                      "moe.experts." + std::to_string(e));
+  has_shared(w);
+  if (dims.hash_routed) {
+    if (!w.tid2eid) throw moe_error("hash-routed layer without tid2eid", "moe.tid2eid");
+    if (dims.vocab <= 0) throw moe_error("hash-routed layer needs vocab > 0", "moe.vocab");
+  }
+}
+
+bool balance_active(const MoeDims& dims) {
+  return dims.balance_loss_weight > 0.0 && (!dims.hash_routed || dims.balance_loss_on_hash_layers);
+}
+
+// Expert SwiGLU over n contiguous rows. row_scale (nullable) multiplies h
+// before W2, so out = row_scale ⊙ Expert(X).
+template <class T>
+void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
+                    const T* W3, const T* row_scale, double limit, T* gate_pre, T* up_pre, T* h,
+                    T* out) {
+  if (n == 0) return;
+  kernels::linear_forward(X, W1, gate_pre, n, I, d);
+  kernels::linear_forward(X, W3, up_pre, n, I, d);
+  const bool clamp = clamp_enabled(limit);
+  const T L = static_cast<T>(limit);
+#pragma omp parallel for schedule(static) if (n * I > (1 << 14))
+  for (int64_t r = 0; r < n; ++r) {
+    const T scale = row_scale ? row_scale[r] : T(1);
+    for (int64_t i = 0; i < I; ++i) {
+      T g = gate_pre[r * I + i];
+      T v = up_pre[r * I + i];
+      if (clamp) {
+        g = std::min(g, L);
+        v = std::clamp(v, -L, L);
+      }
+      h[r * I + i] = scale * (g * sigmoid(g) * v);
+    }
+  }
+  kernels::linear_forward(h, W2, out, n, d, I);
+}
+
+// Backward of expert_forward. dX written (nullable), weight grads accumulated
+// (nullable), d_row_scale written (nullable). h, dh, dg, dv: [n, I] workspaces.
+template <class T>
+void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
+                     const T* W3, const T* row_scale, double limit, const T* gate_pre,
+                     const T* up_pre, const T* dout, T* h, T* dh, T* dg, T* dv, T* dX, T* dW1,
+                     T* dW2, T* dW3, T* d_row_scale) {
+  if (n == 0) return;
+  const bool clamp = clamp_enabled(limit);
+  const T L = static_cast<T>(limit);
+#pragma omp parallel for schedule(static) if (n * I > (1 << 14))
+  for (int64_t r = 0; r < n; ++r) {
+    const T scale = row_scale ? row_scale[r] : T(1);
+    for (int64_t i = 0; i < I; ++i) {
+      T g = gate_pre[r * I + i];
+      T v = up_pre[r * I + i];
+      if (clamp) {
+        g = std::min(g, L);
+        v = std::clamp(v, -L, L);
+      }
+      h[r * I + i] = scale * (g * sigmoid(g) * v);
+    }
+  }
+  // dh = dout · W2 (gradient w.r.t. the scaled h); dW2 += doutᵀ · h.
+  kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I);
+#pragma omp parallel for schedule(static) if (n * I > (1 << 14))
+  for (int64_t r = 0; r < n; ++r) {
+    const T scale = row_scale ? row_scale[r] : T(1);
+    T dscale = T(0);
+    for (int64_t i = 0; i < I; ++i) {
+      const T g_raw = gate_pre[r * I + i];
+      const T v_raw = up_pre[r * I + i];
+      const bool g_pass = !clamp || g_raw <= L;
+      const bool v_pass = !clamp || (v_raw >= -L && v_raw <= L);
+      const T g = g_pass ? g_raw : L;
+      const T v = clamp ? std::clamp(v_raw, -L, L) : v_raw;
+      const T sg = sigmoid(g);
+      const T act = g * sg;
+      const T grad_h_scaled = dh[r * I + i];
+      dscale += grad_h_scaled * act * v;
+      const T grad_h = grad_h_scaled * scale;
+      dg[r * I + i] = g_pass ? grad_h * v * sg * (T(1) + g * (T(1) - sg)) : T(0);
+      dv[r * I + i] = v_pass ? grad_h * act : T(0);
+    }
+    if (d_row_scale) d_row_scale[r] = dscale;
+  }
+  kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d);
+  kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, /*accumulate_dx=*/dX != nullptr);
+}
+
+// Stable descending top-k of (s + b); ties go to the lower expert index.
+template <class T>
+void select_top_k(const T* scores, const T* bias, int64_t E, int64_t K, int32_t* out,
+                  std::vector<char>& taken) {
+  taken.assign(static_cast<size_t>(E), 0);
+  for (int64_t k = 0; k < K; ++k) {
+    int64_t best = -1;
+    double best_value = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (taken[e]) continue;
+      const double value =
+          static_cast<double>(scores[e]) + (bias ? static_cast<double>(bias[e]) : 0.0);
+      if (best < 0 || value > best_value || (std::isnan(best_value) && !std::isnan(value))) {
+        best = e;
+        best_value = value;
+      }
+    }
+    taken[best] = 1;
+    out[k] = static_cast<int32_t>(best);
+  }
+}
+
+// f_{b,e} = E/(K·T)·#{t in sequence b : e ∈ idx_t}, written to freq [B, E].
+void balance_frequencies(const MoeDims& dims, const int32_t* idx, std::vector<double>& freq) {
+  const int64_t B = dims.batch, S = dims.seq, E = dims.n_experts, K = dims.top_k;
+  freq.assign(static_cast<size_t>(B * E), 0.0);
+  const double norm = static_cast<double>(E) / (static_cast<double>(K) * static_cast<double>(S));
+  for (int64_t b = 0; b < B; ++b) {
+    double* f = freq.data() + b * E;
+    for (int64_t t = b * S; t < (b + 1) * S; ++t) {
+      const int32_t* row = idx + t * K;
+      for (int64_t k = 0; k < K; ++k) {
+        bool duplicate = false;
+        for (int64_t j = 0; j < k; ++j) duplicate = duplicate || row[j] == row[k];
+        if (!duplicate) f[row[k]] += norm;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_t seq,
+                 double balance_loss_weight) {
+  if (config.scoring_func != "sqrtsoftplus")
+    throw moe_error("unsupported scoring_func '" + config.scoring_func + "' (V4 uses sqrtsoftplus)",
+                    "scoring_func");
+  if (config.n_shared_experts != 0 && config.n_shared_experts != 1)
+    throw moe_error("n_shared_experts must be 0 or 1", "n_shared_experts");
+  if (layer < 0) throw moe_error("negative layer index", "layer");
+  MoeDims dims;
+  dims.batch = batch;
+  dims.seq = seq;
+  dims.hidden = config.hidden_size;
+  dims.n_experts = config.n_routed_experts;
+  dims.top_k = config.num_experts_per_tok;
+  dims.inter = config.moe_intermediate_size;
+  dims.routed_scaling = config.routed_scaling_factor;
+  dims.swiglu_limit = config.swiglu_limit;
+  dims.hash_routed = layer < config.num_hidden_layers && config.is_hash_layer(layer);
+  dims.norm_topk_prob = config.norm_topk_prob;
+  dims.balance_loss_weight = balance_loss_weight;
+  dims.vocab = config.vocab_size;
+  validate_dims(dims);
+  return dims;
+}
+
+SqrtSoftplus sqrt_softplus(double logit) {
+  if (logit >= 0.0) {
+    const double softplus = logit + std::log1p(std::exp(-logit));
+    const double s = std::sqrt(softplus);
+    const double sigma = 1.0 / (1.0 + std::exp(-logit));
+    return {s, sigma / (2.0 * s)};
+  }
+  // softplus(ℓ) = log1p(z) with z = e^ℓ ∈ (0, 1); write it as z·r, r = log1p(z)/z ∈ [log 2, 1],
+  // so s = e^{ℓ/2}·sqrt(r) and σ/(2s) = e^{ℓ/2}/(2(1+z)sqrt(r)) never form 0/0.
+  const double z = std::exp(logit);
+  const double r = z > 0.0 ? std::log1p(z) / z : 1.0;
+  const double half = std::exp(0.5 * logit);
+  const double root_r = std::sqrt(r);
+  return {half * root_r, half / (2.0 * (1.0 + z) * root_r)};
+}
+
+template <class T>
+void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
+                 const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection) {
+  validate_dims(dims);
+  validate_weights(dims, weights);
+  if (!x || !y) throw moe_error("null input or output", "moe.x");
+  const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
+                I = dims.inter;
+  const int64_t P = N * K;  // (token, slot) pairs
+  const bool shared = has_shared(weights);
+
+  cache.x.assign(x, x + N * d);
+
+  // Router: ℓ = x W_gᵀ in fp32 (spec §2.7), s = sqrt(softplus(ℓ)).
+  cache.logits.assign(static_cast<size_t>(N * E), T(0));
+  cache.scores.assign(static_cast<size_t>(N * E), T(0));
+  {
+    kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
+    kernels::linear_forward(x, weights.gate, cache.logits.data(), N, E, d);
+  }
+#pragma omp parallel for schedule(static) if (N * E > (1 << 14))
+  for (int64_t i = 0; i < N * E; ++i)
+    cache.scores[i] = static_cast<T>(sqrt_softplus(static_cast<double>(cache.logits[i])).value);
+
+  // Selection.
+  if (fixed_selection) {
+    if (static_cast<int64_t>(cache.expert_index.size()) != P)
+      throw moe_error("fixed_selection needs cache.expert_index of size tokens*top_k",
+                      "moe.expert_index");
+    for (int64_t p = 0; p < P; ++p)
+      if (cache.expert_index[p] < 0 || cache.expert_index[p] >= E)
+        throw moe_error("cached expert index out of range", "moe.expert_index");
+  } else {
+    cache.expert_index.assign(static_cast<size_t>(P), 0);
+    if (dims.hash_routed) {
+      if (!token_ids) throw moe_error("hash-routed layer needs token ids", "moe.token_ids");
+      for (int64_t t = 0; t < N; ++t) {
+        const int64_t id = token_ids[t];
+        if (id < 0 || id >= dims.vocab)
+          throw moe_error("token id " + std::to_string(id) + " outside the tid2eid table (vocab " +
+                              std::to_string(dims.vocab) + ")",
+                          "moe.token_ids");
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t e = weights.tid2eid[id * K + k];
+          if (e < 0 || e >= E)
+            throw moe_error("tid2eid[" + std::to_string(id) + "] names expert " +
+                                std::to_string(e) + " outside [0, " + std::to_string(E) + ")",
+                            "moe.tid2eid");
+          cache.expert_index[t * K + k] = static_cast<int32_t>(e);
+        }
+      }
+    } else {
+#pragma omp parallel if (N * E * K > (1 << 14))
+      {
+        std::vector<char> taken;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < N; ++t)
+          select_top_k(cache.scores.data() + t * E, weights.gate_bias, E, K,
+                       cache.expert_index.data() + t * K, taken);
+      }
+    }
+  }
+
+  // Combine weights from the unbiased scores.
+  cache.combine.assign(static_cast<size_t>(P), T(0));
+  const double gamma = dims.routed_scaling;
+  for (int64_t t = 0; t < N; ++t) {
+    const T* s = cache.scores.data() + t * E;
+    const int32_t* idx = cache.expert_index.data() + t * K;
+    double denom = 1.0;
+    if (dims.norm_topk_prob) {
+      denom = 0.0;
+      for (int64_t k = 0; k < K; ++k) denom += static_cast<double>(s[idx[k]]);
+    }
+    for (int64_t k = 0; k < K; ++k)
+      cache.combine[t * K + k] =
+          denom > 0.0 ? static_cast<T>(gamma * static_cast<double>(s[idx[k]]) / denom) : T(0);
+  }
+
+  // Stable counting sort of the pairs by expert.
+  cache.expert_load.assign(static_cast<size_t>(E), 0);
+  for (int64_t p = 0; p < P; ++p) ++cache.expert_load[cache.expert_index[p]];
+  cache.offsets.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) cache.offsets[e + 1] = cache.offsets[e] + cache.expert_load[e];
+  cache.sorted_pair.assign(static_cast<size_t>(P), 0);
+  cache.pair_row.assign(static_cast<size_t>(P), 0);
+  {
+    std::vector<int64_t> cursor(cache.offsets.begin(), cache.offsets.end() - 1);
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t row = cursor[cache.expert_index[p]]++;
+      cache.sorted_pair[row] = p;
+      cache.pair_row[p] = row;
+    }
+  }
+
+  // Gather rows and combine weights in sorted order.
+  std::vector<T> xs(static_cast<size_t>(P * d)), scale(static_cast<size_t>(P));
+#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
+  for (int64_t row = 0; row < P; ++row) {
+    const int64_t p = cache.sorted_pair[row];
+    std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
+    scale[row] = cache.combine[p];
+  }
+
+  cache.gate_pre.assign(static_cast<size_t>(P * I), T(0));
+  cache.up_pre.assign(static_cast<size_t>(P * I), T(0));
+  std::vector<T> h(static_cast<size_t>(P * I)), outs(static_cast<size_t>(P * d));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
+    expert_forward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
+                   scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
+                   cache.up_pre.data() + begin * I, h.data() + begin * I, outs.data() + begin * d);
+  }
+
+  // y = Shared(x) + Σ_k (w_k Expert_k(x)), summed per token in slot order.
+  if (shared) {
+    cache.shared_gate_pre.assign(static_cast<size_t>(N * I), T(0));
+    cache.shared_up_pre.assign(static_cast<size_t>(N * I), T(0));
+    std::vector<T> hs(static_cast<size_t>(N * I));
+    expert_forward(cache.x.data(), N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
+                   static_cast<const T*>(nullptr), dims.swiglu_limit, cache.shared_gate_pre.data(),
+                   cache.shared_up_pre.data(), hs.data(), y);
+  } else {
+    cache.shared_gate_pre.clear();
+    cache.shared_up_pre.clear();
+    std::fill_n(y, N * d, T(0));
+  }
+#pragma omp parallel for schedule(static) if (N * d > (1 << 14))
+  for (int64_t t = 0; t < N; ++t) {
+    T* yt = y + t * d;
+    for (int64_t k = 0; k < K; ++k) {
+      const T* o = outs.data() + cache.pair_row[t * K + k] * d;
+      for (int64_t i = 0; i < d; ++i) yt[i] += o[i];
+    }
+  }
+
+  // Sequence-wise balance loss (mean over the B sequences).
+  cache.balance_loss = 0.0;
+  cache.balance_loss_active = balance_active(dims);
+  if (cache.balance_loss_active) {
+    std::vector<double> freq;
+    balance_frequencies(dims, cache.expert_index.data(), freq);
+    const int64_t B = dims.batch, S = dims.seq;
+    std::vector<double> per_seq(static_cast<size_t>(B), 0.0);
+#pragma omp parallel for schedule(static) if (B > 1 && N * E > (1 << 12))
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> prob(static_cast<size_t>(E), 0.0);
+      for (int64_t t = b * S; t < (b + 1) * S; ++t) {
+        const T* s = cache.scores.data() + t * E;
+        double total = 0.0;
+        for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
+        if (total <= 0.0) continue;
+        for (int64_t e = 0; e < E; ++e) prob[e] += static_cast<double>(s[e]) / total;
+      }
+      double loss = 0.0;
+      for (int64_t e = 0; e < E; ++e) loss += freq[b * E + e] * prob[e] / static_cast<double>(S);
+      per_seq[b] = dims.balance_loss_weight * loss;
+    }
+    double total = 0.0;
+    for (int64_t b = 0; b < B; ++b) total += per_seq[b];
+    cache.balance_loss = total / static_cast<double>(B);
+  }
+}
+
+template <class T>
+void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCache<T>& cache,
+                  const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx) {
+  validate_dims(dims);
+  validate_weights(dims, weights);
+  const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
+                I = dims.inter;
+  const int64_t P = N * K;
+  if (!dy) throw moe_error("null output gradient", "moe.dy");
+  if (static_cast<int64_t>(cache.expert_index.size()) != P ||
+      static_cast<int64_t>(cache.x.size()) != N * d ||
+      static_cast<int64_t>(cache.gate_pre.size()) != P * I)
+    throw moe_error("cache does not match the dims (run moe_forward first)", "moe.cache");
+  const auto expert_grad = [&](const std::vector<T*>& v, int64_t e) -> T* {
+    if (v.empty()) return nullptr;
+    if (static_cast<int64_t>(v.size()) != E)
+      throw moe_error("expert gradient vector must be empty or have n_experts entries",
+                      "moe.grads");
+    return v[e];
+  };
+  const T* x = cache.x.data();
+  const bool shared = has_shared(weights);
+
+  // Routed experts, grouped: gather x and dy rows in sorted order.
+  std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
+      scale(static_cast<size_t>(P));
+#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
+  for (int64_t row = 0; row < P; ++row) {
+    const int64_t p = cache.sorted_pair[row];
+    std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
+    std::copy_n(dy + (p / K) * d, d, dys.data() + row * d);
+    scale[row] = cache.combine[p];
+  }
+  std::vector<T> h(static_cast<size_t>(P * I)), dh(static_cast<size_t>(P * I)),
+      dg(static_cast<size_t>(P * I)), dv(static_cast<size_t>(P * I));
+  std::vector<T> dxs(dx ? static_cast<size_t>(P * d) : 0);
+  std::vector<T> dscale(static_cast<size_t>(P), T(0));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
+    expert_backward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
+                    scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
+                    cache.up_pre.data() + begin * I, dys.data() + begin * d, h.data() + begin * I,
+                    dh.data() + begin * I, dg.data() + begin * I, dv.data() + begin * I,
+                    dx ? dxs.data() + begin * d : nullptr, expert_grad(grads.w1, e),
+                    expert_grad(grads.w2, e), expert_grad(grads.w3, e), dscale.data() + begin);
+  }
+
+  // Shared expert writes dx first; routed contributions are added per token in slot order.
+  if (shared) {
+    std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
+        dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
+    expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
+                    static_cast<const T*>(nullptr), dims.swiglu_limit, cache.shared_gate_pre.data(),
+                    cache.shared_up_pre.data(), dy, hs.data(), dhs.data(), dgs.data(), dvs.data(),
+                    dx, grads.shared_w1, grads.shared_w2, grads.shared_w3,
+                    static_cast<T*>(nullptr));
+  } else if (dx) {
+    std::fill_n(dx, N * d, T(0));
+  }
+  if (dx) {
+#pragma omp parallel for schedule(static) if (N * d > (1 << 14))
+    for (int64_t t = 0; t < N; ++t) {
+      T* dxt = dx + t * d;
+      for (int64_t k = 0; k < K; ++k) {
+        const T* src = dxs.data() + cache.pair_row[t * K + k] * d;
+        for (int64_t i = 0; i < d; ++i) dxt[i] += src[i];
+      }
+    }
+  }
+
+  // Router: dw -> ds (selected experts, through the normalisation), plus the
+  // balance loss -> ds (all experts), then dℓ = ds·σ(ℓ)/(2s).
+  std::vector<double> freq;
+  const bool balance = cache.balance_loss_active && d_balance_loss != T(0);
+  if (balance) balance_frequencies(dims, cache.expert_index.data(), freq);
+  const double gamma = dims.routed_scaling;
+  std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
+#pragma omp parallel if (N * E > (1 << 12))
+  {
+    std::vector<double> ds(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      std::fill(ds.begin(), ds.end(), 0.0);
+      const T* s = cache.scores.data() + t * E;
+      const int32_t* idx = cache.expert_index.data() + t * K;
+      double dw[64];
+      std::vector<double> dw_big;
+      double* dwp = dw;
+      if (K > 64) {
+        dw_big.resize(static_cast<size_t>(K));
+        dwp = dw_big.data();
+      }
+      for (int64_t k = 0; k < K; ++k)
+        dwp[k] = static_cast<double>(dscale[cache.pair_row[t * K + k]]);
+      if (dims.norm_topk_prob) {
+        double denom = 0.0, dot = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          denom += static_cast<double>(s[idx[k]]);
+          dot += dwp[k] * static_cast<double>(cache.combine[t * K + k]);
+        }
+        if (denom > 0.0)
+          for (int64_t k = 0; k < K; ++k) ds[idx[k]] += (gamma * dwp[k] - dot) / denom;
+      } else {
+        for (int64_t k = 0; k < K; ++k) ds[idx[k]] += gamma * dwp[k];
+      }
+      if (balance) {
+        const int64_t b = t / dims.seq;
+        double total = 0.0;
+        for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
+        if (total > 0.0) {
+          // dL/ds'_{e,t} = α f_{b,e} / (T·B) · dL_bal; s' = s/Σs.
+          const double coef = dims.balance_loss_weight * static_cast<double>(d_balance_loss) /
+                              (static_cast<double>(dims.seq) * static_cast<double>(dims.batch));
+          double dot = 0.0;
+          for (int64_t e = 0; e < E; ++e)
+            dot += coef * freq[b * E + e] * static_cast<double>(s[e]) / total;
+          for (int64_t e = 0; e < E; ++e) ds[e] += (coef * freq[b * E + e] - dot) / total;
+        }
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        if (ds[e] == 0.0) continue;
+        dlogits[t * E + e] = static_cast<T>(
+            ds[e] * sqrt_softplus(static_cast<double>(cache.logits[t * E + e])).derivative);
+      }
+    }
+  }
+  {
+    kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
+    kernels::linear_backward(x, weights.gate, dlogits.data(), dx, grads.gate, N, E, d,
+                             /*accumulate_dx=*/true);
+  }
+}
+
+template <class T>
+void update_router_bias(T* bias, const int64_t* load, int64_t n_experts, double speed) {
+  if (n_experts <= 0) return;
+  if (!bias || !load) throw moe_error("null bias or load", "moe.gate_bias");
+  int64_t total = 0;
+  for (int64_t e = 0; e < n_experts; ++e) total += load[e];
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t scaled = load[e] * n_experts;  // load_e vs total/E, exactly
+    if (scaled > total)
+      bias[e] = static_cast<T>(static_cast<double>(bias[e]) - speed);
+    else if (scaled < total)
+      bias[e] = static_cast<T>(static_cast<double>(bias[e]) + speed);
+  }
+}
+
+#define TREX_MOE_INSTANTIATE(T)                                                                \
+  template void moe_forward<T>(const MoeDims&, const MoeWeights<T>&, const T*, const int64_t*, \
+                               MoeCache<T>&, T*, bool);                                        \
+  template void moe_backward<T>(const MoeDims&, const MoeWeights<T>&, const MoeCache<T>&,      \
+                                const T*, T, MoeGrads<T>&, T*);                                \
+  template void update_router_bias<T>(T*, const int64_t*, int64_t, double);
+
+TREX_MOE_INSTANTIATE(float)
+TREX_MOE_INSTANTIATE(double)
+#undef TREX_MOE_INSTANTIATE
+
+}  // namespace trex::model
