@@ -65,33 +65,9 @@ struct Model<T>::State {
 
 namespace {
 
-template <class T>
-MhcDims mhc_dims(const ModelConfig& c, int64_t tokens) {
-  MhcDims d;
-  d.tokens = tokens;
-  d.hidden = c.hidden_size;
-  d.hc_mult = c.hc_mult;
-  d.sinkhorn_iters = c.hc_sinkhorn_iters;
-  d.hc_eps = c.hc_eps;
-  d.norm_eps = c.rms_norm_eps;
-  return d;
-}
-
-MoeDims moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape, const LossOptions& loss) {
-  MoeDims d;
-  d.batch = shape.B;
-  d.seq = shape.S;
-  d.hidden = c.hidden_size;
-  d.n_experts = c.n_routed_experts;
-  d.top_k = c.num_experts_per_tok;
-  d.inter = c.moe_intermediate_size;
-  d.routed_scaling = c.routed_scaling_factor;
-  d.swiglu_limit = c.swiglu_limit;
-  d.hash_routed = c.is_hash_layer(layer);
-  d.norm_topk_prob = c.norm_topk_prob;
-  d.balance_loss_weight = loss.balance_loss_weight;
+MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape, const LossOptions& loss) {
+  MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
-  d.vocab = c.vocab_size;
   return d;
 }
 
@@ -185,7 +161,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const T* x_in, const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
                      BlockCache<T>& bc, T* x_out) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
-  const MhcDims md = mhc_dims<T>(c, N);
+  const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
   bc.x_in.assign(x_in, x_in + N * n * d);
   bc.u_attn.resize(N * d);
@@ -209,7 +185,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.y_ffn.resize(N * d);
   mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
   kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d, c.rms_norm_eps);
-  moe_forward(moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(),
+  moe_forward(block_moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(),
               step.fixed_selection);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
   return indexer_loss;
@@ -221,11 +197,11 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer, con
                     const BlockCache<T>& bc, const T* dx_out, T* dx_in) {
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
-  const MhcDims md = mhc_dims<T>(c, N);
+  const MhcDims md = mhc_dims(c, N);
   std::vector<T> dx_mid(N * n * d), dy(N * d), dnormed(N * d), du(N * d);
   MhcCoefGrads<T> coef;
   mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(), dy.data(), coef);
-  moe_backward(moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+  moe_backward(block_moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(), du.data(), w.ffn_norm_g,
                             N, d);
   mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g, dx_mid.data());
@@ -360,7 +336,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   st.x_final = x;
 
   // Main head.
-  const MhcDims md = mhc_dims<T>(c, N);
+  const MhcDims md = mhc_dims(c, N);
   const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
                                 params_.value("hc_head_scale")};
   st.hc_out.resize(N * d);
@@ -428,7 +404,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                                  mc.x_out.data());
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
-    const MhcDims mmd = mhc_dims<T>(c, M);
+    const MhcDims mmd = mhc_dims(c, M);
     const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
                                params_.value(p + "hc_head_scale")};
     mc.hc_out.resize(M * d);
