@@ -38,6 +38,7 @@ std::string short_count(double n) {
 
 // Four significant digits with a unit: 284.3B, 13.27B, 1.573T, 1.693M.
 std::string precise_count(double n) {
+  if (n == 0) return "0";
   const char* unit = "";
   double scaled = n;
   if (n >= 1e12) {
