@@ -615,7 +615,7 @@ json ModelConfig::to_json() const {
     return j;
   }
 
-  validate("to_json");  // the scheme can express this config (one HCA ratio)
+  validate("ModelConfig::to_json");  // the scheme can express this config (one HCA ratio)
   int64_t hca_rate = 128;
   json layer_types = json::array();
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
