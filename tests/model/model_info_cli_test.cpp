@@ -90,5 +90,27 @@ TEST(ModelInfoCli, BadConfigNamesFileAndKey) {
   EXPECT_EQ(run_trex("model info --help").exit_code, 0);
 }
 
+TEST(ModelInfoCli, ConvertConfigToTransformersScheme) {
+  test::TempDir dir;
+  std::string out = dir.file("tiny-port.json");
+  CliRun r = run_trex("model convert-config --scheme transformers --config " + config("tiny-v4") +
+                      " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(j["layer_types"][2], "heavily_compressed_attention");
+  EXPECT_EQ(j["compress_rates"]["heavily_compressed_attention"], 16);
+  EXPECT_EQ(j["mlp_layer_types"][1], "hash_moe");
+  EXPECT_EQ(j["rope_parameters"]["compress"]["rope_type"], "yarn");
+  EXPECT_FALSE(j.contains("compress_ratios"));
+  // Converted back, it is the original config again.
+  r = run_trex("model convert-config --scheme released --config " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json back = nlohmann::json::parse(r.output);
+  r = run_trex("model convert-config --scheme released --config " + config("tiny-v4"));
+  EXPECT_EQ(back, nlohmann::json::parse(r.output));
+  EXPECT_EQ(back["compress_ratios"], nlohmann::json({0, 4, 16, 4, 0}));
+  EXPECT_NE(run_trex("model convert-config --scheme hf --config " + out).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace trex
