@@ -1,6 +1,7 @@
 // `trex model info`: a DeepSeek-V4 config's layer schedule, parameter counts
 // (model-card conventions) and training FLOPs per token (Megatron-Bridge
-// convention). See docs/deepseek-v4.md.
+// convention); `trex model convert-config`: the same config in the other key
+// scheme. See docs/deepseek-v4.md.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "trex/cli/commands.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/flops.hpp"
@@ -38,6 +40,7 @@ std::string short_count(double n) {
 
 // Four significant digits with a unit: 284.3B, 13.27B, 1.573T, 1.693M.
 std::string precise_count(double n) {
+  if (n == 0) return "0";
   const char* unit = "";
   double scaled = n;
   if (n >= 1e12) {
@@ -216,6 +219,25 @@ void run_info(const InfoOptions& o) {
   frow("LM head", f.lm_head);
 }
 
+struct ConvertOptions {
+  std::string config;
+  std::string scheme;
+  std::string out;
+};
+
+// Rewrites a config in the other key scheme, e.g. for the transformers port,
+// which maps released compress_ratios only for the values 0, 4 and 128.
+void run_convert(const ConvertOptions& o) {
+  ModelConfig c = ModelConfig::load(o.config);
+  c.transformers_scheme = o.scheme == "transformers";
+  std::string text = c.to_json().dump(2) + "\n";
+  if (o.out.empty()) {
+    std::cout << text;
+  } else {
+    write_file_atomic(o.out, text);
+  }
+}
+
 }  // namespace
 
 void add_model_commands(CLI::App& app) {
@@ -230,6 +252,17 @@ void add_model_commands(CLI::App& app) {
   info->add_option("--seq", options->seq, "Sequence length for FLOPs/token")->capture_default_str();
   info->add_flag("--json", options->as_json, "Print JSON instead of text");
   info->callback([options] { run_info(*options); });
+
+  auto convert_options = std::make_shared<ConvertOptions>();
+  auto* convert = model->add_subcommand(
+      "convert-config", "Write a config in the released or transformers key scheme");
+  convert->add_option("--config", convert_options->config, "Model config.json (either scheme)")
+      ->required();
+  convert->add_option("--scheme", convert_options->scheme, "Key scheme to write")
+      ->required()
+      ->check(CLI::IsMember({"released", "transformers"}));
+  convert->add_option("--out", convert_options->out, "Output file (default: stdout)");
+  convert->callback([convert_options] { run_convert(*convert_options); });
 }
 
 }  // namespace trex::cli

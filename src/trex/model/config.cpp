@@ -355,8 +355,12 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
         }
         c.rope_theta = theta;
       }
-      if (read_rope_scaling(main).yarn) {
-        main.fail("rope_type", "sliding-window layers never use YaRN in DeepSeek-V4");
+      for (const char* key : {"rope_type", "type"}) {
+        std::string type = main.string(key, "default");
+        if (type != "default" && type != "none") {
+          main.fail(key, "sliding-window layers use plain RoPE in DeepSeek-V4 (no scaling), got '" +
+                             type + "'");
+        }
       }
       if (compress.has("rope_theta")) {
         double theta = compress.number("rope_theta");
@@ -611,7 +615,7 @@ json ModelConfig::to_json() const {
     return j;
   }
 
-  validate("to_json");  // the scheme can express this config (one HCA ratio)
+  validate("ModelConfig::to_json");  // the scheme can express this config (one HCA ratio)
   int64_t hca_rate = 128;
   json layer_types = json::array();
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
