@@ -199,6 +199,19 @@ TEST(LmLoss, LargeLogitsStayFinite) {
   for (float l : per_token) EXPECT_GE(l, 0.0f);
 }
 
+TEST(LmLoss, AllTargetsIgnored) {
+  const Problem p;
+  const std::vector<int32_t> none(p.N, -1);
+  std::vector<double> dh(p.N * p.d, 3.0), dhead(p.V * p.d, 0.5);
+  const auto r = lm_head_cross_entropy<double, int32_t>(
+      LmLossDims{p.N, p.d, p.V, 4}, p.h.data(), p.head.data(), none.data(), 1.0,
+      LmLossOutputs<double>{dh.data(), dhead.data()});
+  EXPECT_EQ(r.loss, 0.0);
+  EXPECT_EQ(r.counted, 0);
+  for (double g : dh) EXPECT_EQ(g, 0.0);
+  for (double g : dhead) EXPECT_EQ(g, 0.5);
+}
+
 TEST(LmLoss, BadInputThrowsNamingTheField) {
   const Problem p;
   std::vector<int64_t> bad = p.targets;
