@@ -341,6 +341,7 @@ void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X
     require_pointer(X, "X");
     require_pointer(y, "y");
     require_pointer(dXout, "dXout");
+    if (dX == dXout) throw Error("mhc_post_backward: dX must not alias dXout").field("dX");
   }
   coef.post.assign(static_cast<size_t>(N * n), T(0));
   coef.comb.assign(static_cast<size_t>(N * n * n), T(0));
