@@ -1,6 +1,7 @@
 #include "trex/model/lm_loss.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -197,6 +198,42 @@ TEST(LmLoss, LargeLogitsStayFinite) {
   for (float g : dh) EXPECT_TRUE(std::isfinite(g));
   for (float g : dhead) EXPECT_TRUE(std::isfinite(g));
   for (float l : per_token) EXPECT_GE(l, 0.0f);
+}
+
+TEST(LmLoss, AllTargetsIgnored) {
+  const Problem p;
+  const std::vector<int32_t> none(p.N, -1);
+  std::vector<double> dh(p.N * p.d, 3.0), dhead(p.V * p.d, 0.5);
+  const auto r = lm_head_cross_entropy<double, int32_t>(
+      LmLossDims{p.N, p.d, p.V, 4}, p.h.data(), p.head.data(), none.data(), 1.0,
+      LmLossOutputs<double>{dh.data(), dhead.data()});
+  EXPECT_EQ(r.loss, 0.0);
+  EXPECT_EQ(r.counted, 0);
+  for (double g : dh) EXPECT_EQ(g, 0.0);
+  for (double g : dhead) EXPECT_EQ(g, 0.5);
+}
+
+TEST(LmLoss, ResultsIndependentOfThreadCount) {
+  const int64_t N = 200, d = 64, V = 1000;
+  const auto hd = random_vector(N * d, 41, 1.0), headd = random_vector(V * d, 42, 0.2);
+  const std::vector<float> h(hd.begin(), hd.end()), head(headd.begin(), headd.end());
+  std::vector<int32_t> targets(N);
+  for (int64_t t = 0; t < N; ++t)
+    targets[t] = (t % 5 == 0) ? -1 : static_cast<int32_t>((t * 977) % V);
+  std::vector<float> dh1(N * d), dh2(N * d), dw1(V * d, 0.0f), dw2(V * d, 0.0f);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto a = lm_head_cross_entropy<float, int32_t>(
+      LmLossDims{N, d, V, 64}, h.data(), head.data(), targets.data(), 1.0 / N,
+      LmLossOutputs<float>{dh1.data(), dw1.data()});
+  omp_set_num_threads(std::max(2, saved));
+  const auto b = lm_head_cross_entropy<float, int32_t>(
+      LmLossDims{N, d, V, 64}, h.data(), head.data(), targets.data(), 1.0 / N,
+      LmLossOutputs<float>{dh2.data(), dw2.data()});
+  omp_set_num_threads(saved);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(dh1, dh2);
+  EXPECT_EQ(dw1, dw2);
 }
 
 TEST(LmLoss, BadInputThrowsNamingTheField) {

@@ -45,28 +45,44 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
   if (head == nullptr) throw Error("lm loss: null head weight").field("head.weight");
 
   const bool backward = outputs.dh != nullptr || outputs.dhead != nullptr;
-  const int64_t chunk = std::min(
-      N, dims.chunk_rows > 0 ? dims.chunk_rows : std::max<int64_t>(1, kAutoChunkLogits / V));
-  std::vector<T> own_logits(outputs.logits ? 0 : static_cast<size_t>(chunk * V));
+  // Without a logits output only the counted tokens are computed (an SFT batch
+  // masks most prompt tokens): their rows of h are gathered into a chunk buffer
+  // and the chunk's dh rows scattered back. With a logits output every row is
+  // computed in place.
+  const bool compact = outputs.logits == nullptr;
+  std::vector<int64_t> rows_of;  // token index of each computed row
+  rows_of.reserve(static_cast<size_t>(compact ? result.counted : N));
+  for (int64_t t = 0; t < N; ++t)
+    if (!compact || static_cast<int64_t>(targets[t]) >= 0) rows_of.push_back(t);
+  const int64_t total_rows = static_cast<int64_t>(rows_of.size());
+  if (outputs.dh) std::fill(outputs.dh, outputs.dh + N * d, T(0));
+
+  const int64_t chunk = std::max<int64_t>(
+      1, std::min(total_rows, dims.chunk_rows > 0 ? dims.chunk_rows
+                                                  : std::max<int64_t>(1, kAutoChunkLogits / V)));
+  std::vector<T> own_logits(compact ? static_cast<size_t>(chunk * V) : 0);
+  std::vector<T> grad_buffer(backward && !compact ? static_cast<size_t>(chunk * V) : 0);
+  std::vector<T> h_chunk(compact ? static_cast<size_t>(chunk * d) : 0);
+  std::vector<T> dh_chunk(compact && outputs.dh ? static_cast<size_t>(chunk * d) : 0);
   std::vector<double> row_loss(static_cast<size_t>(N), 0.0);
   const T scale = static_cast<T>(loss_scale);
 
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
-    T* logits = outputs.logits ? outputs.logits + r0 * V : own_logits.data();
-    kernels::linear_forward(h + r0 * d, head, logits, rows, V, d);
-    // Per row: loss, and (for backward) logits turned in place into
-    // dlogits = scale·(softmax − onehot); zero for ignored rows. When the caller
-    // keeps the logits, the gradient goes into a separate buffer.
-    T* grad = logits;
-    std::vector<T> grad_buffer;
-    if (backward && outputs.logits) {
-      grad_buffer.resize(static_cast<size_t>(rows * V));
-      grad = grad_buffer.data();
+  for (int64_t r0 = 0; r0 < total_rows; r0 += chunk) {
+    const int64_t rows = std::min(chunk, total_rows - r0);
+    const T* hc = h + r0 * d;
+    if (compact) {
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy(h + rows_of[r0 + i] * d, h + (rows_of[r0 + i] + 1) * d, h_chunk.data() + i * d);
+      hc = h_chunk.data();
     }
+    T* logits = compact ? own_logits.data() : outputs.logits + r0 * V;
+    kernels::linear_forward(hc, head, logits, rows, V, d);
+    // Per row: loss and, for backward, dlogits = scale·(softmax − onehot) (zero
+    // for ignored rows). In compact mode the logits are overwritten in place.
+    T* grad = compact ? logits : grad_buffer.data();
 #pragma omp parallel for schedule(static) if (rows * V > (1 << 15))
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = r0 + i;
+      const int64_t t = rows_of[r0 + i];
       const int64_t target = static_cast<int64_t>(targets[t]);
       const T* z = logits + i * V;
       T* g = grad + i * V;
@@ -77,7 +93,7 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
       T mx = z[0];
       for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
       double sum = 0.0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v] - mx));
+      for (int64_t v = 0; v < V; ++v) sum += static_cast<double>(std::exp(z[v] - mx));
       const double lse = static_cast<double>(mx) + std::log(sum);
       row_loss[t] = lse - static_cast<double>(z[target]);
       if (backward) {
@@ -87,8 +103,12 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
       }
     }
     if (backward) {
-      T* dh = outputs.dh ? outputs.dh + r0 * d : nullptr;
-      kernels::linear_backward(h + r0 * d, head, grad, dh, outputs.dhead, rows, V, d);
+      T* dh = outputs.dh ? (compact ? dh_chunk.data() : outputs.dh + r0 * d) : nullptr;
+      kernels::linear_backward(hc, head, grad, dh, outputs.dhead, rows, V, d);
+      if (compact && outputs.dh)
+        for (int64_t i = 0; i < rows; ++i)
+          std::copy(dh_chunk.data() + i * d, dh_chunk.data() + (i + 1) * d,
+                    outputs.dh + rows_of[r0 + i] * d);
     }
   }
 

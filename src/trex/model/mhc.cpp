@@ -309,6 +309,9 @@ void mhc_post_forward(const MhcDims& dims, const MhcCache<T>& cache, const T* X,
   if (static_cast<int64_t>(cache.comb.size()) != N * n * n)
     throw Error("mhc_post_forward: cache does not match dims (run mhc_pre_forward first)")
         .field("cache");
+  require_pointer(X, "X");
+  require_pointer(y, "y");
+  require_pointer(Xout, "Xout");
   if (Xout == X) throw Error("mhc_post_forward: Xout must not alias X").field("Xout");
 #pragma omp parallel for schedule(static) if (N * n * n * d > (1 << 14))
   for (int64_t t = 0; t < N; ++t) {
@@ -334,6 +337,12 @@ void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X
   const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
   if (N > 0 && static_cast<int64_t>(cache.comb.size()) != N * n * n)
     throw Error("mhc_post_backward: cache does not match dims").field("cache");
+  if (N > 0) {
+    require_pointer(X, "X");
+    require_pointer(y, "y");
+    require_pointer(dXout, "dXout");
+    if (dX == dXout) throw Error("mhc_post_backward: dX must not alias dXout").field("dX");
+  }
   coef.post.assign(static_cast<size_t>(N * n), T(0));
   coef.comb.assign(static_cast<size_t>(N * n * n), T(0));
 #pragma omp parallel for schedule(static) if (N * n * n * d > (1 << 14))
@@ -379,6 +388,11 @@ void mhc_pre_backward(const MhcDims& dims, const MhcWeights<T>& weights, const M
       static_cast<int64_t>(coef.comb.size()) != N * n * n)
     throw Error("mhc_pre_backward: coefficient grads do not match dims (run mhc_post_backward)")
         .field("coef");
+  require_pointer(weights.fn, "hc_fn");
+  require_pointer(weights.base, "hc_base");
+  require_pointer(weights.scale, "hc_scale");
+  require_pointer(X, "X");
+  require_pointer(du, "du");
   std::vector<T> dpre(static_cast<size_t>(N * n));
   collapse_backward(dims, cache.pre.data(), X, du, dpre.data(), dX);
 
@@ -454,6 +468,11 @@ void hc_head_backward(const MhcDims& dims, const HcHeadWeights<T>& weights,
   if (N == 0) return;
   if (static_cast<int64_t>(cache.mix.size()) != N * n)
     throw Error("hc_head_backward: cache does not match dims").field("cache");
+  require_pointer(weights.fn, "hc_head_fn");
+  require_pointer(weights.base, "hc_head_base");
+  require_pointer(weights.scale, "hc_head_scale");
+  require_pointer(X, "X");
+  require_pointer(dh, "dh");
   if (dX) std::fill(dX, dX + N * width, T(0));
   std::vector<T> dpre(static_cast<size_t>(N * n));
   collapse_backward(dims, cache.pre.data(), X, dh, dpre.data(), dX);

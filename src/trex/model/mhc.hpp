@@ -101,7 +101,8 @@ void mhc_post_forward(const MhcDims& dims, const MhcCache<T>& cache, const T* X,
                       T* Xout);
 
 // dXout [N, n, d]. dX [N, n, d] written (= combᵀ path: dX_j = Σ_k comb_jk dX'_k),
-// dy [N, d] written, coef filled. dX and dy may be null (not needed).
+// dy [N, d] written, coef filled. dX and dy may be null (not needed); dX must not
+// alias dXout.
 template <class T>
 void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X, const T* y,
                        const T* dXout, T* dX, T* dy, MhcCoefGrads<T>& coef);
