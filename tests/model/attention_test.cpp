@@ -1,6 +1,7 @@
 #include "trex/model/attention.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -687,6 +688,35 @@ TEST(AttentionTest, FloatMatchesDouble) {
     AttentionGrads<float> gf;  // all frozen: only da
     attention_backward(d, w, cf, dof.data(), gf, daf.data());
     for (float v : daf) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// Parameter gradients and da must not depend on the number of OpenMP threads.
+TEST(AttentionTest, BackwardIsThreadCountIndependent) {
+  const int64_t B = 2, S = 61;
+  for (int64_t layer : {kCsa, kHca}) {
+    const auto d = dims_for(layer);
+    const Params prm(d);
+    const Mat a = random_vector(B * S * d.hidden, 12);
+    const Mat R = random_vector(a.size(), 13);
+    std::vector<Grads> results;
+    std::vector<Mat> das;
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      AttentionCache<double> cache;
+      Mat out(a.size()), da(a.size());
+      AttentionOptions opt;
+      opt.compute_indexer_loss = layer == kCsa;
+      attention_forward(d, prm.weights(), SeqShape{B, S}, a.data(), cache, out.data(), opt);
+      results.emplace_back(prm);
+      auto g = results.back().grads();
+      attention_backward(d, prm.weights(), cache, R.data(), g, da.data());
+      das.push_back(da);
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(das[0], das[1]) << kind_name(layer);
+    for (const auto& [name, v] : results[0].t) EXPECT_EQ(v, results[1].t.at(name)) << name;
   }
 }
 

@@ -11,6 +11,9 @@
 
 namespace trex::model {
 
+// Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
 AttentionDims AttentionDims::from_config(const ModelConfig& config, int64_t layer) {
   const int64_t layers = static_cast<int64_t>(config.compress_ratios.size());
   if (layer < 0 || layer >= layers)
@@ -228,7 +231,8 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.sink_prob.assign(static_cast<size_t>(N * H), T(0));
   cache.o.assign(static_cast<size_t>(N * hc), T(0));
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule( \
+    dynamic, 4) if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const int64_t b = r / shape.S;
     const int64_t ws = cache.window_start(r, dims.window);
@@ -340,7 +344,8 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   std::vector<T> dlogit(cache.prob.size(), T(0));
   std::vector<T> dq(static_cast<size_t>(N * hc), T(0));
   std::vector<T> dsink_part(static_cast<size_t>(N * H), T(0));
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule( \
+    dynamic, 4) if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const int64_t b = r / shape.S;
     const int64_t ws = cache.window_start(r, dims.window);
@@ -384,7 +389,8 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
     }
   };
   std::vector<T> dkv(static_cast<size_t>(N * c), T(0));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(cache.prob.size()) * c > \
+                                              kParallelWork)
   for (int64_t row = 0; row < N; ++row) {
     const int64_t b = row / shape.S;
     const int64_t s = row % shape.S;
@@ -408,7 +414,8 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
       for (int64_t k = cache.comp_offsets[r]; k < cache.comp_offsets[r + 1]; ++k)
         users[fill[cache.comp_list[k]]++] = {r, n_window + k - cache.comp_offsets[r]};
     }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule( \
+    dynamic, 1) if (static_cast <int64_t>(cache.comp_list.size()) * hc > kParallelWork)
     for (int64_t e = 0; e < entries; ++e)
       for (int64_t u = count[e]; u < count[e + 1]; ++u)
         accumulate_from(users[u].first, users[u].second, dcompressed.data() + e * c);

@@ -11,6 +11,9 @@
 
 namespace trex::model {
 
+// Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
 void CompressorDims::validate() const {
   if (hidden <= 0) throw Error("compressor input width must be positive").field("hidden_size");
   if (ratio <= 0) throw Error("compressor ratio must be positive").field("compress_ratios");
@@ -78,7 +81,7 @@ void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& 
   cache.pooled.assign(static_cast<size_t>(entries * cx), T(0));
   cache.inv_rms.assign(static_cast<size_t>(entries), T(0));
   cache.positions.resize(static_cast<size_t>(entries));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (entries * slots * cx > kParallelWork)
   for (int64_t entry = 0; entry < entries; ++entry) {
     const int64_t b = entry / std::max<int64_t>(N, 1);
     const int64_t i = entry % std::max<int64_t>(N, 1);
@@ -137,7 +140,7 @@ void compressor_backward(const CompressorDims& dims, const CompressorWeights<T>&
   // one entry, so the per-entry loop writes disjoint elements of dproj/dgate.
   std::vector<T> dproj(static_cast<size_t>(tokens * width), T(0));
   std::vector<T> dgate(dproj.size(), T(0));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (entries * slots * cx > kParallelWork)
   for (int64_t entry = 0; entry < entries; ++entry) {
     const int64_t b = entry / N;
     const int64_t i = entry % N;

@@ -11,6 +11,9 @@
 
 namespace trex::model {
 
+// Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
 void IndexerDims::validate() const {
   if (heads <= 0) throw Error("indexer needs at least one head").field("index_n_heads");
   if (head_dim <= 0 || head_dim < rope_dim)
@@ -78,7 +81,7 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
     }
   } else {
     cache.selected.assign(static_cast<size_t>(tokens * k_max), -1);
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (tokens * cache.blocks * qdim > kParallelWork)
     for (int64_t r = 0; r < tokens; ++r) {
       const int64_t visible = visible_blocks(r % shape.S, dims.ratio, cache.blocks);
       if (visible == 0) continue;
@@ -97,7 +100,7 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
     }
   }
   cache.selected_scores.assign(static_cast<size_t>(tokens * k_max), T(0));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (tokens * k_max * qdim > kParallelWork)
   for (int64_t r = 0; r < tokens; ++r)
     for (int64_t k = 0; k < k_max; ++k) {
       const int64_t i = cache.selected[r * k_max + k];
@@ -112,7 +115,7 @@ double indexer_loss(const IndexerDims& dims, const SeqShape& shape, const T* tar
   const int64_t k_max = dims.topk;
   cache.dscores.assign(static_cast<size_t>(tokens * k_max), T(0));
   std::vector<double> per_token(static_cast<size_t>(tokens), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (tokens * k_max > kParallelWork)
   for (int64_t r = 0; r < tokens; ++r) {
     const int64_t* sel = cache.selected.data() + r * k_max;
     const T* score = cache.selected_scores.data() + r * k_max;
@@ -156,7 +159,7 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
   std::vector<T> dweights(static_cast<size_t>(tokens * nh), T(0));
   // dscore of every (token, pick, head): dK is reduced from it in a fixed order.
   std::vector<T> dlogit(static_cast<size_t>(tokens * k_max * nh), T(0));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (tokens * k_max * nh * hd > kParallelWork)
   for (int64_t r = 0; r < tokens; ++r) {
     const int64_t b = r / shape.S;
     const T* q = cache.q.data() + r * nh * hd;
