@@ -17,6 +17,13 @@
 // outputs are combined per token in slot order. Every reduction has a fixed
 // order, so results do not depend on the OpenMP thread count.
 //
+// Precision: expert GEMMs follow kernels::gemm_precision() (bf16 operands when
+// set); the router GEMMs (forward and backward) always run in fp32 via a
+// ScopedGemmPrecision (spec: router in FP32), so do not run another float GEMM
+// concurrently from a different thread while a MoE call is in flight. The
+// scalar router maths (sqrt-softplus, normalisation, balance loss) is
+// evaluated in double and stored as T.
+//
 // Sequence-wise balance loss (spec §3.3), per sequence b of T = seq tokens:
 //   s'_{e,t} = s_{e,t}/Σ_e' s_{e',t},  P_e = (1/T)Σ_t s'_{e,t},
 //   f_e = E/(K·T)·Σ_t 1[e ∈ idx_t]  (constant; a hash row naming an expert twice counts once),
@@ -82,7 +89,8 @@ template <class T>
 struct MoeCache {
   // Selection (integer constants for backward; reused by fixed_selection).
   std::vector<int32_t> expert_index;  // [N, K]
-  std::vector<int64_t> expert_load;   // [E] (token, slot) pairs routed to each expert
+  std::vector<int64_t> expert_load;   // [E] (token, slot) pairs routed to each expert in this
+                                      // call (input of update_router_bias; sum over micro-batches)
   double balance_loss = 0.0;          // L_bal (0 when not computed)
   bool balance_loss_active = false;
 
