@@ -249,6 +249,7 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
   std::vector<NamedTensor> out;
   std::map<std::string, size_t> fused_index;
   for (const ParamSpec& spec : params.specs()) {
+    if (grads && spec.group == OptimizerGroup::kNotTrained) continue;  // router bias: no gradient
     const T* src = flat.data() + params.offset(spec.name);
     const int64_t n = spec.numel();
     if (scheme == NamingScheme::kReleased) {
