@@ -82,6 +82,8 @@ class MarginRecorder:
         self.router = float("inf")
         self.indexer = float("inf")
         self.indexer_decisions = 0
+        self.indexer_zero_ties = 0
+        self.zero_relu = float("inf")
         self.router_decisions = 0
         self.handles = []
         for module in list(model.modules()) + list(mtp.modules()):
@@ -93,9 +95,12 @@ class MarginRecorder:
         self._index_ctx = None
 
     @staticmethod
-    def _row_margin(values, k):
+    def _row_margin(values, k, exact_ties_ok=False):
         """values [N, T] (finite or -inf), k: gap between the k-th and (k+1)-th largest, relative to
-        the row's largest finite magnitude; rows with <= k finite entries make no decision."""
+        the row's largest finite magnitude; rows with <= k finite entries make no decision.
+        exact_ties_ok: a k-th/(k+1)-th pair that is exactly 0.0 == 0.0 (indexer blocks whose ReLU
+        terms all vanish; exactly reproducible in fp32, broken by lowest index) is not a margin
+        failure; returns (min margin, decisions, exact zero ties)."""
         finite = torch.isfinite(values)
         n_fin = finite.sum(-1)
         v = torch.where(finite, values, torch.full_like(values, -1e300))
@@ -103,20 +108,29 @@ class MarginRecorder:
         mags = torch.where(finite, values.abs(), torch.zeros_like(values)).amax(-1).clamp_min(1e-300)
         decide = n_fin > k
         if not decide.any():
-            return float("inf"), 0
+            return float("inf"), 0, 0
         gap = (srt[:, k - 1] - srt[:, k]) / mags
-        return gap[decide].min().item(), int(decide.sum())
+        ties = decide & (srt[:, k - 1] == 0) & (srt[:, k] == 0)
+        if exact_ties_ok:
+            gap = torch.where(ties, torch.full_like(gap, float("inf")), gap)
+        return gap[decide].min().item(), int(decide.sum()), int(ties.sum())
 
     def _router_hook(self, module, inputs, _out):
         with torch.no_grad():
             flat = inputs[0].reshape(-1, module.hidden_dim)
             scores = module.score_fn(F.linear(flat, module.weight)) + module.e_score_correction_bias
-            m, n = self._row_margin(scores, module.top_k)
+            m, n, _ = self._row_margin(scores, module.top_k)
             self.router = min(self.router, m)
             self.router_decisions += n
 
-    def _scorer_hook(self, _module, _inputs, out):
+    def _scorer_hook(self, _module, inputs, out):
         self._index_scores = out.detach()
+        q, keys = inputs[0].detach(), inputs[1].detach()  # [B, S, H, D], [B, T, D]
+        if keys.shape[1] == 0:
+            return
+        dots = torch.einsum("bshd,btd->bsht", q, keys)
+        self._max_dot = dots.amax(dim=2)  # [B, S, T]
+        self._dot_scale = dots.abs().amax(dim=(2, 3))  # [B, S]
 
     def _indexer_outer_hook(self, module, inputs, _out):
         with torch.no_grad():
@@ -129,9 +143,16 @@ class MarginRecorder:
             invisible = torch.arange(t).view(1, 1, -1) >= threshold.unsqueeze(-1)
             scores = scores.masked_fill(invisible, float("-inf"))
             k = min(module.index_topk, t)
-            m, n = self._row_margin(scores.reshape(-1, t), k)
+            m, n, ties = self._row_margin(scores.reshape(-1, t), k, exact_ties_ok=True)
+            # Blocks scored exactly 0 (every head's q.k <= 0) must stay 0 in fp32: their largest
+            # q.k must be clearly negative (relative to the row's largest |q.k|).
+            zero_blocks = (scores == 0) & ~invisible
+            if zero_blocks.any():
+                rel = (-self._max_dot / self._dot_scale.unsqueeze(-1).clamp_min(1e-300))[zero_blocks]
+                self.zero_relu = min(self.zero_relu, rel.min().item())
             self.indexer = min(self.indexer, m)
             self.indexer_decisions += n
+            self.indexer_zero_ties += ties
 
     def remove(self):
         for h in self.handles:
@@ -228,19 +249,37 @@ def to_double(config, model, mtp):
     return model, mtp
 
 
+def _stable_topk(self, k, dim=-1, largest=True, sorted=True):
+    """torch.topk with ties broken by lowest index (the oracle's / T-Rex's rule)."""
+    order = self.sort(dim=dim, descending=largest, stable=True)
+    idx = order.indices.narrow(dim, 0, k)
+    return torch.return_types.topk((self.gather(dim, idx), idx))
+
+
 def check_against_unmodified_port(model_dir, cases, results):
-    """Loads the saved checkpoint in the unmodified port (float32) and compares logits."""
+    """Loads the saved checkpoint in the unmodified port (float32) and compares logits, once with
+    torch.topk's own tie order and once with Tensor.topk temporarily replaced by the stable
+    lowest-index tie-break (the only intended difference, D11). Returns (raw, stable) errors."""
     from transformers import DeepseekV4ForCausalLM
 
     port_model = DeepseekV4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     port_model.eval()
-    worst = 0.0
-    with torch.no_grad():
-        for seq, (ids, logits64) in zip(cases, results):
-            logits32 = port_model(input_ids=ids, use_cache=False).logits.double()
-            err = ((logits32 - logits64).abs().max() / logits64.abs().max()).item()
-            worst = max(worst, err)
-    return worst
+    errs = []
+    for stable in (False, True):
+        worst = 0.0
+        original = torch.Tensor.topk
+        if stable:
+            torch.Tensor.topk = _stable_topk
+        try:
+            with torch.no_grad():
+                for seq, (ids, logits64) in zip(cases, results):
+                    logits32 = port_model(input_ids=ids, use_cache=False).logits.double()
+                    err = ((logits32 - logits64).abs().max() / logits64.abs().max()).item()
+                    worst = max(worst, err)
+        finally:
+            torch.Tensor.topk = original
+        errs.append(worst)
+    return errs
 
 
 def check_released_loading(released_dir, model_dir, model):
@@ -283,9 +322,11 @@ def generate(name, out_root):
                 del h._apply_gate
             else:
                 h.remove()
-        ok = recorder.router > MIN_MARGIN and recorder.indexer > MIN_MARGIN
+        ok = recorder.router > MIN_MARGIN and recorder.indexer > MIN_MARGIN and recorder.zero_relu > MIN_MARGIN
         print(f"{name}: seed {seed}: min router margin {recorder.router:.3e} ({recorder.router_decisions} decisions), "
-              f"min indexer margin {recorder.indexer:.3e} ({recorder.indexer_decisions} decisions)"
+              f"min indexer margin {recorder.indexer:.3e} ({recorder.indexer_decisions} decisions, "
+              f"{recorder.indexer_zero_ties} exact 0 == 0 ties at the boundary), "
+              f"min zero-block ReLU margin {recorder.zero_relu:.3e}"
               f"{'' if ok else ' -> retry'}", flush=True)
         if ok:
             break
@@ -327,9 +368,10 @@ def generate(name, out_root):
     shutil.copy(out_dir / "released_config.json", released_dir / "config.json")
 
     # Cross-checks against the unmodified port.
-    port_err = check_against_unmodified_port(
+    port_err_raw, port_err = check_against_unmodified_port(
         model_dir, seqs, [(inputs[s][0], results[s][0]) for s in seqs])
-    print(f"{name}: unmodified port (float32) vs oracle (float64) logits: max rel err {port_err:.2e}", flush=True)
+    print(f"{name}: unmodified port (float32) vs oracle (float64) logits: max rel err {port_err_raw:.2e} with "
+          f"torch.topk's tie order, {port_err:.2e} with the lowest-index tie-break", flush=True)
     assert port_err < 1e-4, port_err
 
     meta_common = {
@@ -344,9 +386,13 @@ def generate(name, out_root):
         "min_indexer_margin": f"{recorder.indexer:.6e}",
         "router_decisions": str(recorder.router_decisions),
         "indexer_decisions": str(recorder.indexer_decisions),
+        "indexer_exact_zero_ties": str(recorder.indexer_zero_ties),
+        "indexer_tie_break": "exactly equal scores: lower block index first (stable sort)",
         "min_swiglu_clamp_margin": f"{worst_clamp['v']:.6e}",
+        "min_indexer_zero_block_relu_margin": f"{recorder.zero_relu:.6e}",
         "margin_definition": "(k-th - (k+1)-th score) / max |finite score| of the row",
-        "port_fp32_vs_oracle_max_rel_logit_err": f"{port_err:.3e}",
+        "port_fp32_vs_oracle_max_rel_logit_err": f"{port_err:.3e} (port with lowest-index tie-break)",
+        "port_fp32_vs_oracle_max_rel_logit_err_torch_topk_ties": f"{port_err_raw:.3e}",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "aux_loss": "none (output_router_logits=False, no balance loss)",
@@ -376,9 +422,12 @@ def generate(name, out_root):
     bad = check_released_loading(released_dir, model_dir, save_model)
     print(f"{name}: released-scheme copy loaded through transformers' conversion: "
           f"{'all tensors equal' if not bad else 'MISMATCH ' + str(bad)}", flush=True)
-    summary.update({k: meta_common[k] for k in ("min_router_margin", "min_indexer_margin",
+    summary.update({k: meta_common[k] for k in ("min_router_margin", "min_indexer_margin", "indexer_decisions",
+                                                 "indexer_exact_zero_ties", "router_decisions",
                                                  "min_swiglu_clamp_margin",
-                                                 "port_fp32_vs_oracle_max_rel_logit_err")})
+                                                 "min_indexer_zero_block_relu_margin",
+                                                 "port_fp32_vs_oracle_max_rel_logit_err",
+                                                 "port_fp32_vs_oracle_max_rel_logit_err_torch_topk_ties")})
     summary["released_conversion_check"] = "ok" if not bad else bad
     with open(out_dir / "summary.json", "w") as f:
         json.dump(summary, f, indent=2)

@@ -27,6 +27,12 @@ _REPLACEMENTS = [
     (".float()", ".to(ORACLE_DTYPE)", 15),
     ("torch.float32", "ORACLE_DTYPE", 25),
     ("dtype=torch.float)", "dtype=ORACLE_DTYPE)", 2),
+    # Indexer top-k: deterministic tie-break (lowest block index first among exactly equal scores).
+    # Exact ties are common: a block whose ReLU terms are all zero scores exactly 0, and a query
+    # whose head weights are all negative ranks those zero blocks first. torch.topk leaves the
+    # order of ties undefined; T-Rex must use the same rule (docs/deepseek-v4-hf-port.md D11).
+    ("index_scores.topk(top_k, dim=-1).indices",
+     "index_scores.sort(dim=-1, descending=True, stable=True).indices[..., :top_k]", 2),
 ]
 
 
