@@ -136,13 +136,35 @@ void copy_into(const std::vector<float>& src, T* dst) {
 }  // namespace
 
 const char* naming_scheme_name(NamingScheme scheme) {
-  return scheme == NamingScheme::kReleased ? "released" : "transformers";
+  switch (scheme) {
+    case NamingScheme::kReleased: return "released";
+    case NamingScheme::kTransformers: return "transformers";
+    case NamingScheme::kTransformersHybrid: return "transformers-hybrid";
+  }
+  return "?";
 }
 
 NamingScheme detect_naming_scheme(const std::vector<std::string>& names) {
-  for (const auto& n : names)
-    if (starts_with(n, "model.") || n == "lm_head.weight") return NamingScheme::kTransformers;
-  return NamingScheme::kReleased;
+  bool port = false;
+  for (const auto& n : names) {
+    std::string prefix, rest;
+    if (starts_with(n, "model.") && split_block(n.substr(6), "layers.", prefix, rest) &&
+        (starts_with(rest, "attn.") || starts_with(rest, "ffn.") || starts_with(rest, "hc_")))
+      return NamingScheme::kTransformersHybrid;
+    if (starts_with(n, "model.") || n == "lm_head.weight") port = true;
+  }
+  return port ? NamingScheme::kTransformers : NamingScheme::kReleased;
+}
+
+std::string hybrid_name(const std::string& released) {
+  if (released == "embed.weight") return "model.embed_tokens.weight";
+  if (released == "norm.weight") return "model.norm.weight";
+  for (const auto& [r, p] : head_suffixes())
+    if (released == r) return "model." + p;
+  std::string prefix, rest;
+  if (split_block(released, "layers.", prefix, rest))
+    return "model." + prefix + (rest == "attn.kv_norm.weight" ? std::string("attn.norm.weight") : rest);
+  return released;  // head.weight, mtp.* keep their released names
 }
 
 std::string transformers_name(const std::string& released) {
@@ -190,8 +212,9 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
   std::map<std::string, std::vector<float>> fused;  // transformers expert tensors, read once
   for (const ParamSpec& spec : params.specs()) {
     T* dst = params.value(spec.name);
-    if (scheme == NamingScheme::kReleased) {
-      copy_into(read_tensor(reader, spec.name, spec.shape, consumed), dst);
+    if (scheme != NamingScheme::kTransformers) {
+      const std::string name = scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
+      copy_into(read_tensor(reader, name, spec.shape, consumed), dst);
       continue;
     }
     const TransformersLocation loc = transformers_location(config, spec.name);
@@ -211,7 +234,9 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
   hash_tables.clear();
   const int64_t V = config.vocab_size, K = config.num_experts_per_tok;
   for (const std::string& released : hash_table_names(config)) {
-    const std::string name = scheme == NamingScheme::kReleased ? released : transformers_name(released);
+    const std::string name = scheme == NamingScheme::kReleased   ? released
+                             : scheme == NamingScheme::kTransformers ? transformers_name(released)
+                                                                     : hybrid_name(released);
     const TensorView* view = reader.find(name);
     if (!view) throw Error("checkpoint " + reader.source() + " has no hash-routing table '" + name + "'").field(name);
     if (view->shape != std::vector<int64_t>{V, K})
@@ -252,8 +277,9 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
     if (grads && spec.group == OptimizerGroup::kNotTrained) continue;  // router bias: no gradient
     const T* src = flat.data() + params.offset(spec.name);
     const int64_t n = spec.numel();
-    if (scheme == NamingScheme::kReleased) {
-      out.push_back({name_prefix + spec.name, spec.shape, std::vector<float>(src, src + n), {}});
+    if (scheme != NamingScheme::kTransformers) {
+      const std::string name = scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
+      out.push_back({name_prefix + name, spec.shape, std::vector<float>(src, src + n), {}});
       continue;
     }
     const TransformersLocation loc = transformers_location(config, spec.name);
@@ -275,7 +301,9 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
   if (hash_tables) {
     const std::vector<std::string> names = hash_table_names(config);
     for (size_t i = 0; i < names.size() && i < hash_tables->size(); ++i) {
-      const std::string name = scheme == NamingScheme::kReleased ? names[i] : transformers_name(names[i]);
+      const std::string name = scheme == NamingScheme::kReleased   ? names[i]
+                               : scheme == NamingScheme::kTransformers ? transformers_name(names[i])
+                                                                       : hybrid_name(names[i]);
       out.push_back({name_prefix + name, {config.vocab_size, config.num_experts_per_tok}, {}, (*hash_tables)[i]});
     }
   }
@@ -288,6 +316,8 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
                      size_t max_shard_bytes) {
   require(float_dtype == DType::kF32 || float_dtype == DType::kBF16,
           "checkpoints are written in F32 or BF16");
+  require(scheme != NamingScheme::kTransformersHybrid,
+          "the hybrid naming is read-only; write the released or the transformers scheme");
   std::filesystem::create_directories(dir);
   ModelConfig written = config;
   written.transformers_scheme = scheme == NamingScheme::kTransformers;

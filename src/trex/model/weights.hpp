@@ -6,6 +6,11 @@
 //   transformers: the HF port's names (model.layers.3.self_attn.q_a_proj.weight,
 //                 routed experts fused into [E, 2I, d] gate_up_proj / [E, d, I]
 //                 down_proj); MTP tensors under mtp.0.<port layer names>.
+//   hybrid (read only): what transformers 5.x save_pretrained writes by default
+//                 (save_original_format=True): released leaf names under
+//                 "model.layers.N.", model.embed_tokens / model.norm /
+//                 model.hc_head.*, head.weight, and attn.norm.weight for the
+//                 attention's kv_norm.
 // The mapping is documented in docs/deepseek-v4-hf-port.md.
 #include <cstdint>
 #include <string>
@@ -18,10 +23,11 @@
 
 namespace trex::model {
 
-enum class NamingScheme { kReleased, kTransformers };
+enum class NamingScheme { kReleased, kTransformers, kTransformersHybrid };
 const char* naming_scheme_name(NamingScheme scheme);
 
-// Transformers scheme iff some name starts with "model." or is "lm_head.weight".
+// Hybrid iff some "model.layers." name carries a released leaf (attn., ffn., hc_);
+// else transformers iff some name starts with "model." or is "lm_head.weight".
 NamingScheme detect_naming_scheme(const std::vector<std::string>& names);
 
 // Where a released-scheme tensor lives in the transformers scheme. Routed
@@ -34,8 +40,10 @@ struct TransformersLocation {
   int64_t rows_total = 0;   // second dimension of the fused tensor
 };
 TransformersLocation transformers_location(const ModelConfig& config, const std::string& released);
-// Released name of a released-scheme integer table (tid2eid) in the port scheme.
+// Port-scheme name of a released non-expert tensor (also tid2eid).
 std::string transformers_name(const std::string& released_non_expert);
+// Name of a released tensor in the hybrid scheme (experts stay split there).
+std::string hybrid_name(const std::string& released);
 
 // Hash-routing tables of layers 0..num_hash_layers-1, each [vocab, top_k].
 using HashTables = std::vector<std::vector<int64_t>>;
