@@ -60,6 +60,10 @@ void run_train(const TrainOptions& o) {
   tok.save(o.out);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (tok.vocab_size() < o.vocab_size)
+    std::cerr << "trex: warning: the corpus has no pair seen at least " << o.min_frequency
+              << " times left; the vocabulary stops at " << tok.vocab_size() << " of "
+              << o.vocab_size << " tokens\n";
   std::cerr << "trex: tokenizer with " << tok.vocab_size() << " tokens (" << tok.merge_count()
             << " merges) written to " << o.out << " in " << seconds << " s\n";
 }

@@ -659,6 +659,45 @@ Regex::Regex(std::string_view pattern) : pattern_(pattern) {
   if (!compiler.at_end()) compiler.fail("unbalanced )");
   compiler.compile(*tree);
   compiler.emit(Op::kMatch);
+
+  std::vector<int32_t> work{0};
+  std::vector<bool> seen(program_.size(), false);
+  has_first_filter_ = true;
+  while (!work.empty() && has_first_filter_) {
+    const int32_t pc = work.back();
+    work.pop_back();
+    if (seen[static_cast<std::size_t>(pc)]) continue;
+    seen[static_cast<std::size_t>(pc)] = true;
+    const Inst& in = program_[static_cast<std::size_t>(pc)];
+    switch (in.op) {
+      case Op::kClass:
+        first_classes_.push_back(in.x);
+        break;
+      case Op::kSplit:
+        work.push_back(in.x);
+        work.push_back(in.y);
+        break;
+      case Op::kJump:
+        work.push_back(in.x);
+        break;
+      default:
+        has_first_filter_ = false;
+        break;  // anchors, lookahead, empty match
+    }
+  }
+  for (int32_t c : first_classes_) {
+    first_ascii_[0] |= classes_[static_cast<std::size_t>(c)].ascii_bits[0];
+    first_ascii_[1] |= classes_[static_cast<std::size_t>(c)].ascii_bits[1];
+  }
+}
+
+bool Regex::can_start(char32_t cp) const {
+  if (!has_first_filter_) return true;
+  if (cp < 128) return (first_ascii_[cp >> 6] >> (cp & 63)) & 1u;
+  for (int32_t c : first_classes_) {
+    if (classes_[static_cast<std::size_t>(c)].matches(cp)) return true;
+  }
+  return false;
 }
 
 // Backtracking VM: a depth-first search over (pc, position) in priority order, which gives
@@ -732,6 +771,8 @@ std::vector<std::pair<uint32_t, uint32_t>> Regex::find_all(const char32_t* text,
   std::vector<std::pair<uint32_t, uint32_t>> out;
   uint32_t pos = 0;
   while (pos <= size) {
+    while (pos < size && !can_start(text[pos])) ++pos;
+    if (pos == size && has_first_filter_) break;
     const int64_t end = match_at(0, text, size, pos);
     if (end < 0) {
       ++pos;

@@ -125,6 +125,12 @@ class Regex {
   std::string pattern_;
   std::vector<Inst> program_;
   std::vector<CharClass> classes_;
+  // The classes a match can begin with (when every path starts with one), so find_all can skip
+  // positions where no match can start without running the VM.
+  bool has_first_filter_ = false;
+  std::vector<int32_t> first_classes_;
+  uint64_t first_ascii_[2] = {0, 0};
+  bool can_start(char32_t cp) const;
 };
 
 }  // namespace trex::io
