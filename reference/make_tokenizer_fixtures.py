@@ -329,6 +329,36 @@ def mode_dsv3():
     digest = {"lines": len(lines), "tokens": sum(len(e) for e in encodings), "fnv1a64": ids_digest(encodings)}
     (OUT / "dsv3_style.corpus_digest.json").write_text(json.dumps(digest) + "\n")
 
+    # A stress test of the merge order: the same tokenizer with 4000 random extra merges (some
+    # spelling a token that another pair already makes), corpus digest from Python.
+    doc = json.loads(tok.to_str())
+    rng = random.Random(5)
+    vocab, merges = doc["model"]["vocab"], [list(m) for m in doc["model"]["merges"]]
+    tokens = [t for t in vocab if t not in SPECIAL_TOKENS]
+    next_id = max(vocab.values()) + 1
+    added = 0
+    while added < 4000:
+        a, b = rng.choice(tokens), rng.choice(tokens)
+        if len(a) + len(b) > 10 or [a, b] in merges[-50:]:
+            continue
+        if a + b in vocab:
+            if rng.random() < 0.2:
+                merges.append([a, b])
+            continue
+        vocab[a + b] = next_id
+        next_id += 1
+        tokens.append(a + b)
+        merges.append([a, b])
+        added += 1
+    doc["model"]["merges"] = merges
+    text = json.dumps(doc, ensure_ascii=False)
+    (OUT / "random_merges.tokenizer.json").write_text(text, encoding="utf-8")
+    rtok = Tokenizer.from_str(text)
+    encodings = [e.ids for e in rtok.encode_batch(lines)] + [rtok.encode(s).ids for s in fuzz_strings()]
+    digest = {"lines": len(lines), "fuzz": len(fuzz_strings()), "tokens": sum(len(e) for e in encodings),
+              "fnv1a64": ids_digest(encodings)}
+    (OUT / "random_merges.digest.json").write_text(json.dumps(digest) + "\n")
+
     v4 = v4_ids_tokenizer()
     text = json.dumps(v4, ensure_ascii=False)
     (OUT / "v4_ids.tokenizer.json").write_text(text, encoding="utf-8")

@@ -134,6 +134,23 @@ TEST(TokenizerParity, Dsv3StyleCorpusDigestMatchesPythonAndSpeed) {
   EXPECT_EQ(tok.decode(flat), joined);
 }
 
+// 4000 random extra merges (some spelling tokens that another pair already makes) stress the merge
+// order; corpus lines + the random strings, as a digest of Python's ids.
+TEST(TokenizerParity, RandomExtraMergesMatchPython) {
+  const json expected = json::parse(read_file(fixture("random_merges.digest.json")));
+  const Tokenizer tok = Tokenizer::load(fixture("random_merges.tokenizer.json"));
+  std::vector<std::vector<int32_t>> all;
+  for (const auto& line : corpus_lines()) all.push_back(tok.encode(line));
+  for (const json& row : read_jsonl(fixture("dsv3_style.fuzz.jsonl")))
+    all.push_back(tok.encode(row["text"].get<std::string>()));
+  ASSERT_EQ(static_cast<int64_t>(all.size()),
+            expected["lines"].get<int64_t>() + expected["fuzz"].get<int64_t>());
+  std::size_t tokens = 0;
+  for (const auto& ids : all) tokens += ids.size();
+  EXPECT_EQ(static_cast<int64_t>(tokens), expected["tokens"].get<int64_t>());
+  EXPECT_EQ(ids_digest(all), expected["fnv1a64"].get<std::string>());
+}
+
 TEST(TokenizerParity, MergesAsStringsLoadLikeMergesAsLists) {
   json doc = json::parse(read_file(fixture("dsv3_style.tokenizer.json")));
   ASSERT_TRUE(doc["model"]["merges"][0].is_array());
