@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/rng.hpp"
 
 namespace trex::io {
 namespace {
@@ -149,6 +151,26 @@ TEST(TokenizerParity, RandomExtraMergesMatchPython) {
   for (const auto& ids : all) tokens += ids.size();
   EXPECT_EQ(static_cast<int64_t>(tokens), expected["tokens"].get<int64_t>());
   EXPECT_EQ(ids_digest(all), expected["fnv1a64"].get<std::string>());
+}
+
+// encode() is const and shares the pre-token cache: concurrent callers get the serial answer.
+TEST(TokenizerParity, ConcurrentEncodingMatchesSerial) {
+  const Tokenizer tok = Tokenizer::load(fixture("dsv3_style.tokenizer.json"));
+  const auto rows = read_jsonl(fixture("dsv3_style.fuzz.jsonl"));
+  std::vector<std::vector<std::vector<int32_t>>> results(4);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < results.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t k = 0; k < rows.size(); ++k)
+        results[t].push_back(
+            tok.encode(rows[(k + t * 97) % rows.size()]["text"].get<std::string>()));
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (std::size_t t = 0; t < results.size(); ++t) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      EXPECT_EQ(results[t][k], ids_of(rows[(k + t * 97) % rows.size()]));
+  }
 }
 
 TEST(TokenizerParity, MergesAsStringsLoadLikeMergesAsLists) {
@@ -403,6 +425,26 @@ TEST(TokenizerBytes, InvalidUtf8AndSplitCharactersDecodeLossily) {
   ASSERT_GE(cjk.size(), 1u);
   EXPECT_EQ(dsv3().decode(std::vector<int32_t>{cjk[0]}), cjk.size() > 1 ? "\xEF\xBF\xBD" : "中");
   EXPECT_EQ(dsv3().decode(std::vector<int32_t>{-1, 5000000}), "");  // unknown ids are skipped
+}
+
+// Byte-level BPE is lossless on bytes: decode(encode(x)) is x read as lossy UTF-8, for any bytes.
+TEST(TokenizerBytes, RandomBytesRoundTripLossily) {
+  Rng rng(20261129, {6});
+  const char* pieces[] = {"a",          " ",        "\n",   "1",    "中", "é", "<think>",
+                          "<｜User｜>", "\xF0\x9F", "\x80", "\xFF", "'s", "!!"};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text;
+    const int64_t n = rng.uniform_int(0, 30);
+    for (int64_t k = 0; k < n; ++k) {
+      if (rng.uniform() < 0.5) {
+        text += static_cast<char>(rng.uniform_int(0, 255));
+      } else {
+        text += pieces[rng.uniform_int(0, 12)];
+      }
+    }
+    const auto ids = dsv3().encode(text);
+    EXPECT_EQ(dsv3().decode(ids), unicode::utf8_lossy(text));
+  }
 }
 
 void expect_load_error(json doc, const std::string& field_part) {
