@@ -426,11 +426,12 @@ def mode_unicode():
         "",
         "namespace trex::io::unicode {",
         "",
+        "// clang-format off",
         f"const CategoryRange kCategoryRanges[] = {{",
     ]
     for a, b, c in ranges:
         out.append(f"    {{0x{a:X}, 0x{b:X}, Category::{c}}},")
-    out += ["};", "const std::size_t kCategoryRangeCount = sizeof(kCategoryRanges) / sizeof(kCategoryRanges[0]);",
+    out += ["};", "// clang-format on", "const std::size_t kCategoryRangeCount = sizeof(kCategoryRanges) / sizeof(kCategoryRanges[0]);",
             "", "}  // namespace trex::io::unicode", ""]
     path.write_text("\n".join(out), encoding="utf-8")
     print(f"unicode {unicodedata.unidata_version}: {len(ranges)} ranges -> {path}")

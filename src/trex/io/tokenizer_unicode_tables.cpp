@@ -5,6 +5,7 @@
 
 namespace trex::io::unicode {
 
+// clang-format off
 const CategoryRange kCategoryRanges[] = {
     {0x0, 0x1F, Category::Cc},
     {0x20, 0x20, Category::Zs},
@@ -3277,6 +3278,7 @@ const CategoryRange kCategoryRanges[] = {
     {0xF0000, 0xFFFFD, Category::Co},
     {0x100000, 0x10FFFD, Category::Co},
 };
+// clang-format on
 const std::size_t kCategoryRangeCount = sizeof(kCategoryRanges) / sizeof(kCategoryRanges[0]);
 
 }  // namespace trex::io::unicode
