@@ -9,6 +9,7 @@ void add_or_data_commands(CLI::App& or_app);
 void add_demo_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_model_commands(CLI::App& app);
+void add_plan_commands(CLI::App& app);
 
 // Runs `or synth` with the given settings and writes FILE + FILE's summary.
 struct SynthCliOptions {
