@@ -185,11 +185,11 @@ std::string format_validation(const std::vector<ValidationRow>& rows) {
 std::string format_ablation(const std::vector<AblationRow>& rows) {
   std::ostringstream out;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-48s %-22s %7s %9s %9s %s\n", "step", "lever", "MFU", "step s",
+  std::snprintf(buf, sizeof buf, "%-64s %-22s %7s %9s %9s %s\n", "step", "lever", "MFU", "step s",
                 "x prev", "share of gain");
   out << buf;
   for (const AblationRow& r : rows) {
-    std::snprintf(buf, sizeof buf, "%-48s %-22s %6.1f%% %9.2f %9.2f %6.0f%%\n", r.step.c_str(),
+    std::snprintf(buf, sizeof buf, "%-64s %-22s %6.1f%% %9.2f %9.2f %6.0f%%\n", r.step.c_str(),
                   r.lever.c_str(), 100 * r.estimate.mfu, r.estimate.time.step,
                   r.speedup_vs_previous, 100 * r.share_of_gain);
     out << buf;
