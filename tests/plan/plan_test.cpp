@@ -167,6 +167,8 @@ TEST(PlanCluster, ShippedSpecsLoadAndErrorsNameTheField) {
   ClusterSpec ascend = ClusterSpec::load(cluster_path("ascend-910c-cloudmatrix384"));
   EXPECT_DOUBLE_EQ(ascend.device.bf16_tflops, 353.9);
   EXPECT_EQ(ascend.topology.scale_up_domain, 768);
+  EXPECT_EQ(ascend.topology.dies_per_package, 2);
+  EXPECT_DOUBLE_EQ(ascend.topology.die_to_die_gbps, 224);
   nlohmann::json bad = ascend.to_json();
   bad["topology"].erase("scale_out_gbps");
   try {

@@ -78,7 +78,14 @@ ClusterSpec ClusterSpec::from_json(const json& j, const std::string& source) {
   const json* top = root.child("topology");
   if (!top) throw Error("missing section").file(source).field("topology");
   Reader t(*top, source, "topology");
+  t.integer("dies_per_package", c.topology.dies_per_package, false);
+  t.number("die_to_die_gbps", c.topology.die_to_die_gbps, c.topology.dies_per_package > 1, 0, kBig);
+  t.number("die_to_die_latency_us", c.topology.die_to_die_latency_us, false, 0, kBig);
   t.integer("devices_per_node", c.topology.devices_per_node, true);
+  if (c.topology.devices_per_node % c.topology.dies_per_package != 0)
+    throw Error("must be a multiple of dies_per_package")
+        .file(source)
+        .field("topology.devices_per_node");
   c.topology.scale_up_domain = c.topology.devices_per_node;
   t.integer("scale_up_domain", c.topology.scale_up_domain, false);
   if (c.topology.scale_up_domain % c.topology.devices_per_node != 0)
@@ -144,7 +151,10 @@ json ClusterSpec::to_json() const {
             {"hbm_gbps", device.hbm_gbps},
             {"reserved_gib", device.reserved_gib}}},
           {"topology",
-           {{"devices_per_node", topology.devices_per_node},
+           {{"dies_per_package", topology.dies_per_package},
+            {"die_to_die_gbps", topology.die_to_die_gbps},
+            {"die_to_die_latency_us", topology.die_to_die_latency_us},
+            {"devices_per_node", topology.devices_per_node},
             {"scale_up_domain", topology.scale_up_domain},
             {"scale_up_gbps", topology.scale_up_gbps},
             {"scale_up_latency_us", topology.scale_up_latency_us},

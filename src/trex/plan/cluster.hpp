@@ -22,6 +22,11 @@ struct DeviceSpec {
 };
 
 struct TopologySpec {
+  // Devices sharing a package and its die-to-die link (910C: 2 dies, SIO);
+  // groups that fit in a package (TP2 on one 910C) use that link.
+  int64_t dies_per_package = 1;
+  double die_to_die_gbps = 0;
+  double die_to_die_latency_us = 0;
   int64_t devices_per_node = 8;
   int64_t scale_up_domain = 8;  // devices sharing the scale-up fabric (NVLink node, UB supernode)
   double scale_up_gbps = 0;     // per device, one direction, GB/s

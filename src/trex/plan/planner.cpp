@@ -76,6 +76,9 @@ struct LinkTime {
 
 // Link a group of `span` consecutive-ish devices communicates over.
 LinkTime group_link(const ClusterSpec& c, int64_t span, bool topology_aware) {
+  if (c.topology.dies_per_package > 1 && span <= c.topology.dies_per_package &&
+      c.topology.die_to_die_gbps > 0)
+    return {c.topology.die_to_die_gbps * 1e9, c.topology.die_to_die_latency_us * 1e-6};
   const int64_t domain = topology_aware ? c.topology.scale_up_domain : c.topology.devices_per_node;
   if (span <= domain)
     return {c.topology.scale_up_gbps * 1e9, c.topology.scale_up_latency_us * 1e-6};

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 namespace trex::plan {
 
@@ -221,10 +223,15 @@ std::string candidates_svg(const SearchResult& r, const ClusterSpec& cluster,
                 "%.0f GiB</text>\n",
                 hbm, top, hbm, height - bottom, hbm + 4, top + 12, cluster.device.hbm_gib);
   out << buf;
+  // One dot per 2-pixel cell (there can be 10^5 candidates).
+  std::set<std::tuple<int, int, bool>> drawn;
   for (const Estimate& e : r.candidates) {
+    const double cx = x(e.memory.total() / kGiB), cy = y(e.mfu);
+    if (!drawn.insert({static_cast<int>(cx / 2), static_cast<int>(cy / 2), e.memory.fits()}).second)
+      continue;
     std::snprintf(buf, sizeof buf,
-                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2\" fill=\"%s\" fill-opacity=\"0.35\"/>\n",
-                  x(e.memory.total() / kGiB), y(e.mfu), e.memory.fits() ? "#3366cc" : "#999999");
+                  "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"2\" fill=\"%s\" fill-opacity=\"0.35\"/>\n",
+                  cx, cy, e.memory.fits() ? "#3366cc" : "#999999");
     out << buf;
   }
   int rank = 1;
