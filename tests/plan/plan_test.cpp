@@ -381,6 +381,43 @@ TEST(PlanTime, SwitchesNeverMakeItSlowerWhenTheyShould) {
   EXPECT_LT(evaluate(m, c, skewed, rebalanced).time.step, skew_step);
 }
 
+TEST(PlanTime, BubblesFollowTheScheduleFormulas) {
+  ModelShape m = synthetic_model();
+  for (int i = 0; i < 6; ++i) m.layers.push_back(m.layers[0]);  // 8 layers
+  m.head_flops = 0;                                             // equal stages
+  ClusterSpec c = synthetic_cluster(1000);
+  Layout l;
+  l.recompute = Recompute::kNone;
+  l.pp = 4;
+  const Job j = job(4, 8, 1024);  // DP 1, 8 micro-batches
+  auto per_micro_batch = [&](const Estimate& e) {
+    return (e.time.step - e.time.bubble - e.time.dp_exposed - e.time.optimizer -
+            e.time.offload_exposed) /
+           static_cast<double>(e.micro_batches);
+  };
+  Estimate f1b = evaluate(m, c, j, l);
+  ASSERT_TRUE(f1b.valid) << f1b.invalid_reason;
+  EXPECT_EQ(f1b.micro_batches, 8);
+  EXPECT_NEAR(f1b.time.bubble, 3 * per_micro_batch(f1b), 1e-12);  // (PP-1)(F+B)
+  l.schedule = Schedule::kInterleaved;
+  l.vpp = 2;
+  Estimate inter = evaluate(m, c, j, l);
+  ASSERT_TRUE(inter.valid) << inter.invalid_reason;
+  EXPECT_NEAR(inter.time.bubble, 3 * per_micro_batch(inter) / 2, 1e-12);  // (PP-1)(F+B)/V
+  l.schedule = Schedule::kDualPipeV;
+  l.vpp = 1;
+  Estimate dpv = evaluate(m, c, j, l);
+  ASSERT_TRUE(dpv.valid) << dpv.invalid_reason;
+  // (P-1)(F/2 + 3B/4) - F/2 with B = 2F: F = per_mb / 3 -> (3 · 2F) - F/2 = 5.5 F.
+  EXPECT_NEAR(dpv.time.bubble, 5.5 * per_micro_batch(dpv) / 3, 1e-9);
+  EXPECT_LT(dpv.time.bubble, f1b.time.bubble);
+  // Muon: Newton–Schulz costs optimizer time, its state is 8 bytes, not 12.
+  Job muon = j;
+  muon.optimizer = Optimizer::kMuon;
+  l.schedule = Schedule::k1F1B;
+  EXPECT_GT(evaluate(m, c, muon, l).time.optimizer, evaluate(m, c, j, l).time.optimizer);
+}
+
 TEST(PlanTime, MfuIsModelFlopsOverPeak) {
   ModelShape m = load_model_shape(model_path("deepseek-v4-flash"), 4096);
   ClusterSpec c = ClusterSpec::load(cluster_path("h200-nvlink"));
