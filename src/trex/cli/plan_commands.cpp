@@ -1,0 +1,275 @@
+// `trex plan`: memory, step time and MFU of parallel layouts for a model on a
+// cluster, the best layouts by search, an --explain breakdown and an SVG of the
+// candidates; `trex plan calibrate`: fit the GEMM efficiency curve;
+// `trex plan validate`: the published-point validation and V4-Pro ablation.
+// See docs/planner.md.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "trex/cli/commands.hpp"
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
+#include "trex/plan/calibrate.hpp"
+#include "trex/plan/cluster.hpp"
+#include "trex/plan/planner.hpp"
+#include "trex/plan/report.hpp"
+#include "trex/plan/validation.hpp"
+
+namespace trex::cli {
+
+namespace {
+
+using namespace trex::plan;
+
+struct PlanOptions {
+  std::string model, cluster, svg, json_out, layout, optimizer = "adamw";
+  int64_t devices = 0, global_batch = 0, seq = 0, top = 5;
+  double imbalance = 1.1;
+  bool rebalance = false;
+  bool explain = false, allow_fp8 = false, no_offload = false, unfused = false,
+       naive_placement = false;
+};
+
+// "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,unfused,naive,fp8"
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::stringstream ss(text);
+  std::string tok;
+  bool vpp_given = false;
+  while (std::getline(ss, tok, ',')) {
+    auto number = [&](size_t prefix) {
+      try {
+        size_t used = 0;
+        long long v = std::stoll(tok.substr(prefix), &used);
+        if (used != tok.size() - prefix || v < 0) throw std::invalid_argument(tok);
+        return static_cast<int64_t>(v);
+      } catch (const std::exception&) {
+        throw Error("bad layout token '" + tok + "'").field("--layout");
+      }
+    };
+    if (tok.rfind("tp", 0) == 0) {
+      l.tp = number(2);
+    } else if (tok.rfind("pp", 0) == 0) {
+      l.pp = number(2);
+    } else if (tok.rfind("vpp", 0) == 0) {
+      l.vpp = number(3), vpp_given = true;
+    } else if (tok.rfind("ep", 0) == 0) {
+      l.ep = number(2);
+    } else if (tok.rfind("cp", 0) == 0) {
+      l.cp = number(2);
+    } else if (tok.rfind("mbs", 0) == 0) {
+      l.mbs = number(3);
+    } else if (tok.rfind("zero", 0) == 0) {
+      l.zero = static_cast<int>(number(4));
+    } else if (tok == "1f1b" || tok == "interleaved" || tok == "dualpipe" || tok == "dualpipev") {
+      l.schedule = parse_schedule(tok);
+    } else if (tok == "none" || tok == "selective" || tok == "full") {
+      l.recompute = parse_recompute(tok);
+    } else if (tok == "offload") {
+      l.offload_optimizer = true;
+    } else if (tok == "no-overlap") {
+      l.overlap = false;
+      l.ep_overlap = false;
+    } else if (tok == "no-ep-overlap") {
+      l.ep_overlap = false;
+    } else if (tok == "unfused") {
+      l.fused_kernels = false;
+    } else if (tok == "naive") {
+      l.topology_aware = false;
+    } else if (tok == "rebalance") {
+      l.expert_rebalancing = true;
+    } else if (tok == "fp8") {
+      l.fp8 = true;
+    } else if (!tok.empty()) {
+      throw Error("unknown layout token '" + tok + "'").field("--layout");
+    }
+  }
+  if (l.schedule == Schedule::kInterleaved && !vpp_given) l.vpp = 2;
+  return l;
+}
+
+void run_plan(const PlanOptions& o) {
+  if (o.model.empty()) throw Error("--model is required").field("--model");
+  if (o.cluster.empty()) throw Error("--cluster is required").field("--cluster");
+  if (o.devices <= 0) throw Error("--devices must be > 0").field("--devices");
+  if (o.global_batch <= 0) throw Error("--global-batch must be > 0").field("--global-batch");
+  if (o.seq <= 0) throw Error("--seq must be > 0").field("--seq");
+  ModelShape model = load_model_shape(o.model, o.seq);
+  ClusterSpec cluster = ClusterSpec::load(o.cluster);
+  Job job;
+  job.devices = o.devices;
+  job.global_batch = o.global_batch;
+  job.seq_len = o.seq;
+  job.optimizer = parse_optimizer(o.optimizer);
+  if (!(o.imbalance >= 1)) throw Error("must be >= 1").field("--expert-imbalance");
+  job.expert_imbalance = o.imbalance;
+
+  std::printf("model %s (%.4g B params, %.4g B activated, %.1f GFLOP/token at seq %lld)\n",
+              model.name.c_str(), model.total_params / 1e9, model.activated_params / 1e9,
+              model.model_flops_per_token / 1e9, static_cast<long long>(o.seq));
+  std::printf("cluster %s: %lld devices, global batch %lld x %lld tokens, %s\n",
+              cluster.name.c_str(), static_cast<long long>(o.devices),
+              static_cast<long long>(o.global_batch), static_cast<long long>(o.seq),
+              to_string(job.optimizer).c_str());
+
+  if (!o.layout.empty()) {
+    Layout layout = parse_layout(o.layout);
+    if (o.rebalance) layout.expert_rebalancing = true;
+    Estimate e = evaluate(model, cluster, job, layout);
+    if (!e.valid) throw Error("layout cannot run: " + e.invalid_reason).field("--layout");
+    std::cout << format_estimates({e});
+    if (o.explain) std::cout << "\n" << explain(e, model, cluster, job);
+    if (!o.json_out.empty()) write_file_atomic(o.json_out, estimate_json(e).dump(2) + "\n");
+    return;
+  }
+  SearchOptions so;
+  so.top_k = o.top;
+  so.allow_fp8 = o.allow_fp8;
+  so.allow_offload = !o.no_offload;
+  so.fused_kernels = !o.unfused;
+  so.topology_aware = !o.naive_placement;
+  so.expert_rebalancing = o.rebalance;
+  SearchResult r = search(model, cluster, job, so);
+  std::printf("searched %lld layouts: %zu valid, %zu fit in %.0f GiB\n",
+              static_cast<long long>(r.evaluated), r.candidates.size(),
+              static_cast<size_t>(std::count_if(r.candidates.begin(), r.candidates.end(),
+                                                [](const Estimate& e) { return e.memory.fits(); })),
+              cluster.device.hbm_gib);
+  if (r.best.empty()) {
+    std::printf("no layout fits in device memory\n");
+  } else {
+    std::cout << format_estimates(r.best);
+    if (o.explain) std::cout << "\nbest layout:\n" << explain(r.best.front(), model, cluster, job);
+  }
+  if (!o.svg.empty()) {
+    write_file_atomic(o.svg, candidates_svg(r, cluster,
+                                            model.name + " on " + std::to_string(o.devices) +
+                                                " x " + cluster.device.name));
+    std::printf("wrote %s\n", o.svg.c_str());
+  }
+  if (!o.json_out.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Estimate& e : r.best) j.push_back(estimate_json(e));
+    write_file_atomic(o.json_out, j.dump(2) + "\n");
+  }
+}
+
+struct CalibrateOptions {
+  std::string measurements, cluster, out, save_measurements;
+  bool bf16 = false;
+  int repeats = 5;
+  double peak_tflops = 0, hbm_gbps = 0;
+};
+
+void run_calibrate(const CalibrateOptions& o) {
+  std::vector<GemmMeasurement> ms;
+  if (!o.measurements.empty()) {
+    ms = read_measurements(o.measurements);
+    std::printf("read %zu GEMM measurements from %s\n", ms.size(), o.measurements.c_str());
+  } else {
+    ms = measure_gemms(default_calibration_shapes(), o.bf16, o.repeats);
+    std::printf("timed %zu GEMM shapes through kernels::gemm<float> (%s operands)\n", ms.size(),
+                o.bf16 ? "bf16" : "fp32");
+  }
+  if (!o.save_measurements.empty())
+    write_file_atomic(o.save_measurements, measurements_json(ms).dump(2) + "\n");
+  GemmFit f = fit_gemm_curve(ms);
+  std::printf("%8s %8s %8s %12s %12s %10s\n", "M", "N", "K", "measured us", "fitted us", "GFLOP/s");
+  for (const GemmMeasurement& s : ms)
+    std::printf("%8.0f %8.0f %8.0f %12.2f %12.2f %10.2f\n", s.m, s.n, s.k, s.seconds * 1e6,
+                f.predict(s) * 1e6, 2 * s.m * s.n * s.k / s.seconds / 1e9);
+  std::printf(
+      "fit: t = max(2MNK / %.4g GFLOP/s, bytes / %.4g GB/s) + %.3g us   (rms log error %.3f)\n",
+      f.flops_per_s / 1e9, f.bytes_per_s / 1e9, f.launch_s * 1e6, f.rms_log_error);
+  double peak = o.peak_tflops, hbm = o.hbm_gbps;
+  ClusterSpec cluster;
+  if (!o.cluster.empty()) {
+    cluster = ClusterSpec::load(o.cluster);
+    if (peak <= 0) peak = cluster.device.bf16_tflops;
+    if (hbm <= 0) hbm = cluster.device.hbm_gbps;
+  }
+  if (peak > 0 && hbm > 0) {
+    const double max = std::min(1.0, f.flops_per_s / (peak * 1e12));
+    const double memory = std::min(1.0, f.bytes_per_s / (hbm * 1e9));
+    std::printf(
+        "efficiency curve: max %.4f of %.4g TFLOP/s, memory %.4f of %.4g GB/s, launch %.3g "
+        "us\n",
+        max, peak, memory, hbm, f.launch_s * 1e6);
+    if (!o.out.empty()) {
+      if (o.cluster.empty())
+        throw Error("--out needs --cluster (the spec to update)").field("--out");
+      cluster.efficiency.gemm.max = std::max(max, 1e-3);
+      cluster.efficiency.gemm.memory = std::max(memory, 1e-3);
+      cluster.efficiency.gemm.launch_us = f.launch_s * 1e6;
+      write_file_atomic(o.out, cluster.to_json().dump(2) + "\n");
+      std::printf("wrote %s\n", o.out.c_str());
+    }
+  } else if (!o.out.empty()) {
+    throw Error("--out needs --cluster or --peak-tflops and --hbm-gbps").field("--out");
+  }
+}
+
+}  // namespace
+
+void add_plan_commands(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  CLI::App* plan =
+      app.add_subcommand("plan", "Plan parallel layouts: memory, step time, MFU (docs/planner.md)");
+  plan->add_option("--model", options->model, "Model config JSON (deepseek_v4 or deepseek_v3)");
+  plan->add_option("--cluster", options->cluster, "Cluster spec JSON (configs/clusters/)");
+  plan->add_option("--devices", options->devices, "Number of devices (dies on Ascend)");
+  plan->add_option("--global-batch", options->global_batch, "Sequences per step");
+  plan->add_option("--seq", options->seq, "Sequence length");
+  plan->add_option("--top", options->top, "How many layouts to print")->capture_default_str();
+  plan->add_flag("--explain", options->explain, "Memory and time breakdown of the best layout");
+  plan->add_option("--svg", options->svg, "Write an SVG of all candidates");
+  plan->add_option("--json", options->json_out, "Write the best layouts as JSON");
+  plan->add_option("--layout", options->layout,
+                   "Evaluate one layout instead of searching, e.g. "
+                   "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8");
+  plan->add_option("--optimizer", options->optimizer, "adamw or muon")->capture_default_str();
+  plan->add_flag("--allow-fp8", options->allow_fp8, "Let the search use FP8 GEMMs");
+  plan->add_option("--expert-imbalance", options->imbalance,
+                   "Max/mean tokens per EP rank before rebalancing")
+      ->capture_default_str();
+  plan->add_flag("--rebalance", options->rebalance, "Expert migration / hot-expert placement");
+  plan->add_flag("--no-offload", options->no_offload, "Never swap optimizer states to host");
+  plan->add_flag("--unfused", options->unfused, "Search with unfused (generic) kernels");
+  plan->add_flag("--naive-placement", options->naive_placement,
+                 "Collectives use node-level links only (no supernode-aware placement)");
+
+  auto cal = std::make_shared<CalibrateOptions>();
+  CLI::App* calibrate =
+      plan->add_subcommand("calibrate", "Fit the GEMM efficiency curve from timings");
+  calibrate->add_option("--measurements", cal->measurements,
+                        "JSON of measured GEMMs (default: time kernels::gemm here)");
+  calibrate->add_flag("--bf16", cal->bf16, "Time with bf16 operands");
+  calibrate->add_option("--repeats", cal->repeats, "Timed batches per shape")
+      ->capture_default_str();
+  calibrate->add_option("--cluster", cal->cluster, "Cluster spec whose peak/HBM the fit refers to");
+  calibrate->add_option("--peak-tflops", cal->peak_tflops, "Peak to express the fit against");
+  calibrate->add_option("--hbm-gbps", cal->hbm_gbps, "Memory bandwidth to express the fit against");
+  calibrate->add_option("--out", cal->out, "Write the cluster spec with the fitted GEMM curve");
+  calibrate->add_option("--save-measurements", cal->save_measurements,
+                        "Write the timings as a measurements JSON");
+  calibrate->callback([cal] { run_calibrate(*cal); });
+
+  auto root = std::make_shared<std::string>(".");
+  CLI::App* validate =
+      plan->add_subcommand("validate", "Validation against published runs and the V4-Pro ablation");
+  validate->add_option("--root", *root, "Repository root (for configs/)")->capture_default_str();
+  validate->callback([root] {
+    std::cout << format_validation(run_validation(*root)) << "\n"
+              << format_ablation(run_ablation(*root));
+  });
+
+  plan->callback([plan, calibrate, validate, options] {
+    if (plan->got_subcommand(calibrate) || plan->got_subcommand(validate)) return;
+    run_plan(*options);
+  });
+}
+
+}  // namespace trex::cli

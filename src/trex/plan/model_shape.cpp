@@ -1,0 +1,295 @@
+#include "trex/plan/model_shape.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include "trex/core/error.hpp"
+#include "trex/model/config.hpp"
+#include "trex/model/flops.hpp"
+#include "trex/model/param_counts.hpp"
+
+namespace trex::plan {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr double kBf16 = 2;   // bytes per stored activation element
+constexpr double kTrain = 6;  // 2 FLOPs per MAC × (forward + dgrad + wgrad)
+
+// Non-GEMM ops read and write each stored activation about once more than the
+// GEMMs do (norm in/out, activation function, permutation, residual adds):
+// forward traffic ≈ 2 × the stored bytes. Documented in docs/planner.md.
+double vector_traffic(double act_bytes) {
+  return 2 * act_bytes;
+}
+
+int64_t get_int(const json& j, const std::string& key, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer())
+    throw Error("missing or non-integer field").file(source).field(key);
+  int64_t v = it->get<int64_t>();
+  if (v < 0) throw Error("must be >= 0, got " + std::to_string(v)).file(source).field(key);
+  return v;
+}
+
+int64_t get_positive(const json& j, const std::string& key, const std::string& source) {
+  int64_t v = get_int(j, key, source);
+  if (v <= 0) throw Error("must be > 0").file(source).field(key);
+  return v;
+}
+
+// ---- DeepSeek-V4 through the engine's config, FLOP and parameter counters ----
+
+model::ModelConfig single_layer(const model::ModelConfig& c, int64_t ratio) {
+  model::ModelConfig one = c;
+  one.num_hidden_layers = 1;
+  one.num_nextn_predict_layers = 0;
+  one.num_hash_layers = 0;
+  one.compress_ratios = {ratio};
+  return one;
+}
+
+LayerShape v4_layer(const model::ModelConfig& c, int64_t ratio, int64_t seq_len, bool mtp) {
+  const double d = static_cast<double>(c.hidden_size);
+  const double heads = static_cast<double>(c.num_attention_heads);
+  const double head_dim = static_cast<double>(c.head_dim);
+  const double q_lora = static_cast<double>(c.q_lora_rank);
+  const double inter = static_cast<double>(c.moe_intermediate_size);
+  const double top_k = static_cast<double>(c.num_experts_per_tok);
+  const double n_hc = static_cast<double>(c.hc_mult);
+  const double experts = static_cast<double>(c.n_routed_experts);
+
+  LayerShape s;
+  s.kind = mtp ? LayerKind::kMtp : LayerKind::kMoE;
+  s.has_experts = true;
+  model::FlopsBreakdown f = model::flops_per_token(single_layer(c, ratio), seq_len, 0);
+  s.attention_flops = f.attention_swa + f.attention_csa + f.attention_hca + f.indexer;
+  s.expert_flops = f.routed_experts;
+  s.gemm_flops = f.projections + f.compressor + f.shared_experts;
+  if (mtp) s.gemm_flops += kTrain * (2 * d * d + 3 * d);        // e/h projections + norms
+  s.selective_recompute_flops = 2 * q_lora * heads * head_dim;  // wq_b, forward only
+
+  const double expert = static_cast<double>(model::routed_expert_params(c));
+  s.expert_params = experts * expert;
+  s.dense_params =
+      static_cast<double>(model::attention_base_params(c) + model::compressor_params(c, ratio) +
+                          2 * model::mhc_site_params(c)) +
+      static_cast<double>(c.n_shared_experts) * expert + experts * (d + 1) + 2 * d;
+  if (mtp) s.dense_params += 2 * d * d + 3 * d + static_cast<double>(model::hc_head_params(c));
+
+  // Stored activations per token, in elements.
+  const double mix = static_cast<double>(c.hc_mix_dim());
+  const double mhc = 2 * (n_hc * d + d + 2 * mix);  // per site: streams in, branch input, mix
+  const double norms = 2 * d;
+  const double q_full = heads * head_dim;
+  double attention = q_lora * 2 + q_full + 2 * head_dim + heads * head_dim +
+                     static_cast<double>(c.o_groups * c.o_lora_rank) + 2 * heads;
+  if (ratio == 4)
+    attention += static_cast<double>(c.index_n_heads * c.index_head_dim) +
+                 2 * static_cast<double>(c.index_topk);
+  if (ratio > 0) attention += 2 * head_dim / static_cast<double>(ratio) * 2;
+  // Routed experts: dispatched input, fc1 output (gate+up), activation, expert
+  // output before the weighted combine; shared expert: fc1 output + activation.
+  const double moe = 2 * experts + top_k * (d + 3 * inter + d) + 3 * inter;
+  const double none = mhc + norms + attention + moe;
+  // Selective: norms, mHC branch inputs, q up-projection, SwiGLU outputs and
+  // expert outputs are recomputed.
+  const double selective = none - norms - 2 * d - q_full - q_lora - top_k * (inter + d) - inter;
+  s.act_bytes_none = kBf16 * none;
+  s.act_bytes_selective = kBf16 * selective;
+  s.act_bytes_full = kBf16 * n_hc * d;
+  s.vector_bytes = vector_traffic(s.act_bytes_none) + kBf16 * 2 * (3 * n_hc + 2) * d;  // + mHC
+  s.fp8_cacheable_bytes = kBf16 * (top_k * d + heads * head_dim);
+  s.gemm_input_elements = d + q_lora + d + heads * head_dim +
+                          static_cast<double>(c.o_groups * c.o_lora_rank) +
+                          (top_k + static_cast<double>(c.n_shared_experts)) * (d + inter) +
+                          (ratio > 0 ? d : 0) + (ratio == 4 ? d + q_lora : 0);
+  // Unfused sparse attention gathers the window + used compressed entries per
+  // query into a dense buffer (written, then read), forward; the backward
+  // scatters the gradient the same way (counted by the 3x of the caller).
+  double keys = static_cast<double>(c.sliding_window);
+  if (ratio == 4) {
+    keys +=
+        std::min(static_cast<double>(c.index_topk), std::floor(static_cast<double>(seq_len) / 4));
+  } else if (ratio > 0) {
+    keys += std::floor(static_cast<double>(seq_len) / static_cast<double>(ratio)) / 2;
+  }
+  s.unfused_extra_bytes = ratio > 0 ? 2 * kBf16 * keys * head_dim : 0;
+  s.gemm_calls = 12 + (ratio == 4 ? 5 : ratio > 0 ? 2 : 0);
+  // Norms, RoPE, softmax/top-k, routing, permute, SwiGLU, combine, and per mHC
+  // site the projections' epilogue plus two kernels per Sinkhorn iteration.
+  s.vector_calls = 24 + 2 * (4 + 2 * c.hc_sinkhorn_iters);
+  return s;
+}
+
+ModelShape v4_shape(const json& j, const std::string& source, int64_t seq_len) {
+  model::ModelConfig c = model::ModelConfig::from_json(j, source);
+  ModelShape m;
+  m.family = "deepseek_v4";
+  m.seq_len = seq_len;
+  m.hidden = c.hidden_size;
+  m.residual_width = c.hc_mult * c.hidden_size;
+  m.vocab = c.vocab_size;
+  m.n_experts = c.n_routed_experts;
+  m.top_k = c.num_experts_per_tok;
+  m.expert_ffn = c.moe_intermediate_size;
+  m.min_matrix_dim = std::min(c.q_lora_rank, c.moe_intermediate_size);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    m.layers.push_back(v4_layer(c, c.ratio(l), seq_len, false));
+  for (int64_t l = c.num_hidden_layers; l < c.total_layers(); ++l)
+    m.layers.push_back(v4_layer(c, c.ratio(l), seq_len, true));
+  model::ParamCounts p = model::count_parameters(c);
+  m.embed_params = static_cast<double>(p.main.embed);
+  m.head_params = static_cast<double>(p.main.head + model::hc_head_params(c) + c.hidden_size);
+  model::FlopsBreakdown f = model::flops_per_token(c, seq_len, c.num_nextn_predict_layers);
+  m.head_flops = f.lm_head;
+  m.total_params = static_cast<double>(p.total());
+  m.activated_params = static_cast<double>(p.activated());
+  m.model_flops_per_token = f.total();
+  return m;
+}
+
+// ---- DeepSeek-V3 shape (MLA + MoE), Megatron's num_floating_point_operations ----
+
+ModelShape v3_shape(const json& j, const std::string& source, int64_t seq_len) {
+  const int64_t layers = get_positive(j, "num_hidden_layers", source);
+  const int64_t dense_layers = get_int(j, "first_k_dense_replace", source);
+  const int64_t mtp_layers =
+      j.contains("num_nextn_predict_layers") ? get_int(j, "num_nextn_predict_layers", source) : 0;
+  if (dense_layers > layers)
+    throw Error("exceeds num_hidden_layers").file(source).field("first_k_dense_replace");
+  const double d = static_cast<double>(get_positive(j, "hidden_size", source));
+  const double vocab = static_cast<double>(get_positive(j, "vocab_size", source));
+  const double ffn = static_cast<double>(get_positive(j, "intermediate_size", source));
+  const double inter = static_cast<double>(get_positive(j, "moe_intermediate_size", source));
+  const double experts = static_cast<double>(get_positive(j, "n_routed_experts", source));
+  const double shared = static_cast<double>(get_int(j, "n_shared_experts", source));
+  const double top_k = static_cast<double>(get_positive(j, "num_experts_per_tok", source));
+  const double heads = static_cast<double>(get_positive(j, "num_attention_heads", source));
+  const double q_lora = static_cast<double>(get_positive(j, "q_lora_rank", source));
+  const double kv_lora = static_cast<double>(get_positive(j, "kv_lora_rank", source));
+  const double nope = static_cast<double>(get_positive(j, "qk_nope_head_dim", source));
+  const double rope = static_cast<double>(get_positive(j, "qk_rope_head_dim", source));
+  const double v_dim = static_cast<double>(get_positive(j, "v_head_dim", source));
+  if (top_k > experts)
+    throw Error("exceeds n_routed_experts").file(source).field("num_experts_per_tok");
+  const double qk = nope + rope;
+  const double s = static_cast<double>(seq_len);
+
+  // Forward MACs per token (Megatron: MLA projections, causal core attention
+  // halved, SwiGLU FFNs, router not counted).
+  const double proj = q_lora * (d + heads * qk) + d * (kv_lora + rope) +
+                      kv_lora * heads * (nope + v_dim) + heads * v_dim * d;
+  const double core = heads * (qk + v_dim) * s / 2;
+  const double proj_params = proj + q_lora + kv_lora;  // + q_a / kv_a norms
+  auto layer = [&](bool moe, bool mtp) {
+    LayerShape l;
+    l.kind = mtp ? LayerKind::kMtp : moe ? LayerKind::kMoE : LayerKind::kDense;
+    l.has_experts = moe;
+    l.attention_flops = kTrain * core;
+    l.gemm_flops = kTrain * (proj + (moe ? 3 * d * inter * shared : 3 * d * ffn));
+    l.expert_flops = moe ? kTrain * 3 * d * inter * top_k : 0;
+    if (mtp) l.gemm_flops += kTrain * 2 * d * d;  // eh-proj
+    l.selective_recompute_flops = 2 * (q_lora * heads * qk + kv_lora * heads * (nope + v_dim));
+    l.dense_params =
+        proj_params + 2 * d + (moe ? 3 * d * inter * shared + experts * d : 3 * d * ffn);
+    if (mtp) l.dense_params += 2 * d * d + 3 * d;
+    l.expert_params = moe ? experts * 3 * d * inter : 0;
+    const double up = heads * (qk + qk + v_dim);  // q, k, v after the up-projections
+    const double attention =
+        2 * q_lora + (kv_lora + rope) + kv_lora + up + heads * v_dim + 2 * heads;
+    const double mlp =
+        moe ? 2 * experts + top_k * (2 * d + 3 * inter) + 3 * inter * shared : 3 * ffn;
+    const double none = d + 2 * d + attention + mlp;  // input, norm outputs, blocks
+    // Selective: norms, MLA up-projections, SwiGLU outputs, expert outputs.
+    const double swiglu = moe ? top_k * (inter + d) + inter * shared : ffn;
+    l.act_bytes_none = kBf16 * none;
+    l.act_bytes_selective = kBf16 * (none - 2 * d - up - swiglu);
+    l.fp8_cacheable_bytes = kBf16 * ((moe ? top_k * d : 0) + heads * v_dim);
+    l.gemm_input_elements =
+        d + q_lora + d + kv_lora + heads * v_dim + (moe ? (top_k + shared) * (d + inter) : d + ffn);
+    l.act_bytes_full = kBf16 * d;
+    l.vector_bytes = vector_traffic(l.act_bytes_none);
+    l.gemm_calls = moe ? 10 : 7;
+    l.vector_calls = moe ? 24 : 14;
+    return l;
+  };
+  ModelShape m;
+  m.family = "deepseek_v3";
+  m.seq_len = seq_len;
+  m.hidden = static_cast<int64_t>(d);
+  m.residual_width = m.hidden;
+  m.vocab = static_cast<int64_t>(vocab);
+  m.n_experts = static_cast<int64_t>(experts);
+  m.top_k = static_cast<int64_t>(top_k);
+  m.expert_ffn = static_cast<int64_t>(inter);
+  m.min_matrix_dim = static_cast<int64_t>(std::min(q_lora, inter));
+  if (j.contains("n_group") || j.contains("topk_group")) {
+    m.routed_groups = get_positive(j, "n_group", source);
+    m.routed_group_limit = get_positive(j, "topk_group", source);
+    if (m.routed_group_limit > m.routed_groups)
+      throw Error("exceeds n_group").file(source).field("topk_group");
+    if (static_cast<int64_t>(experts) % m.routed_groups != 0)
+      throw Error("must divide n_routed_experts").file(source).field("n_group");
+  }
+  double activated = 0, total = 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    m.layers.push_back(layer(l >= dense_layers, false));
+    const LayerShape& ls = m.layers.back();
+    total += ls.dense_params + ls.expert_params;
+    activated += ls.dense_params + (ls.has_experts ? ls.expert_params * top_k / experts : 0);
+  }
+  for (int64_t l = 0; l < mtp_layers; ++l) m.layers.push_back(layer(true, true));
+  m.embed_params = vocab * d;
+  m.head_params = vocab * d + d;
+  m.head_flops = kTrain * d * vocab * static_cast<double>(1 + mtp_layers);
+  m.total_params = total + m.embed_params + m.head_params;
+  m.activated_params = activated + m.head_params;
+  double flops = m.head_flops;
+  for (const LayerShape& l : m.layers) flops += l.gemm_flops + l.expert_flops + l.attention_flops;
+  m.model_flops_per_token = flops;
+  return m;
+}
+
+}  // namespace
+
+double ModelShape::all_params() const {
+  double p = embed_params + head_params;
+  for (const LayerShape& l : layers) p += l.dense_params + l.expert_params;
+  return p;
+}
+
+ModelShape model_shape_from_json(const json& j, const std::string& source, int64_t seq_len) {
+  if (seq_len <= 0) throw Error("sequence length must be > 0").field("seq");
+  if (!j.is_object()) throw Error("model config must be a JSON object").file(source);
+  auto it = j.find("model_type");
+  if (it == j.end() || !it->is_string())
+    throw Error("missing model_type").file(source).field("model_type");
+  const std::string type = it->get<std::string>();
+  ModelShape m;
+  if (type == "deepseek_v4") {
+    m = v4_shape(j, source, seq_len);
+  } else if (type == "deepseek_v3") {
+    m = v3_shape(j, source, seq_len);
+  } else {
+    throw Error("unsupported model_type '" + type + "' (deepseek_v4 or deepseek_v3)")
+        .file(source)
+        .field("model_type");
+  }
+  m.name = j.value("name", source.substr(source.find_last_of('/') + 1));
+  return m;
+}
+
+ModelShape load_model_shape(const std::string& path, int64_t seq_len) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot open model config").file(path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
+  }
+  return model_shape_from_json(j, path, seq_len);
+}
+
+}  // namespace trex::plan
