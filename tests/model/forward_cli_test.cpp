@@ -19,12 +19,14 @@ nlohmann::json last_json_line(const std::string& output) {
 
 TEST(ForwardCli, RunsOnEveryTinyConfigWithGradients) {
   trex::test::TempDir dir;
-  trex::write_file_atomic(dir.file("tokens.json"), "[[1,5,9,200,7,3,8,2,11,40,41,42,43,44,45,46,47,48,49,50],"
-                                                   "[3,3,3,3,4,4,4,4,5,5,5,5,6,6,6,6,7,7,7,7]]");
+  trex::write_file_atomic(dir.file("tokens.json"),
+                          "[[1,5,9,200,7,3,8,2,11,40,41,42,43,44,45,46,47,48,49,50],"
+                          "[3,3,3,3,4,4,4,4,5,5,5,5,6,6,6,6,7,7,7,7]]");
   for (const std::string name : {"tiny-v4", "tiny-v4-clamp"}) {
     const std::string out = dir.file(name + ".safetensors");
-    const auto r = run_trex("forward --config " + trex::test::source_dir() + "/configs/models/" + name +
-                            ".json --seed 3 --tokens " + dir.file("tokens.json") + " --grads --out " + out);
+    const auto r =
+        run_trex("forward --config " + trex::test::source_dir() + "/configs/models/" + name +
+                 ".json --seed 3 --tokens " + dir.file("tokens.json") + " --grads --out " + out);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto summary = last_json_line(r.output);
     EXPECT_TRUE(std::isfinite(summary["loss"].get<double>()));
@@ -44,8 +46,8 @@ TEST(ForwardCli, ParityFixtureThroughTheCli) {
   // the port's names and the loss equals the oracle's.
   const std::string fx = trex::test::source_dir() + "/tests/fixtures/v4/tiny-v4-clamp";
   trex::test::TempDir dir;
-  const auto r = run_trex("forward --checkpoint " + fx + "/model --tokens " + fx + "/case_S24.safetensors --grads --out " +
-                          dir.file("out.safetensors"));
+  const auto r = run_trex("forward --checkpoint " + fx + "/model --tokens " + fx +
+                          "/case_S24.safetensors --grads --out " + dir.file("out.safetensors"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto out = trex::CheckpointReader::open(dir.file("out.safetensors"));
   const auto want = trex::CheckpointReader::open(fx + "/case_S24.safetensors");

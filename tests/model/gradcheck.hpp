@@ -36,7 +36,8 @@ struct GradCheckResult {
 // `values` is perturbed in place (restored afterwards); `loss()` recomputes the
 // scalar loss from the current values; `analytic` is dL/dvalues. Checks at most
 // `max_entries` entries spread evenly over the tensor.
-inline GradCheckResult check_gradient(std::vector<double>& values, const std::vector<double>& analytic,
+inline GradCheckResult check_gradient(std::vector<double>& values,
+                                      const std::vector<double>& analytic,
                                       const std::function<double()>& loss, double step = 1e-6,
                                       int64_t max_entries = 64, double floor = 1e-6) {
   GradCheckResult result;
@@ -52,8 +53,8 @@ inline GradCheckResult check_gradient(std::vector<double>& values, const std::ve
     const double fd = (up - down) / (2.0 * step);
     const double err = std::abs(fd - analytic[i]);
     result.max_abs_error = std::max(result.max_abs_error, err);
-    result.max_rel_error =
-        std::max(result.max_rel_error, err / std::max({std::abs(fd), std::abs(analytic[i]), floor}));
+    result.max_rel_error = std::max(result.max_rel_error,
+                                    err / std::max({std::abs(fd), std::abs(analytic[i]), floor}));
     ++result.checked;
   }
   return result;

@@ -33,11 +33,13 @@ void randomize(Model<T>& m, uint64_t seed) {
   for (const auto& spec : m.params().specs()) {
     T* v = m.params().value(spec.name);
     const std::string& n = spec.name;
-    const bool small = n.find("norm.weight") != std::string::npos || n.find("_scale") != std::string::npos ||
-                       n.find("_base") != std::string::npos || n.find("attn_sink") != std::string::npos ||
-                       n.find(".ape") != std::string::npos || n.find("gate.bias") != std::string::npos;
+    const bool small =
+        n.find("norm.weight") != std::string::npos || n.find("_scale") != std::string::npos ||
+        n.find("_base") != std::string::npos || n.find("attn_sink") != std::string::npos ||
+        n.find(".ape") != std::string::npos || n.find("gate.bias") != std::string::npos;
     if (!small) continue;
-    for (int64_t i = 0; i < spec.numel(); ++i) v[i] += static_cast<T>(0.3 * (2 * rng.uniform() - 1));
+    for (int64_t i = 0; i < spec.numel(); ++i)
+      v[i] += static_cast<T>(0.3 * (2 * rng.uniform() - 1));
   }
 }
 
@@ -46,7 +48,8 @@ trex::model::Batch random_batch(const ModelConfig& c, int64_t B, int64_t S, uint
   trex::model::Batch b;
   b.B = B;
   b.S = S;
-  for (int64_t i = 0; i < B * S; ++i) b.input_ids.push_back(rng.uniform_int(int64_t{0}, c.vocab_size - 1));
+  for (int64_t i = 0; i < B * S; ++i)
+    b.input_ids.push_back(rng.uniform_int(int64_t{0}, c.vocab_size - 1));
   b.labels = b.input_ids;
   if (b.labels.size() > 3) b.labels[3] = -100;  // one masked target
   return b;
@@ -77,7 +80,8 @@ TEST(V4Model, WholeModelGradientsMatchFiniteDifferences) {
   int64_t checked = 0;
   for (const auto& spec : m.params().specs()) {
     if (spec.group == trex::model::OptimizerGroup::kNotTrained) continue;
-    if (spec.name.find("indexer") != std::string::npos) continue;  // no LM gradient by design (spec §3.1)
+    if (spec.name.find("indexer") != std::string::npos)
+      continue;  // no LM gradient by design (spec §3.1)
     const int64_t off = m.params().offset(spec.name), n = spec.numel();
     for (int64_t k = 0; k < 2; ++k) {
       const int64_t i = off + (k * 7919 + 13) % n;
@@ -88,19 +92,22 @@ TEST(V4Model, WholeModelGradientsMatchFiniteDifferences) {
       const double down = loss_fn();
       values[i] = saved;
       const double fd = (up - down) / (2 * h);
-      const double err = std::abs(fd - analytic[i]) / std::max({std::abs(fd), std::abs(analytic[i]), 1e-5});
+      const double err =
+          std::abs(fd - analytic[i]) / std::max({std::abs(fd), std::abs(analytic[i]), 1e-5});
       // The floor: central differences at h = 1e-5 on a loss of ~6 carry ~1e-10 of
       // round-off, so gradients below ~1e-5 are compared in absolute terms (1e-9).
       if (err > worst) {
         worst = err;
         worst_name = spec.name;
       }
-      EXPECT_LT(err, 1e-4) << spec.name << " entry " << i - off << ": fd " << fd << " analytic " << analytic[i];
+      EXPECT_LT(err, 1e-4) << spec.name << " entry " << i - off << ": fd " << fd << " analytic "
+                           << analytic[i];
       ++checked;
     }
   }
   EXPECT_GT(checked, 200);
-  std::cout << "whole-model FD: " << checked << " entries, worst rel err " << worst << " (" << worst_name << ")\n";
+  std::cout << "whole-model FD: " << checked << " entries, worst rel err " << worst << " ("
+            << worst_name << ")\n";
 }
 
 TEST(V4Model, IndexerGetsNoLmGradientButLearnsFromItsLoss) {
@@ -130,9 +137,11 @@ TEST(V4Model, CheckpointRoundTripInBothSchemes) {
   const auto batch = random_batch(m.config(), 1, 17, 3);
   std::vector<float> want(batch.S * m.config().vocab_size), got(want.size());
   const auto r0 = m.forward_backward(batch, {}, {false, false}, want.data());
-  for (auto scheme : {trex::model::NamingScheme::kReleased, trex::model::NamingScheme::kTransformers}) {
+  for (auto scheme :
+       {trex::model::NamingScheme::kReleased, trex::model::NamingScheme::kTransformers}) {
     trex::test::TempDir dir;
-    trex::model::save_checkpoint(dir.path(), m.config(), m.params(), m.hash_tables(), scheme, trex::DType::kF32,
+    trex::model::save_checkpoint(dir.path(), m.config(), m.params(), m.hash_tables(), scheme,
+                                 trex::DType::kF32,
                                  200 * 1024);  // several shards
     EXPECT_TRUE(std::filesystem::exists(dir.file("model.safetensors.index.json")));
     trex::model::NamingScheme detected;
@@ -151,8 +160,9 @@ TEST(V4Model, ReadsTheTransformersHybridNaming) {
   // leaf names under model.layers.N. and attn.norm.weight for kv_norm.
   Model<float> m(tiny("tiny-v4-clamp"));
   m.init_random(4);
-  const auto tensors = trex::model::export_tensors(m.config(), m.params(), false,
-                                                   trex::model::NamingScheme::kTransformersHybrid, &m.hash_tables());
+  const auto tensors =
+      trex::model::export_tensors(m.config(), m.params(), false,
+                                  trex::model::NamingScheme::kTransformersHybrid, &m.hash_tables());
   std::vector<trex::TensorToWrite> w;
   bool saw_kv_norm = false;
   for (const auto& t : tensors) {
@@ -167,8 +177,9 @@ TEST(V4Model, ReadsTheTransformersHybridNaming) {
   trex::write_checkpoint(dir.path(), w, {});
   trex::model::ParamStore<float> store(trex::model::parameter_specs(m.config()));
   trex::model::HashTables hash;
-  EXPECT_EQ(trex::model::load_weights(trex::CheckpointReader::open(dir.path()), m.config(), store, hash),
-            trex::model::NamingScheme::kTransformersHybrid);
+  EXPECT_EQ(
+      trex::model::load_weights(trex::CheckpointReader::open(dir.path()), m.config(), store, hash),
+      trex::model::NamingScheme::kTransformersHybrid);
   EXPECT_EQ(store.values(), m.params().values());
   EXPECT_EQ(hash, m.hash_tables());
 }
@@ -176,8 +187,8 @@ TEST(V4Model, ReadsTheTransformersHybridNaming) {
 TEST(V4Model, LoaderRejectsMissingExtraAndMisshapedTensors) {
   Model<float> m(tiny("tiny-v4-clamp"));
   m.init_random(1);
-  const auto tensors = trex::model::export_tensors(m.config(), m.params(), false, trex::model::NamingScheme::kReleased,
-                                                   &m.hash_tables());
+  const auto tensors = trex::model::export_tensors(
+      m.config(), m.params(), false, trex::model::NamingScheme::kReleased, &m.hash_tables());
   auto write = [&](const std::string& dir, const std::string& drop, const std::string& extra,
                    const std::string& reshape) {
     std::vector<trex::TensorToWrite> w;
@@ -219,8 +230,8 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
   Model<float> m(tiny("tiny-v4-clamp"));
   m.init_random(2);
   const auto& c = m.config();
-  auto tensors = trex::model::export_tensors(c, m.params(), false, trex::model::NamingScheme::kReleased,
-                                             &m.hash_tables());
+  auto tensors = trex::model::export_tensors(
+      c, m.params(), false, trex::model::NamingScheme::kReleased, &m.hash_tables());
   const int64_t q = c.q_lora_rank, d = c.hidden_size, I = c.moe_intermediate_size;
   // FP8: code 0x38 = 1.0, 0x40 = 2.0; scale byte 126 = 0.5.
   std::vector<uint8_t> fp8(q * d), fp8_scale(1, 126);
@@ -234,7 +245,10 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
       w.push_back({"layers.0.attn.wq_a.scale", trex::DType::kF8E8M0, {1, 1}, fp8_scale.data(), 1});
     } else if (t.name == "layers.1.ffn.experts.0.w1.weight") {
       w.push_back({t.name, trex::DType::kI8, {I, d / 2}, fp4.data(), fp4.size()});
-      w.push_back({"layers.1.ffn.experts.0.w1.scale", trex::DType::kF8E8M0, {I, d / 32}, fp4_scale.data(),
+      w.push_back({"layers.1.ffn.experts.0.w1.scale",
+                   trex::DType::kF8E8M0,
+                   {I, d / 32},
+                   fp4_scale.data(),
                    fp4_scale.size()});
     } else if (!t.i64.empty()) {
       w.push_back({t.name, trex::DType::kI64, t.shape, t.i64.data(), t.i64.size() * 8});
@@ -305,7 +319,8 @@ TEST(V4Model, RouterBiasUpdateFollowsLoad) {
   const auto r = m.forward_backward(batch, {}, {false, false});
   ASSERT_EQ(r.expert_load.size(), 5u);  // 4 layers + MTP
   const std::string name = "layers.2.ffn.gate.bias";
-  std::vector<float> before(m.params().value(name), m.params().value(name) + m.config().n_routed_experts);
+  std::vector<float> before(m.params().value(name),
+                            m.params().value(name) + m.config().n_routed_experts);
   m.update_router_biases(r, 0.001);
   const auto& load = r.expert_load[2];
   double mean = 0;

@@ -32,7 +32,8 @@ std::vector<std::string> case_files(const std::string& dir) {
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("case_", 0) == 0 && entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
+    if (name.rfind("case_", 0) == 0 && entry.path().extension() == ".safetensors")
+      files.push_back(entry.path().string());
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -53,7 +54,8 @@ std::string group_of(const std::string& name) {
 template <class T>
 void run_parity(double logits_tol, double grad_tol, bool print) {
   const auto configs = fixture_configs();
-  ASSERT_FALSE(configs.empty()) << "no fixtures under tests/fixtures/v4 (run reference/make_v4_fixtures.py)";
+  ASSERT_FALSE(configs.empty())
+      << "no fixtures under tests/fixtures/v4 (run reference/make_v4_fixtures.py)";
   for (const std::string& dir : configs) {
     trex::model::NamingScheme scheme;
     auto m = trex::model::Model<T>::from_checkpoint(dir + "/model", &scheme);
@@ -70,7 +72,9 @@ void run_parity(double logits_tol, double grad_tol, bool print) {
       batch.input_ids = fx.read_i64("input_ids");
       if (fx.contains("labels")) batch.labels = fx.read_i64("labels");
       trex::model::LossOptions loss;
-      loss.mtp_weight = fx.metadata().contains("mtp_weight") ? std::stod(fx.metadata()["mtp_weight"].get<std::string>()) : 0.3;
+      loss.mtp_weight = fx.metadata().contains("mtp_weight")
+                            ? std::stod(fx.metadata()["mtp_weight"].get<std::string>())
+                            : 0.3;
       m.params().zero_grads();
       const int64_t V = m.config().vocab_size;
       std::vector<T> logits(static_cast<size_t>(batch.B * batch.S * V));
@@ -86,13 +90,16 @@ void run_parity(double logits_tol, double grad_tol, bool print) {
       const double logits_rel = max_diff / max_ref;
       EXPECT_LE(logits_rel, logits_tol);
       const double want_lm = fx.read_f32("loss_lm")[0];
-      EXPECT_LE(std::abs(result.lm - want_lm) / std::abs(want_lm), logits_tol) << result.lm << " vs " << want_lm;
+      EXPECT_LE(std::abs(result.lm - want_lm) / std::abs(want_lm), logits_tol)
+          << result.lm << " vs " << want_lm;
       if (fx.contains("loss_mtp")) {
         const double want_mtp = fx.read_f32("loss_mtp")[0];
-        EXPECT_LE(std::abs(result.mtp - want_mtp) / std::abs(want_mtp), logits_tol) << result.mtp << " vs " << want_mtp;
+        EXPECT_LE(std::abs(result.mtp - want_mtp) / std::abs(want_mtp), logits_tol)
+            << result.mtp << " vs " << want_mtp;
       }
 
-      const auto grads = trex::model::export_tensors(m.config(), m.params(), true, scheme, nullptr, "grad.");
+      const auto grads =
+          trex::model::export_tensors(m.config(), m.params(), true, scheme, nullptr, "grad.");
       std::map<std::string, double> worst;
       int64_t compared = 0;
       for (const auto& g : grads) {
@@ -118,18 +125,22 @@ void run_parity(double logits_tol, double grad_tol, bool print) {
       EXPECT_GT(compared, 50);
       if (print) {
         std::cout << fs::path(file).filename().string() << " (" << fs::path(dir).filename().string()
-                  << "): logits rel " << logits_rel << ", loss_lm " << result.lm << ", loss_mtp " << result.mtp
-                  << ", grads compared " << compared << "\n";
+                  << "): logits rel " << logits_rel << ", loss_lm " << result.lm << ", loss_mtp "
+                  << result.mtp << ", grads compared " << compared << "\n";
         for (const auto& [group, rel] : worst) std::cout << "    " << group << "  " << rel << "\n";
       }
     }
   }
 }
 
-TEST(V4Parity, Float32MatchesOracle) { run_parity<float>(1e-4, 1e-3, std::getenv("TREX_PARITY_REPORT") != nullptr); }
+TEST(V4Parity, Float32MatchesOracle) {
+  run_parity<float>(1e-4, 1e-3, std::getenv("TREX_PARITY_REPORT") != nullptr);
+}
 
 // Double precision isolates implementation differences from fp32 rounding: the
 // fixture values themselves are fp32-rounded, so agreement is at ~1e-6.
-TEST(V4Parity, Float64MatchesOracleTightly) { run_parity<double>(2e-6, 2e-5, false); }
+TEST(V4Parity, Float64MatchesOracleTightly) {
+  run_parity<double>(2e-6, 2e-5, false);
+}
 
 }  // namespace

@@ -24,12 +24,12 @@ std::string block_prefix(const ModelConfig& c, int64_t layer) {
 template <class T>
 struct BlockCache {
   SeqShape shape;
-  std::vector<T> x_in;     // [N, n, d] block input streams
+  std::vector<T> x_in;  // [N, n, d] block input streams
   MhcCache<T> attn_mhc;
   std::vector<T> u_attn, inv_attn, a;  // collapsed input, its norm stats, normed input
   AttentionCache<T> attn;
-  std::vector<T> y_attn;   // [N, d]
-  std::vector<T> x_mid;    // [N, n, d]
+  std::vector<T> y_attn;  // [N, d]
+  std::vector<T> x_mid;   // [N, n, d]
   MhcCache<T> ffn_mhc;
   std::vector<T> u_ffn, inv_ffn, x_ffn;
   MoeCache<T> moe;
@@ -38,13 +38,13 @@ struct BlockCache {
 
 template <class T>
 struct MtpCache {
-  int64_t M = 0;                      // tokens B·(S−1)
-  std::vector<int64_t> next_ids;      // [M]
-  std::vector<T> e, e_inv, e_norm;    // embedding of the next token, enorm
-  std::vector<T> h, h_inv, h_norm;    // X^L rows [M·n, d], hnorm per stream
-  std::vector<T> e_proj;              // [M, d]
+  int64_t M = 0;                    // tokens B·(S−1)
+  std::vector<int64_t> next_ids;    // [M]
+  std::vector<T> e, e_inv, e_norm;  // embedding of the next token, enorm
+  std::vector<T> h, h_inv, h_norm;  // X^L rows [M·n, d], hnorm per stream
+  std::vector<T> e_proj;            // [M, d]
   BlockCache<T> block;
-  std::vector<T> x_out;               // [M, n, d]
+  std::vector<T> x_out;  // [M, n, d]
   HcHeadCache<T> head;
   std::vector<T> hc_out, inv_final, final_normed;
   std::vector<int64_t> targets;
@@ -65,7 +65,8 @@ struct Model<T>::State {
 
 namespace {
 
-MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape, const LossOptions& loss) {
+MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape,
+                       const LossOptions& loss) {
   MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
   return d;
@@ -86,7 +87,8 @@ struct BlockBinding {
 };
 
 template <class T>
-BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTables& hash, int64_t layer) {
+BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTables& hash,
+                           int64_t layer) {
   const std::string b = block_prefix(c, layer);
   auto v = [&](const std::string& n) -> const T* { return p.value(b + n); };
   auto g = [&](const std::string& n) -> T* { return p.grad(b + n); };
@@ -114,8 +116,9 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
                    vo("attn.compressor.ape"), vo("attn.compressor.norm.weight")};
   aw.indexer.wq_b = vo("attn.indexer.wq_b.weight");
   aw.indexer.weights_proj = vo("attn.indexer.weights_proj.weight");
-  aw.indexer.compressor = {vo("attn.indexer.compressor.wkv.weight"), vo("attn.indexer.compressor.wgate.weight"),
-                           vo("attn.indexer.compressor.ape"), vo("attn.indexer.compressor.norm.weight")};
+  aw.indexer.compressor = {
+      vo("attn.indexer.compressor.wkv.weight"), vo("attn.indexer.compressor.wgate.weight"),
+      vo("attn.indexer.compressor.ape"), vo("attn.indexer.compressor.norm.weight")};
   AttentionGrads<T>& ag = r.attn_g;
   ag.wq_a = g("attn.wq_a.weight");
   ag.q_norm = g("attn.q_norm.weight");
@@ -129,8 +132,9 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
                    go("attn.compressor.ape"), go("attn.compressor.norm.weight")};
   ag.indexer.wq_b = go("attn.indexer.wq_b.weight");
   ag.indexer.weights_proj = go("attn.indexer.weights_proj.weight");
-  ag.indexer.compressor = {go("attn.indexer.compressor.wkv.weight"), go("attn.indexer.compressor.wgate.weight"),
-                           go("attn.indexer.compressor.ape"), go("attn.indexer.compressor.norm.weight")};
+  ag.indexer.compressor = {
+      go("attn.indexer.compressor.wkv.weight"), go("attn.indexer.compressor.wgate.weight"),
+      go("attn.indexer.compressor.ape"), go("attn.indexer.compressor.norm.weight")};
   MoeWeights<T>& mw = r.moe;
   MoeGrads<T>& mg = r.moe_g;
   mw.gate = v("ffn.gate.weight");
@@ -157,9 +161,10 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
 
 // One block forward: X_in [N, n, d] → x_out.
 template <class T>
-double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer, const SeqShape& shape,
-                     const T* x_in, const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
-                     BlockCache<T>& bc, T* x_out) {
+double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer,
+                     const SeqShape& shape, const T* x_in, const int64_t* token_ids,
+                     const LossOptions& loss, const StepOptions& step, BlockCache<T>& bc,
+                     T* x_out) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -170,13 +175,14 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.y_attn.resize(N * d);
   bc.x_mid.resize(N * n * d);
   mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc);
-  kernels::rmsnorm_forward(bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d, c.rms_norm_eps);
+  kernels::rmsnorm_forward(bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
+                           c.rms_norm_eps);
   AttentionOptions ao;
   ao.fixed_selection = step.fixed_selection;
   ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
   ao.indexer_loss_weight = loss.indexer_loss_weight;
-  const double indexer_loss = attention_forward(AttentionDims::from_config(c, layer), w.attn, shape, bc.a.data(),
-                                                bc.attn, bc.y_attn.data(), ao);
+  const double indexer_loss = attention_forward(AttentionDims::from_config(c, layer), w.attn, shape,
+                                                bc.a.data(), bc.attn, bc.y_attn.data(), ao);
   mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
 
   bc.u_ffn.resize(N * d);
@@ -184,43 +190,50 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.x_ffn.resize(N * d);
   bc.y_ffn.resize(N * d);
   mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
-  kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d, c.rms_norm_eps);
-  moe_forward(block_moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(),
-              step.fixed_selection);
+  kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
+                           c.rms_norm_eps);
+  moe_forward(block_moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe,
+              bc.y_ffn.data(), step.fixed_selection);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
   return indexer_loss;
 }
 
 // dx_out [N, n, d] → dx_in [N, n, d] (written). Parameter gradients accumulate.
 template <class T>
-void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer, const LossOptions& loss,
-                    const BlockCache<T>& bc, const T* dx_out, T* dx_in) {
+void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
+                    const LossOptions& loss, const BlockCache<T>& bc, const T* dx_out, T* dx_in) {
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   std::vector<T> dx_mid(N * n * d), dy(N * d), dnormed(N * d), du(N * d);
   MhcCoefGrads<T> coef;
-  mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(), dy.data(), coef);
-  moe_backward(block_moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
-  kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(), du.data(), w.ffn_norm_g,
-                            N, d);
-  mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g, dx_mid.data());
+  mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
+                    dy.data(), coef);
+  moe_backward(block_moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g,
+               dnormed.data());
+  kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
+                            du.data(), w.ffn_norm_g, N, d);
+  mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
+                   dx_mid.data());
 
-  mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in, dy.data(), coef);
-  attention_backward(AttentionDims::from_config(c, layer), w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
-  kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(), du.data(),
-                            w.attn_norm_g, N, d);
+  mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in,
+                    dy.data(), coef);
+  attention_backward(AttentionDims::from_config(c, layer), w.attn, bc.attn, dy.data(), w.attn_g,
+                     dnormed.data());
+  kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
+                            du.data(), w.attn_norm_g, N, d);
   mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in);
 }
 
 void check_batch(const ModelConfig& c, const Batch& b) {
   require(b.B > 0 && b.S > 0, "batch: B and S must be positive");
   if (static_cast<int64_t>(b.input_ids.size()) != b.B * b.S)
-    throw Error("batch: input_ids has " + std::to_string(b.input_ids.size()) + " entries, expected B·S = " +
-                std::to_string(b.B * b.S))
+    throw Error("batch: input_ids has " + std::to_string(b.input_ids.size()) +
+                " entries, expected B·S = " + std::to_string(b.B * b.S))
         .field("input_ids");
   if (!b.labels.empty() && static_cast<int64_t>(b.labels.size()) != b.B * b.S)
-    throw Error("batch: labels has " + std::to_string(b.labels.size()) + " entries, expected B·S").field("labels");
+    throw Error("batch: labels has " + std::to_string(b.labels.size()) + " entries, expected B·S")
+        .field("labels");
   for (int64_t id : b.input_ids)
     if (id < 0 || id >= c.vocab_size)
       throw Error("batch: token id " + std::to_string(id) + " outside the vocabulary [0, " +
@@ -235,10 +248,13 @@ void check_batch(const ModelConfig& c, const Batch& b) {
 
 template <class T>
 Model<T>::Model(ModelConfig config)
-    : config_(std::move(config)), params_(parameter_specs(config_)), state_(std::make_unique<State>()) {
+    : config_(std::move(config)),
+      params_(parameter_specs(config_)),
+      state_(std::make_unique<State>()) {
   config_.validate("model config");
   for (size_t i = 0; i < hash_table_names(config_).size(); ++i)
-    hash_tables_.emplace_back(static_cast<size_t>(config_.vocab_size * config_.num_experts_per_tok), 0);
+    hash_tables_.emplace_back(static_cast<size_t>(config_.vocab_size * config_.num_experts_per_tok),
+                              0);
 }
 
 template <class T>
@@ -278,7 +294,8 @@ void Model<T>::init_random(uint64_t seed) {
       std::fill(v, v + n, T(1));
     } else if (ends_with("_scale")) {
       std::fill(v, v + n, T(1));
-    } else if (ends_with("_base") || ends_with("attn_sink") || ends_with(".ape") || ends_with("gate.bias")) {
+    } else if (ends_with("_base") || ends_with("attn_sink") || ends_with(".ape") ||
+               ends_with("gate.bias")) {
       std::fill(v, v + n, T(0));
     } else {
       for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(sigma * rng.normal());
@@ -286,7 +303,8 @@ void Model<T>::init_random(uint64_t seed) {
   }
   // Balanced hash table: token t gets K distinct experts, spread round-robin
   // over a seeded permutation so every expert serves ~V·K/E tokens.
-  const int64_t V = config_.vocab_size, K = config_.num_experts_per_tok, E = config_.n_routed_experts;
+  const int64_t V = config_.vocab_size, K = config_.num_experts_per_tok,
+                E = config_.n_routed_experts;
   for (size_t l = 0; l < hash_tables_.size(); ++l) {
     Rng rng(seed, {0x7a5b, static_cast<uint64_t>(l)});
     std::vector<int64_t> perm(static_cast<size_t>(E));
@@ -294,24 +312,28 @@ void Model<T>::init_random(uint64_t seed) {
     auto& table = hash_tables_[l];
     for (int64_t t = 0; t < V; ++t) {
       if (t % E == 0)
-        for (int64_t i = E - 1; i > 0; --i) std::swap(perm[i], perm[rng.uniform_int(int64_t{0}, i)]);
+        for (int64_t i = E - 1; i > 0; --i)
+          std::swap(perm[i], perm[rng.uniform_int(int64_t{0}, i)]);
       for (int64_t k = 0; k < K; ++k) table[t * K + k] = perm[(t + k) % E];
     }
   }
 }
 
 template <class T>
-LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss, const StepOptions& step,
-                                         T* logits, T* mtp_logits) {
+LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss,
+                                         const StepOptions& step, T* logits, T* mtp_logits) {
   const ModelConfig& c = config_;
   check_batch(c, batch);
   State& st = *state_;
-  const int64_t B = batch.B, S = batch.S, N = B * S, d = c.hidden_size, n = c.hc_mult, V = c.vocab_size;
+  const int64_t B = batch.B, S = batch.S, N = B * S, d = c.hidden_size, n = c.hc_mult,
+                V = c.vocab_size;
   const int64_t L = c.num_hidden_layers;
   const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
-  const bool run_mtp = c.num_nextn_predict_layers > 0 && (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
+  const bool run_mtp =
+      c.num_nextn_predict_layers > 0 && (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection)
-    require(st.blocks.size() == static_cast<size_t>(L) && st.blocks[0].shape.B == B && st.blocks[0].shape.S == S,
+    require(st.blocks.size() == static_cast<size_t>(L) && st.blocks[0].shape.B == B &&
+                st.blocks[0].shape.S == S,
             "fixed_selection needs a previous forward of the same batch shape");
   st.blocks.resize(static_cast<size_t>(L));
   st.ids = batch.input_ids;
@@ -321,14 +343,15 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   const T* embed = params_.value("embed.weight");
   std::vector<T> x(N * n * d), x_next(N * n * d);
   for (int64_t r = 0; r < N; ++r)
-    for (int64_t j = 0; j < n; ++j) std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
-                                              x.data() + (r * n + j) * d);
+    for (int64_t j = 0; j < n; ++j)
+      std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
+                x.data() + (r * n + j) * d);
   const SeqShape shape{B, S};
   std::vector<BlockBinding<T>> bindings;
   for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
   for (int64_t l = 0; l < L; ++l) {
-    out.indexer += block_forward(c, bindings[l], l, shape, x.data(), batch.input_ids.data(), loss, step,
-                                 st.blocks[l], x_next.data());
+    out.indexer += block_forward(c, bindings[l], l, shape, x.data(), batch.input_ids.data(), loss,
+                                 step, st.blocks[l], x_next.data());
     std::swap(x, x_next);
     out.expert_load.push_back(st.blocks[l].moe.expert_load);
     if (st.blocks[l].moe.balance_loss_active) out.balance += st.blocks[l].moe.balance_loss;
@@ -343,11 +366,12 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   st.inv_final.resize(N);
   st.final_normed.resize(N * d);
   hc_head_forward(md, head_w, st.x_final.data(), st.hc_out.data(), st.head);
-  kernels::rmsnorm_forward(st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(), st.inv_final.data(),
-                           N, d, c.rms_norm_eps);
+  kernels::rmsnorm_forward(st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
+                           st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign(N, -1);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t + 1 < S; ++t) st.targets[b * S + t] = labels[b * S + t + 1] < 0 ? -1 : labels[b * S + t + 1];
+    for (int64_t t = 0; t + 1 < S; ++t)
+      st.targets[b * S + t] = labels[b * S + t + 1] < 0 ? -1 : labels[b * S + t + 1];
   const LmLossDims ld{N, d, V, 0};
   out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V);
   std::vector<T> d_final(step.backward ? N * d : 0);
@@ -359,7 +383,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
       o.dhead = params_.grad("head.weight");
     }
     const double scale = out.lm_tokens > 0 ? 1.0 / static_cast<double>(out.lm_tokens) : 0.0;
-    out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"), st.targets.data(), scale, o)
+    out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"),
+                                   st.targets.data(), scale, o)
                  .loss;
   }
 
@@ -378,30 +403,33 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
       for (int64_t t = 0; t < S1; ++t) {
         const int64_t r = b * S1 + t;
         mc.next_ids[r] = batch.input_ids[b * S + t + 1];
-        std::copy(embed + mc.next_ids[r] * d, embed + (mc.next_ids[r] + 1) * d, mc.e.data() + r * d);
-        std::copy(st.x_final.data() + (b * S + t) * n * d, st.x_final.data() + (b * S + t + 1) * n * d,
-                  mc.h.data() + r * n * d);
+        std::copy(embed + mc.next_ids[r] * d, embed + (mc.next_ids[r] + 1) * d,
+                  mc.e.data() + r * d);
+        std::copy(st.x_final.data() + (b * S + t) * n * d,
+                  st.x_final.data() + (b * S + t + 1) * n * d, mc.h.data() + r * n * d);
       }
     mc.e_inv.resize(M);
     mc.e_norm.resize(M * d);
     mc.h_inv.resize(M * n);
     mc.h_norm.resize(M * n * d);
-    kernels::rmsnorm_forward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(), mc.e_inv.data(), M, d,
-                             c.rms_norm_eps);
-    kernels::rmsnorm_forward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(), mc.h_inv.data(), M * n,
-                             d, c.rms_norm_eps);
+    kernels::rmsnorm_forward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(),
+                             mc.e_inv.data(), M, d, c.rms_norm_eps);
+    kernels::rmsnorm_forward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
+                             mc.h_inv.data(), M * n, d, c.rms_norm_eps);
     mc.e_proj.resize(M * d);
-    kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), mc.e_proj.data(), M, d, d);
+    kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), mc.e_proj.data(),
+                            M, d, d);
     std::vector<T> xm(M * n * d);
-    kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(), M * n, d, d);
+    kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(), M * n,
+                            d, d);
     for (int64_t r = 0; r < M; ++r)
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < d; ++i) xm[(r * n + j) * d + i] += mc.e_proj[r * d + i];
     BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
-    out.indexer += block_forward(c, bw, layer, mshape, xm.data(), mc.next_ids.data(), loss, step, mc.block,
-                                 mc.x_out.data());
+    out.indexer += block_forward(c, bw, layer, mshape, xm.data(), mc.next_ids.data(), loss, step,
+                                 mc.block, mc.x_out.data());
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -411,8 +439,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     mc.inv_final.resize(M);
     mc.final_normed.resize(M * d);
     hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
-    kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"), mc.final_normed.data(),
-                             mc.inv_final.data(), M, d, c.rms_norm_eps);
+    kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"),
+                             mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     mc.targets.assign(M, -1);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t + 2 < S; ++t) {
@@ -433,31 +461,34 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     }
     const double scale = out.mtp_tokens > 0 ? lambda / static_cast<double>(out.mtp_tokens) : 0.0;
     const LmLossDims mld{M, d, V, 0};
-    out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"), mc.targets.data(),
-                                    scale, o)
+    out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"),
+                                    mc.targets.data(), scale, o)
                   .loss /
               lambda;
     if (mtp_backward) {
       std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
-      kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"), mc.inv_final.data(),
-                                d_mfinal.data(), dhc.data(), params_.grad(p + "norm.weight"), M, d);
+      kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"),
+                                mc.inv_final.data(), d_mfinal.data(), dhc.data(),
+                                params_.grad(p + "norm.weight"), M, d);
       HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
                          params_.grad(p + "hc_head_scale")};
       hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
       block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data());
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
-      std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d), de(M * d);
+      std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
+          de(M * d);
       for (int64_t r = 0; r < M; ++r)
         for (int64_t j = 0; j < n; ++j)
           for (int64_t i = 0; i < d; ++i) de_proj[r * d + i] += dxm[(r * n + j) * d + i];
-      kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(), dh_norm.data(),
-                               params_.grad(p + "h_proj.weight"), M * n, d, d);
-      kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), de_proj.data(), de_norm.data(),
-                               params_.grad(p + "e_proj.weight"), M, d, d);
-      kernels::rmsnorm_backward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(), dh_norm.data(),
-                                dh.data(), params_.grad(p + "hnorm.weight"), M * n, d);
-      kernels::rmsnorm_backward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(), de_norm.data(),
-                                de.data(), params_.grad(p + "enorm.weight"), M, d);
+      kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(),
+                               dh_norm.data(), params_.grad(p + "h_proj.weight"), M * n, d, d);
+      kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), de_proj.data(),
+                               de_norm.data(), params_.grad(p + "e_proj.weight"), M, d, d);
+      kernels::rmsnorm_backward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
+                                dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n,
+                                d);
+      kernels::rmsnorm_backward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
+                                de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
       T* dembed = params_.grad("embed.weight");
       for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < S1; ++t) {
@@ -470,15 +501,17 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
         }
     }
   }
-  out.total = out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
+  out.total =
+      out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
   if (!step.backward) return out;
 
   // Main head backward.
   {
     std::vector<T> dhc(N * d), dxh(N * n * d);
-    kernels::rmsnorm_backward(st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(), d_final.data(),
-                              dhc.data(), params_.grad("norm.weight"), N, d);
-    HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"), params_.grad("hc_head_scale")};
+    kernels::rmsnorm_backward(st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
+                              d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
+    HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
+                      params_.grad("hc_head_scale")};
     hc_head_backward(md, head_w, st.head, st.x_final.data(), dhc.data(), hg, dxh.data());
     for (int64_t i = 0; i < N * n * d; ++i) dx_final[i] += dxh[i];
   }

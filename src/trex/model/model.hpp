@@ -24,10 +24,10 @@ struct Batch {
 };
 
 struct LossOptions {
-  double mtp_weight = 0.3;            // λ (spec §2.10); 0 skips the MTP block entirely
-  double balance_loss_weight = 0.0;   // α of the sequence-wise balance loss (spec §3.3)
+  double mtp_weight = 0.3;           // λ (spec §2.10); 0 skips the MTP block entirely
+  double balance_loss_weight = 0.0;  // α of the sequence-wise balance loss (spec §3.3)
   bool balance_loss_on_hash_layers = false;
-  bool indexer_loss = false;          // KL indexer loss on CSA layers (spec §3.2)
+  bool indexer_loss = false;  // KL indexer loss on CSA layers (spec §3.2)
   double indexer_loss_weight = 1.0;
 };
 

@@ -20,8 +20,8 @@ struct Builder {
     dense.push_back({std::move(name), std::move(shape), ParamRole::kDense, group, layer, -1});
   }
   void expert(std::string name, std::vector<int64_t> shape, int64_t layer, int64_t e) {
-    experts.push_back({std::move(name), std::move(shape), ParamRole::kExpert, OptimizerGroup::kMuon,
-                       layer, e});
+    experts.push_back(
+        {std::move(name), std::move(shape), ParamRole::kExpert, OptimizerGroup::kMuon, layer, e});
   }
 };
 
@@ -65,12 +65,11 @@ void add_block(Builder& b, const ModelConfig& c, const std::string& p, int64_t l
   const std::string f = p + "ffn.";
   const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
   b.add(f + "gate.weight", {E, d}, G::kMuon, layer);
-  if (!c.is_hash_layer(layer))
-    b.add(f + "gate.bias", {E}, G::kNotTrained, layer);
+  if (!c.is_hash_layer(layer)) b.add(f + "gate.bias", {E}, G::kNotTrained, layer);
   for (const char* w : {"w1", "w2", "w3"}) {
     const bool down = w[1] == '2';
-    b.add(f + "shared_experts." + w + ".weight", down ? std::vector<int64_t>{d, I} : std::vector<int64_t>{I, d},
-          G::kMuon, layer);
+    b.add(f + "shared_experts." + w + ".weight",
+          down ? std::vector<int64_t>{d, I} : std::vector<int64_t>{I, d}, G::kMuon, layer);
   }
   for (int64_t e = 0; e < E; ++e)
     for (const char* w : {"w1", "w2", "w3"}) {

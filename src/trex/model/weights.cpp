@@ -36,7 +36,8 @@ const std::vector<std::pair<std::string, std::string>>& block_suffixes() {
       {"attn.compressor.ape", "self_attn.compressor.position_bias"},
       {"attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"},
       {"attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
-      {"attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+      {"attn.indexer.weights_proj.weight",
+       "self_attn.compressor.indexer.scorer.weights_proj.weight"},
       {"attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
       {"attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
       {"attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"},
@@ -53,7 +54,8 @@ const std::vector<std::pair<std::string, std::string>>& block_suffixes() {
 
 const std::vector<std::pair<std::string, std::string>>& head_suffixes() {
   static const std::vector<std::pair<std::string, std::string>> table = {
-      {"hc_head_fn", "hc_head.hc_fn"}, {"hc_head_base", "hc_head.hc_base"},
+      {"hc_head_fn", "hc_head.hc_fn"},
+      {"hc_head_base", "hc_head.hc_base"},
       {"hc_head_scale", "hc_head.hc_scale"}};
   return table;
 }
@@ -85,7 +87,9 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool is_quantized(DType t) { return t == DType::kF8E4M3 || t == DType::kI8 || t == DType::kU8; }
+bool is_quantized(DType t) {
+  return t == DType::kF8E4M3 || t == DType::kI8 || t == DType::kU8;
+}
 
 std::string scale_name_for(const std::string& weight_name) {
   const std::string suffix = ".weight";
@@ -110,8 +114,8 @@ std::vector<float> read_tensor(const CheckpointReader& reader, const std::string
     const std::string scale = scale_name_for(name);
     const TensorView* scale_view = reader.find(scale);
     if (!scale_view)
-      throw Error("quantised tensor '" + name + "' in " + reader.source() + " has no scale tensor '" +
-                  scale + "'")
+      throw Error("quantised tensor '" + name + "' in " + reader.source() +
+                  " has no scale tensor '" + scale + "'")
           .field(name);
     consumed.insert(scale);
     const std::vector<int64_t> shape = dequantized_shape(*view, *scale_view);
@@ -122,8 +126,8 @@ std::vector<float> read_tensor(const CheckpointReader& reader, const std::string
     return dequantize_to_f32(*view, *scale_view);
   }
   if (view->shape != expected_shape)
-    throw Error("tensor '" + name + "' in " + view->file + " has shape " + shape_string(view->shape) +
-                ", expected " + shape_string(expected_shape))
+    throw Error("tensor '" + name + "' in " + view->file + " has shape " +
+                shape_string(view->shape) + ", expected " + shape_string(expected_shape))
         .field(name);
   return reader.read_f32(name);
 }
@@ -137,9 +141,12 @@ void copy_into(const std::vector<float>& src, T* dst) {
 
 const char* naming_scheme_name(NamingScheme scheme) {
   switch (scheme) {
-    case NamingScheme::kReleased: return "released";
-    case NamingScheme::kTransformers: return "transformers";
-    case NamingScheme::kTransformersHybrid: return "transformers-hybrid";
+    case NamingScheme::kReleased:
+      return "released";
+    case NamingScheme::kTransformers:
+      return "transformers";
+    case NamingScheme::kTransformersHybrid:
+      return "transformers-hybrid";
   }
   return "?";
 }
@@ -163,7 +170,8 @@ std::string hybrid_name(const std::string& released) {
     if (released == r) return "model." + p;
   std::string prefix, rest;
   if (split_block(released, "layers.", prefix, rest))
-    return "model." + prefix + (rest == "attn.kv_norm.weight" ? std::string("attn.norm.weight") : rest);
+    return "model." + prefix +
+           (rest == "attn.kv_norm.weight" ? std::string("attn.norm.weight") : rest);
   return released;  // head.weight, mtp.* keep their released names
 }
 
@@ -174,9 +182,11 @@ std::string transformers_name(const std::string& released) {
   for (const auto& [r, p] : head_suffixes())
     if (released == r) return "model." + p;
   std::string prefix, rest;
-  if (split_block(released, "layers.", prefix, rest)) return "model." + prefix + map_block_suffix(rest, released);
+  if (split_block(released, "layers.", prefix, rest))
+    return "model." + prefix + map_block_suffix(rest, released);
   if (split_block(released, "mtp.", prefix, rest)) {
-    for (const char* own : {"e_proj.weight", "h_proj.weight", "enorm.weight", "hnorm.weight", "norm.weight"})
+    for (const char* own :
+         {"e_proj.weight", "h_proj.weight", "enorm.weight", "hnorm.weight", "norm.weight"})
       if (rest == own) return released;
     for (const auto& [r, p] : head_suffixes())
       if (rest == r) return prefix + p;
@@ -187,14 +197,16 @@ std::string transformers_name(const std::string& released) {
 
 TransformersLocation transformers_location(const ModelConfig& config, const std::string& released) {
   std::string prefix, rest;
-  const bool block = split_block(released, "layers.", prefix, rest) || split_block(released, "mtp.", prefix, rest);
+  const bool block =
+      split_block(released, "layers.", prefix, rest) || split_block(released, "mtp.", prefix, rest);
   if (block && starts_with(rest, "ffn.experts.")) {
     // ffn.experts.<e>.<w>.weight
     const std::string tail = rest.substr(std::string("ffn.experts.").size());
     const size_t dot = tail.find('.');
     const int64_t expert = std::stoll(tail.substr(0, dot));
     const std::string which = tail.substr(dot + 1);
-    const std::string port_prefix = (starts_with(prefix, "layers.") ? "model." : "") + prefix + "mlp.experts.";
+    const std::string port_prefix =
+        (starts_with(prefix, "layers.") ? "model." : "") + prefix + "mlp.experts.";
     const int64_t I = config.moe_intermediate_size;
     if (which == "w1.weight") return {port_prefix + "gate_up_proj", expert, 0, 2 * I};
     if (which == "w3.weight") return {port_prefix + "gate_up_proj", expert, I, 2 * I};
@@ -213,7 +225,8 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
   for (const ParamSpec& spec : params.specs()) {
     T* dst = params.value(spec.name);
     if (scheme != NamingScheme::kTransformers) {
-      const std::string name = scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
+      const std::string name =
+          scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
       copy_into(read_tensor(reader, name, spec.shape, consumed), dst);
       continue;
     }
@@ -234,21 +247,24 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
   hash_tables.clear();
   const int64_t V = config.vocab_size, K = config.num_experts_per_tok;
   for (const std::string& released : hash_table_names(config)) {
-    const std::string name = scheme == NamingScheme::kReleased   ? released
+    const std::string name = scheme == NamingScheme::kReleased       ? released
                              : scheme == NamingScheme::kTransformers ? transformers_name(released)
                                                                      : hybrid_name(released);
     const TensorView* view = reader.find(name);
-    if (!view) throw Error("checkpoint " + reader.source() + " has no hash-routing table '" + name + "'").field(name);
+    if (!view)
+      throw Error("checkpoint " + reader.source() + " has no hash-routing table '" + name + "'")
+          .field(name);
     if (view->shape != std::vector<int64_t>{V, K})
-      throw Error("hash-routing table '" + name + "' has shape " + shape_string(view->shape) + ", expected " +
-                  shape_string({V, K}))
+      throw Error("hash-routing table '" + name + "' has shape " + shape_string(view->shape) +
+                  ", expected " + shape_string({V, K}))
           .field(name);
     consumed.insert(name);
     std::vector<int64_t> table = reader.read_i64(name);
     for (int64_t i = 0; i < V * K; ++i)
       if (table[i] < 0 || table[i] >= config.n_routed_experts)
-        throw Error("hash-routing table '" + name + "' maps token " + std::to_string(i / K) + " to expert " +
-                    std::to_string(table[i]) + ", outside [0, " + std::to_string(config.n_routed_experts) + ")")
+        throw Error("hash-routing table '" + name + "' maps token " + std::to_string(i / K) +
+                    " to expert " + std::to_string(table[i]) + ", outside [0, " +
+                    std::to_string(config.n_routed_experts) + ")")
             .field(name);
     hash_tables.push_back(std::move(table));
   }
@@ -257,7 +273,8 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
     if (!consumed.count(n)) extra.push_back(n);
   if (!extra.empty()) {
     std::string list;
-    for (size_t i = 0; i < std::min<size_t>(extra.size(), 5); ++i) list += (i ? ", " : "") + extra[i];
+    for (size_t i = 0; i < std::min<size_t>(extra.size(), 5); ++i)
+      list += (i ? ", " : "") + extra[i];
     if (extra.size() > 5) list += ", ...";
     throw Error("checkpoint " + reader.source() + " has " + std::to_string(extra.size()) +
                 " tensor(s) this model configuration does not use: " + list)
@@ -267,8 +284,9 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
 }
 
 template <class T>
-std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamStore<T>& params, bool grads,
-                                        NamingScheme scheme, const HashTables* hash_tables,
+std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamStore<T>& params,
+                                        bool grads, NamingScheme scheme,
+                                        const HashTables* hash_tables,
                                         const std::string& name_prefix) {
   const std::vector<T>& flat = grads ? params.grads() : params.values();
   std::vector<NamedTensor> out;
@@ -278,7 +296,8 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
     const T* src = flat.data() + params.offset(spec.name);
     const int64_t n = spec.numel();
     if (scheme != NamingScheme::kTransformers) {
-      const std::string name = scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
+      const std::string name =
+          scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
       out.push_back({name_prefix + name, spec.shape, std::vector<float>(src, src + n), {}});
       continue;
     }
@@ -290,21 +309,26 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
     auto it = fused_index.find(loc.name);
     if (it == fused_index.end()) {
       const int64_t cols = spec.shape[1];
-      NamedTensor t{name_prefix + loc.name, {config.n_routed_experts, loc.rows_total, cols}, {}, {}};
+      NamedTensor t{
+          name_prefix + loc.name, {config.n_routed_experts, loc.rows_total, cols}, {}, {}};
       t.f32.assign(static_cast<size_t>(config.n_routed_experts * loc.rows_total * cols), 0.0f);
       out.push_back(std::move(t));
       it = fused_index.emplace(loc.name, out.size() - 1).first;
     }
     NamedTensor& t = out[it->second];
-    std::copy(src, src + n, t.f32.begin() + (loc.expert * loc.rows_total + loc.row_offset) * spec.shape[1]);
+    std::copy(src, src + n,
+              t.f32.begin() + (loc.expert * loc.rows_total + loc.row_offset) * spec.shape[1]);
   }
   if (hash_tables) {
     const std::vector<std::string> names = hash_table_names(config);
     for (size_t i = 0; i < names.size() && i < hash_tables->size(); ++i) {
-      const std::string name = scheme == NamingScheme::kReleased   ? names[i]
+      const std::string name = scheme == NamingScheme::kReleased       ? names[i]
                                : scheme == NamingScheme::kTransformers ? transformers_name(names[i])
                                                                        : hybrid_name(names[i]);
-      out.push_back({name_prefix + name, {config.vocab_size, config.num_experts_per_tok}, {}, (*hash_tables)[i]});
+      out.push_back({name_prefix + name,
+                     {config.vocab_size, config.num_experts_per_tok},
+                     {},
+                     (*hash_tables)[i]});
     }
   }
   return out;
@@ -322,22 +346,26 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
   ModelConfig written = config;
   written.transformers_scheme = scheme == NamingScheme::kTransformers;
   written.torch_dtype = float_dtype == DType::kF32 ? "float32" : "bfloat16";
-  const std::vector<NamedTensor> tensors = export_tensors(config, params, false, scheme, &hash_tables);
+  const std::vector<NamedTensor> tensors =
+      export_tensors(config, params, false, scheme, &hash_tables);
   std::vector<std::vector<uint16_t>> bf16(tensors.size());
   std::vector<TensorToWrite> writes;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const NamedTensor& t = tensors[i];
     if (!t.i64.empty()) {
-      writes.push_back({t.name, DType::kI64, t.shape, t.i64.data(), t.i64.size() * sizeof(int64_t)});
+      writes.push_back(
+          {t.name, DType::kI64, t.shape, t.i64.data(), t.i64.size() * sizeof(int64_t)});
     } else if (float_dtype == DType::kBF16) {
       bf16[i] = to_bf16(t.f32.data(), static_cast<int64_t>(t.f32.size()));
-      writes.push_back({t.name, DType::kBF16, t.shape, bf16[i].data(), bf16[i].size() * sizeof(uint16_t)});
+      writes.push_back(
+          {t.name, DType::kBF16, t.shape, bf16[i].data(), bf16[i].size() * sizeof(uint16_t)});
     } else {
       writes.push_back({t.name, DType::kF32, t.shape, t.f32.data(), t.f32.size() * sizeof(float)});
     }
   }
   write_checkpoint(dir, writes, {{"format", "pt"}, {"writer", "trex"}}, max_shard_bytes);
-  write_file_atomic((std::filesystem::path(dir) / "config.json").string(), written.to_json().dump(2) + "\n");
+  write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
+                    written.to_json().dump(2) + "\n");
 }
 
 template <class T>
@@ -353,13 +381,14 @@ LoadedCheckpoint<T> load_checkpoint(const std::string& dir) {
   return out;
 }
 
-#define TREX_INSTANTIATE(T)                                                                              \
-  template NamingScheme load_weights<T>(const CheckpointReader&, const ModelConfig&, ParamStore<T>&,      \
-                                        HashTables&);                                                    \
-  template std::vector<NamedTensor> export_tensors<T>(const ModelConfig&, const ParamStore<T>&, bool,     \
-                                                      NamingScheme, const HashTables*, const std::string&); \
-  template void save_checkpoint<T>(const std::string&, const ModelConfig&, const ParamStore<T>&,         \
-                                   const HashTables&, NamingScheme, DType, size_t);                      \
+#define TREX_INSTANTIATE(T)                                                                      \
+  template NamingScheme load_weights<T>(const CheckpointReader&, const ModelConfig&,             \
+                                        ParamStore<T>&, HashTables&);                            \
+  template std::vector<NamedTensor> export_tensors<T>(const ModelConfig&, const ParamStore<T>&,  \
+                                                      bool, NamingScheme, const HashTables*,     \
+                                                      const std::string&);                       \
+  template void save_checkpoint<T>(const std::string&, const ModelConfig&, const ParamStore<T>&, \
+                                   const HashTables&, NamingScheme, DType, size_t);              \
   template LoadedCheckpoint<T> load_checkpoint<T>(const std::string&);
 TREX_INSTANTIATE(float)
 TREX_INSTANTIATE(double)

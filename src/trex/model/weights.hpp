@@ -35,9 +35,9 @@ NamingScheme detect_naming_scheme(const std::vector<std::string>& names);
 // expert `expert` in `name`.
 struct TransformersLocation {
   std::string name;
-  int64_t expert = -1;      // >= 0: slice of a fused [E, rows_total, cols] tensor
+  int64_t expert = -1;  // >= 0: slice of a fused [E, rows_total, cols] tensor
   int64_t row_offset = 0;
-  int64_t rows_total = 0;   // second dimension of the fused tensor
+  int64_t rows_total = 0;  // second dimension of the fused tensor
 };
 TransformersLocation transformers_location(const ModelConfig& config, const std::string& released);
 // Port-scheme name of a released non-expert tensor (also tid2eid).
@@ -59,8 +59,8 @@ NamingScheme load_weights(const CheckpointReader& reader, const ModelConfig& con
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> f32;       // floating-point payload
-  std::vector<int64_t> i64;     // integer payload (tid2eid)
+  std::vector<float> f32;    // floating-point payload
+  std::vector<int64_t> i64;  // integer payload (tid2eid)
 };
 
 // The model's values (or gradients, with `grads`) as tensors of `scheme`

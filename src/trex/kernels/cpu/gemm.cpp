@@ -35,8 +35,8 @@ inline float bf16_round(float value) {
 // Reference loop: C = alpha*op(A)op(B) + beta*C. Used for double, and for float
 // GEMMs too small for oneDNN's dispatch overhead to pay off.
 template <class T, class Round>
-void gemm_loop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc, Round round) {
+void gemm_loop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+               const T* B, int64_t ldb, T beta, T* C, int64_t ldc, Round round) {
 #pragma omp parallel for schedule(static) if (M * N * K > (1 << 16))
   for (int64_t i = 0; i < M; ++i) {
     std::vector<T> row(static_cast<size_t>(N), T(0));
@@ -70,7 +70,8 @@ Dnnl& dnnl_state() {
 }
 
 // A [rows, cols] view with leading dim ld converted to a dense bf16 copy.
-void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& out) {
+void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
+               std::vector<uint16_t>& out) {
   out.resize(static_cast<size_t>(rows * cols));
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
   for (int64_t r = 0; r < rows; ++r)
@@ -99,8 +100,10 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     b_ld = b_cols;
   }
   const dt in_type = bf16 ? dt::bf16 : dt::f32;
-  const dnnl::memory::dims a_strides = ta ? dnnl::memory::dims{1, a_ld} : dnnl::memory::dims{a_ld, 1};
-  const dnnl::memory::dims b_strides = tb ? dnnl::memory::dims{1, b_ld} : dnnl::memory::dims{b_ld, 1};
+  const dnnl::memory::dims a_strides =
+      ta ? dnnl::memory::dims{1, a_ld} : dnnl::memory::dims{a_ld, 1};
+  const dnnl::memory::dims b_strides =
+      tb ? dnnl::memory::dims{1, b_ld} : dnnl::memory::dims{b_ld, 1};
   dnnl::memory::desc a_md({M, K}, in_type, a_strides);
   dnnl::memory::desc b_md({K, N}, in_type, b_strides);
   dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
@@ -130,8 +133,12 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 }  // namespace
 
-void set_gemm_precision(Precision precision) { g_precision.store(precision); }
-Precision gemm_precision() { return g_precision.load(); }
+void set_gemm_precision(Precision precision) {
+  g_precision.store(precision);
+}
+Precision gemm_precision() {
+  return g_precision.load();
+}
 
 template <>
 void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
@@ -163,7 +170,8 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 }
 
 template <class T>
-void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t K, bool accumulate) {
+void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t K,
+                    bool accumulate) {
   gemm<T>(false, true, M, N, K, T(1), X, K, W, K, accumulate ? T(1) : T(0), Y, N);
 }
 
@@ -174,11 +182,12 @@ void linear_backward(const T* X, const T* W, const T* dY, T* dX, T* dW, int64_t 
   if (dW && M > 0) gemm<T>(true, false, N, K, M, T(1), dY, N, X, K, T(1), dW, K);
 }
 
-template void linear_forward<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
-template void linear_forward<double>(const double*, const double*, double*, int64_t, int64_t, int64_t,
-                                     bool);
-template void linear_backward<float>(const float*, const float*, const float*, float*, float*, int64_t,
-                                     int64_t, int64_t, bool);
+template void linear_forward<float>(const float*, const float*, float*, int64_t, int64_t, int64_t,
+                                    bool);
+template void linear_forward<double>(const double*, const double*, double*, int64_t, int64_t,
+                                     int64_t, bool);
+template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
+                                     int64_t, int64_t, int64_t, bool);
 template void linear_backward<double>(const double*, const double*, const double*, double*, double*,
                                       int64_t, int64_t, int64_t, bool);
 

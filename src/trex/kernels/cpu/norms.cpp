@@ -15,7 +15,8 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* inv_rms, int64_t rows
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     double sum = 0.0;
-    for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+    for (int64_t i = 0; i < dim; ++i)
+      sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
     const T inv = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(dim) + eps));
     if (inv_rms) inv_rms[r] = inv;
     T* yr = y + r * dim;
@@ -59,11 +60,12 @@ void rmsnorm_backward(const T* x, const T* weight, const T* inv_rms, const T* dy
       for (int64_t i = 0; i < dim; ++i) dweight[i] += partial[c * dim + i];
 }
 
-template void rmsnorm_forward<float>(const float*, const float*, float*, float*, int64_t, int64_t, double);
-template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t, int64_t,
-                                      double);
-template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*, float*,
-                                      float*, int64_t, int64_t);
+template void rmsnorm_forward<float>(const float*, const float*, float*, float*, int64_t, int64_t,
+                                     double);
+template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t,
+                                      int64_t, double);
+template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
+                                      float*, float*, int64_t, int64_t);
 template void rmsnorm_backward<double>(const double*, const double*, const double*, const double*,
                                        double*, double*, int64_t, int64_t);
 
