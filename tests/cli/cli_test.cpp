@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/jsonl.hpp"
@@ -14,23 +15,8 @@
 namespace trex {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-};
-
-RunResult run_trex(const std::string& args) {
-  std::string cmd = test::trex_binary() + " " + args + " 2>&1";
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_trex;
+using RunResult = test::CliRun;
 
 TEST(Cli, HelpForEveryCommand) {
   for (const char* args : {"--help", "or --help", "or synth --help", "or solve --help",

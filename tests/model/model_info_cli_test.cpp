@@ -7,29 +7,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 
 namespace trex {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout + stderr
-};
-
-CliRun run_trex(const std::string& args) {
-  std::string cmd = test::trex_binary() + " " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_trex;
+using test::CliRun;
 
 std::string config(const std::string& name) {
   return test::source_dir() + "/configs/models/" + name + ".json";

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/jsonl.hpp"
@@ -266,23 +267,8 @@ TEST(EvalPrompts, EveryFormat) {
   EXPECT_THROW(write_prompts({dir.file("pb.jsonl")}, CodeKind::none, dir.file("x.jsonl")), Error);
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CliResult run_trex(const std::string& args) {
-  std::string cmd = test::trex_binary() + " " + args + " 2>&1";
-  CliResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_trex;
+using CliResult = test::CliRun;
 
 TEST(EvalCli, CommandsHelpAndErrors) {
   for (const char* args : {"or prompts --help", "or eval --help", "or eval-hostile --help",

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -582,23 +583,8 @@ TEST(PlanValidation, PublishedPointsAndAblation) {
 
 // ---- CLI ----
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-CliRun run_trex(const std::string& args) {
-  std::string cmd = test::trex_binary() + " " + args + " 2>&1";
-  CliRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_trex;
+using test::CliRun;
 
 TEST(PlanCli, SearchExplainSvgAndErrors) {
   test::TempDir dir;
