@@ -23,8 +23,9 @@ struct EncodedChat {
 // Non-thinking mode:  BOS {system} <｜User｜>{user} <｜Assistant｜></think>{answer}<EOS> …
 // (system content raw; `<｜Assistant｜></think>` opens every assistant turn). The
 // trained tokens are each assistant answer and its EOS (when `all_turns` is
-// false, only the last assistant turn's). Message text is tokenised piecewise, so
-// a literal "<｜User｜>" typed in content stays text and is never a special token.
+// false, only the last assistant turn's). Text is tokenised piece by piece with the
+// tokenizer's added-token splitting, so the ids equal those of tokenising the rendered string
+// (a literal "<｜User｜>" inside content becomes the special token, as with HF tokenizers).
 // `messages` is the JSON array; errors name `origin` and the offending field
 // (unknown role, non-string content, no assistant turn).
 EncodedChat encode_chat(const io::Tokenizer& tokenizer, const nlohmann::json& messages,
