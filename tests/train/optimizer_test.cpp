@@ -8,7 +8,9 @@
 
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/rng.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
+#include "trex/model/config.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/schedule.hpp"
 
@@ -306,6 +308,49 @@ TEST(TrainOptimizer, RejectsMuonVectorsAndForeignStores) {
   trex::train::Optimizer opt(q, {});
   ParamStore<float> bigger({spec("m", {2, 3}, OptimizerGroup::kMuon)});
   EXPECT_THROW(opt.step(bigger, 0.1), trex::Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The spec §6 split on the real tiny-V4 inventory: every Muon tensor is one matrix
+// (experts separately), the router bias is frozen, and Muon's scale makes each
+// matrix update's RMS about γ·lr = 0.18·lr whatever its shape.
+TEST(TrainOptimizer, TinyV4InventoryUpdateRmsAndFrozenRouterBias) {
+  trex::kernels::ScopedGemmPrecision fp32(trex::kernels::Precision::kF32);
+  const trex::model::ModelConfig config =
+      trex::model::ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
+  ParamStore<float> p(trex::model::parameter_specs(config));
+  trex::Rng rng(11);
+  for (float& g : p.grads()) g = static_cast<float>(rng.normal());
+  trex::train::Optimizer opt(p, {});
+  const double lr = 1e-2;
+  opt.step(p, lr);  // values start at zero: no weight-decay term
+  int64_t offset = 0, muon = 0, frozen = 0, experts = 0;
+  for (const ParamSpec& s : p.specs()) {
+    const int64_t n = s.numel();
+    double sum2 = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      sum2 += static_cast<double>(p.values()[offset + i]) * p.values()[offset + i];
+    const double rms = std::sqrt(sum2 / static_cast<double>(n));
+    if (s.group == OptimizerGroup::kMuon) {
+      ++muon;
+      experts += s.expert >= 0;
+      EXPECT_EQ(s.shape.size(), 2u) << s.name;
+      EXPECT_GT(rms / lr, 0.12) << s.name;
+      EXPECT_LT(rms / lr, 0.2) << s.name;
+    } else if (s.group == OptimizerGroup::kAdamW) {
+      EXPECT_NEAR(rms / lr, 1.0, 1e-3) << s.name;  // first AdamW step: ±lr per element
+    } else {
+      ++frozen;
+      EXPECT_EQ(sum2, 0.0) << s.name;
+    }
+    offset += n;
+  }
+  EXPECT_GT(muon, 0);
+  EXPECT_GT(experts, 0);
+  EXPECT_GT(frozen, 0);  // gate.bias
 }
 
 }  // namespace

@@ -71,7 +71,6 @@ PackingLoader::PackingLoader(PackingItems items, PackingOptions options)
   }
   uint64_t h = hash_string("trex-packing-v1");
   h = hash_combine(h, static_cast<uint64_t>(options_.seq_len));
-  h = hash_combine(h, static_cast<uint64_t>(options_.batch_size));
   h = hash_combine(h, options_.shuffle ? 1 : 0);
   h = hash_combine(h, static_cast<uint64_t>(options_.mode));
   h = hash_combine(h, static_cast<uint64_t>(static_cast<uint32_t>(options_.pad_id)));

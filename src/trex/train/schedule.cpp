@@ -1,7 +1,9 @@
 #include "trex/train/schedule.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "trex/core/error.hpp"
 
@@ -41,14 +43,31 @@ void for_each_trained(const model::ParamStore<float>& params, Fn&& fn) {
 }  // namespace
 
 double global_grad_norm(const model::ParamStore<float>& params) {
-  const float* g = params.grads().data();
-  double sum = 0.0;
+  // Fixed-size chunks summed in parallel, then the partials in chunk order: the
+  // result does not depend on the thread count.
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  struct Range {
+    int64_t begin, end;
+  };
+  std::vector<Range> chunks;
   for_each_trained(params, [&](int64_t offset, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = g[offset + i];
+    for (int64_t b = offset; b < offset + n; b += kChunk)
+      chunks.push_back({b, std::min(offset + n, b + kChunk)});
+  });
+  const float* g = params.grads().data();
+  std::vector<double> partial(chunks.size(), 0.0);
+  const int64_t count = static_cast<int64_t>(chunks.size());
+#pragma omp parallel for schedule(static) if (count > 4)
+  for (int64_t c = 0; c < count; ++c) {
+    double sum = 0.0;
+    for (int64_t i = chunks[c].begin; i < chunks[c].end; ++i) {
+      const double x = g[i];
       sum += x * x;
     }
-  });
+    partial[c] = sum;
+  }
+  double sum = 0.0;
+  for (double x : partial) sum += x;
   return std::sqrt(sum);
 }
 
