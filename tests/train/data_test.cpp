@@ -132,6 +132,21 @@ TEST(TrainCptLoader, ResumesBitwiseFromSavedJsonState) {
     for (int64_t i = 0; i < 2 * per_epoch / 3 + 3; ++i)
       ASSERT_TRUE(same_batch(first.next_batch(), resumed.next_batch())) << "k=" << k << " i=" << i;
   }
+  // The batch size may change on resume: the sequence stream is the same.
+  {
+    CptLoader three(docs, 0, o);
+    three.next_batch();
+    CptLoaderOptions single = o;
+    single.batch_size = 1;
+    CptLoader one(docs, 0, single);
+    one.restore(three.state());
+    const PackedBatch big = three.next_batch();
+    for (int64_t row = 0; row < 3; ++row) {
+      const PackedBatch small = one.next_batch();
+      const auto first = big.batch.input_ids.begin() + row * o.seq_len;
+      EXPECT_TRUE(std::equal(small.batch.input_ids.begin(), small.batch.input_ids.end(), first));
+    }
+  }
   CptLoader other_seed(docs, 0, [&] {
     CptLoaderOptions p = o;
     p.seed = 43;

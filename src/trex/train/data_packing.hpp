@@ -24,7 +24,8 @@ struct PackedBatch {
 
 // Where a loader is: the next sequence is number `cursor` of epoch `epoch`, in
 // the order drawn from the random stream Rng(seed, {epoch}). `data_fingerprint`
-// identifies the items and packing options, so a state is never restored onto
+// identifies the items and packing options (sequence length, mode, shuffling, pad id; not
+// the batch size, which may change between runs), so a state is never restored onto
 // other data. Everything else is a pure function of these fields.
 struct LoaderState {
   uint64_t seed = 0;
