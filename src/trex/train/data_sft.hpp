@@ -1,0 +1,77 @@
+#pragma once
+// Supervised fine-tuning loader: chat examples encoded in DeepSeek-V4's
+// non-thinking chat format (spec §5), loss only on the assistant answers,
+// several whole examples packed per sequence with position / document ids.
+// Resumable through LoaderState. See docs/training.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trex/io/tokenizer.hpp"
+#include "trex/train/data_packing.hpp"
+
+namespace trex::train {
+
+// One encoded conversation; labels[t] = tokens[t] where trained, −100 elsewhere.
+struct EncodedChat {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> labels;
+};
+
+// Non-thinking mode:  BOS {system} <｜User｜>{user} <｜Assistant｜></think>{answer}<EOS> …
+// (system content raw; `<｜Assistant｜></think>` opens every assistant turn). The
+// trained tokens are each assistant answer and its EOS (when `all_turns` is
+// false, only the last assistant turn's). Text is tokenised piece by piece with the
+// tokenizer's added-token splitting, so the ids equal those of tokenising the rendered string
+// (a literal "<｜User｜>" inside content becomes the special token, as with HF tokenizers).
+// `messages` is the JSON array; errors name `origin` and the offending field
+// (unknown role, non-string content, no assistant turn).
+EncodedChat encode_chat(const io::Tokenizer& tokenizer, const nlohmann::json& messages,
+                        const std::string& origin = "<messages>", bool all_turns = true);
+
+enum class OverlongPolicy {
+  kTruncate,  // keep the first S tokens (dropped anyway if no trained token survives)
+  kDrop,
+};
+
+struct SftLoaderOptions {
+  int64_t seq_len = 1024;
+  int64_t batch_size = 1;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  OverlongPolicy overlong = OverlongPolicy::kTruncate;
+  bool train_all_assistant_turns = true;
+};
+
+struct SftStats {
+  int64_t examples = 0;        // read
+  int64_t truncated = 0;       // longer than S, cut to S tokens and kept
+  int64_t dropped = 0;         // longer than S and dropped (kDrop, or nothing trained left)
+  int64_t tokens = 0;          // kept tokens
+  int64_t trained_tokens = 0;  // kept tokens with a label
+};
+
+class SftLoader {
+ public:
+  SftLoader(std::vector<EncodedChat> examples, int32_t pad_id, SftLoaderOptions options);
+  // JSONL of {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}]}.
+  static SftLoader from_jsonl(const std::string& path, const io::Tokenizer& tokenizer,
+                              SftLoaderOptions options);
+
+  PackedBatch next_batch() { return packer_.next_batch(); }
+  const LoaderState& state() const { return packer_.state(); }
+  void restore(const LoaderState& state) { packer_.restore(state); }
+  const SftStats& stats() const { return stats_; }
+  int64_t example_count() const { return packer_.item_count(); }
+  int64_t sequences_in_epoch() { return packer_.sequences_in_epoch(); }
+
+ private:
+  SftLoader(std::pair<PackingItems, SftStats> prepared, int32_t pad_id,
+            const SftLoaderOptions& options);
+  PackingLoader packer_;
+  SftStats stats_;
+};
+
+}  // namespace trex::train
