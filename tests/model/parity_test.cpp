@@ -41,12 +41,11 @@ std::vector<std::string> case_files(const std::string& dir) {
 
 // Tensor group for the report: the released-name part after the layer index.
 std::string group_of(const std::string& name) {
-  std::string n = name.substr(5);  // strip "grad."
-  for (const char* p : {"model.layers.", "mtp."}) {
-    if (n.rfind(p, 0) == 0) {
-      const size_t dot = n.find('.', std::string(p).size());
-      return std::string(p[0] == 'm' && p[1] == 't' ? "mtp." : "") + n.substr(dot + 1);
-    }
+  const std::string n = name.substr(std::string("grad.").size());
+  // Drop the block index so the same tensor of every layer forms one group.
+  for (const auto& [prefix, label] :
+       {std::pair<std::string, std::string>{"model.layers.", ""}, {"mtp.", "mtp."}}) {
+    if (n.rfind(prefix, 0) == 0) return label + n.substr(n.find('.', prefix.size()) + 1);
   }
   return n;
 }
