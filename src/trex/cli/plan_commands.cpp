@@ -117,6 +117,8 @@ void run_plan(const PlanOptions& o) {
               cluster.name.c_str(), static_cast<long long>(o.devices),
               static_cast<long long>(o.global_batch), static_cast<long long>(o.seq),
               to_string(job.optimizer).c_str());
+  if (job.goodput < 1)
+    std::printf("goodput %.2f: tokens/s, TFLOP/s and MFU are wall-clock averages\n", job.goodput);
 
   if (!o.layout.empty()) {
     Layout layout = parse_layout(o.layout);
