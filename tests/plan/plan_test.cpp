@@ -610,8 +610,8 @@ TEST(PlanTime, GoodputScalesThroughputButNotTheStep) {
 
 // ---- CLI ----
 
-using test::run_trex;
 using test::CliRun;
+using test::run_trex;
 
 TEST(PlanCli, SearchExplainSvgAndErrors) {
   test::TempDir dir;
