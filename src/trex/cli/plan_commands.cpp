@@ -28,6 +28,7 @@ struct PlanOptions {
   std::string model, cluster, svg, json_out, layout, optimizer = "adamw";
   int64_t devices = 0, global_batch = 0, seq = 0, top = 5;
   double imbalance = 1.1;
+  double goodput = 1.0;
   bool rebalance = false;
   bool explain = false, allow_fp8 = false, no_offload = false, unfused = false,
        naive_placement = false;
@@ -106,6 +107,8 @@ void run_plan(const PlanOptions& o) {
   job.optimizer = parse_optimizer(o.optimizer);
   if (!(o.imbalance >= 1)) throw Error("must be >= 1").field("--expert-imbalance");
   job.expert_imbalance = o.imbalance;
+  if (!(o.goodput > 0 && o.goodput <= 1)) throw Error("must be in (0, 1]").field("--goodput");
+  job.goodput = o.goodput;
 
   std::printf("model %s (%.4g B params, %.4g B activated, %.1f GFLOP/token at seq %lld)\n",
               model.name.c_str(), model.total_params / 1e9, model.activated_params / 1e9,
@@ -114,6 +117,8 @@ void run_plan(const PlanOptions& o) {
               cluster.name.c_str(), static_cast<long long>(o.devices),
               static_cast<long long>(o.global_batch), static_cast<long long>(o.seq),
               to_string(job.optimizer).c_str());
+  if (job.goodput < 1)
+    std::printf("goodput %.2f: tokens/s, TFLOP/s and MFU are wall-clock averages\n", job.goodput);
 
   if (!o.layout.empty()) {
     Layout layout = parse_layout(o.layout);
@@ -234,6 +239,10 @@ void add_plan_commands(CLI::App& app) {
   plan->add_flag("--allow-fp8", options->allow_fp8, "Let the search use FP8 GEMMs");
   plan->add_option("--expert-imbalance", options->imbalance,
                    "Max/mean tokens per EP rank before rebalancing")
+      ->capture_default_str();
+  plan->add_option("--goodput", options->goodput,
+                   "Share of wall-clock time in steady-state steps (1: per-step figures; "
+                   "0.9: whole-run GPU-hour accounting)")
       ->capture_default_str();
   plan->add_flag("--rebalance", options->rebalance, "Expert migration / hot-expert placement");
   plan->add_flag("--no-offload", options->no_offload, "Never swap optimizer states to host");

@@ -246,6 +246,7 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   // Efficiencies from representative shapes.
   const double dense_eff = gemm_efficiency(cluster, tokens_mb, h / tp, h, l.fp8);
   require(job.expert_imbalance >= 1, "expert imbalance must be >= 1");
+  require(job.goodput > 0 && job.goodput <= 1, "goodput must be in (0, 1]");
   const double imbalance =
       l.expert_rebalancing ? 1 + (job.expert_imbalance - 1) / 4 : job.expert_imbalance;
   const double expert_m = std::max(1.0, tokens_dev * top_k * imbalance / local_experts);
@@ -533,7 +534,9 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
 
   const double tokens = static_cast<double>(job.global_batch) * seq;
   const double devices = static_cast<double>(job.devices);
-  e.tokens_per_s_per_device = tokens / e.time.step / devices;
+  // Wall-clock averages: steady-state steps for a `goodput` share of the time.
+  e.goodput = job.goodput;
+  e.tokens_per_s_per_device = tokens / e.time.step / devices * job.goodput;
   e.model_tflops_per_device = model.model_flops_per_token * e.tokens_per_s_per_device / 1e12;
   const double recompute_share = l.recompute == Recompute::kFull ? 4.0 / 3.0 : 1.0;
   e.hardware_tflops_per_device = e.model_tflops_per_device * recompute_share;

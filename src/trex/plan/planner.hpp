@@ -59,7 +59,19 @@ struct Job {
   // A2A run at the pace of that rank), before any expert rebalancing.
   // 1 = forced-balanced routing.
   double expert_imbalance = 1.1;
+  // Share of wall-clock time spent in steady-state training steps (goodput).
+  // 1 = steady state: what per-iteration logs and benchmarks report. A figure
+  // derived from a whole run's GPU-hours also pays for checkpointing,
+  // evaluation, failures and restarts and the batch-size ramp;
+  // kEndToEndGoodput is the default for such accounting (docs/planner.md).
+  // Throughput, TFLOP/s and MFU are multiplied by it; the step time is not.
+  double goodput = 1.0;
 };
+
+// Effective training time of published large runs: Llama 3 405B, 16K H100,
+// 54-day snapshot with 466 interruptions: "higher than 90%" (arXiv 2407.21783
+// §3.3.4); MegaScale, 12K GPUs: "over 90%" (arXiv 2402.15627).
+inline constexpr double kEndToEndGoodput = 0.90;
 
 // Bytes on the most loaded device.
 struct MemoryEstimate {
@@ -104,6 +116,7 @@ struct Estimate {
   double model_tflops_per_device = 0;     // Megatron-Bridge FLOPs / step time
   double hardware_tflops_per_device = 0;  // + recompute FLOPs
   double mfu = 0;                         // model FLOPs / BF16 dense peak
+  double goodput = 1;  // Job::goodput applied to the three throughput figures above
 };
 
 Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job& job,

@@ -116,6 +116,13 @@ std::string explain(const Estimate& e, const ModelShape& model, const ClusterSpe
                 t.step, e.tokens_per_s_per_device, e.model_tflops_per_device,
                 e.hardware_tflops_per_device, 100 * e.mfu);
   out << buf;
+  if (e.goodput < 1) {
+    std::snprintf(buf, sizeof buf,
+                  "  (wall-clock averages at goodput %.2f: steady state %.1f tokens/s/device, "
+                  "MFU %.1f%%)\n",
+                  e.goodput, e.tokens_per_s_per_device / e.goodput, 100 * e.mfu / e.goodput);
+    out << buf;
+  }
   return out.str();
 }
 
@@ -170,7 +177,8 @@ nlohmann::json estimate_json(const Estimate& e) {
             {"step", t.step}}},
           {"tokens_per_s_per_device", e.tokens_per_s_per_device},
           {"model_tflops_per_device", e.model_tflops_per_device},
-          {"mfu", e.mfu}};
+          {"mfu", e.mfu},
+          {"goodput", e.goodput}};
 }
 
 std::string candidates_svg(const SearchResult& r, const ClusterSpec& cluster,

@@ -19,6 +19,10 @@ struct ValidationPoint {
   std::string metric;  // "mfu" or "model_tflops"
   double published = 0;
   std::string source;
+  // The published figure is a whole run's tokens over its total GPU-hours
+  // (wall clock, not steady-state steps): evaluated with Job::goodput =
+  // kEndToEndGoodput. Per-iteration logs and benchmarks: false (goodput 1).
+  bool end_to_end = false;
 };
 
 struct ValidationRow {
