@@ -143,3 +143,22 @@ TEST(V4Parity, Float64MatchesOracleTightly) {
 }
 
 }  // namespace
+
+namespace {
+
+// The oracle also saved each model under the released names (verified there to
+// load bit-identically through transformers' own released->port conversion):
+// both schemes must load to the same flat parameters.
+TEST(V4Parity, ReleasedAndTransformersNamingLoadIdentically) {
+  for (const std::string& dir : fixture_configs()) {
+    trex::model::NamingScheme a, b;
+    const auto port = trex::model::Model<float>::from_checkpoint(dir + "/model", &a);
+    const auto released = trex::model::Model<float>::from_checkpoint(dir + "/released", &b);
+    EXPECT_EQ(a, trex::model::NamingScheme::kTransformers);
+    EXPECT_EQ(b, trex::model::NamingScheme::kReleased);
+    EXPECT_EQ(port.params().values(), released.params().values()) << dir;
+    EXPECT_EQ(port.hash_tables(), released.hash_tables()) << dir;
+  }
+}
+
+}  // namespace
