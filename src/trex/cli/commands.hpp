@@ -11,6 +11,7 @@ void add_forward_command(CLI::App& app);
 void add_model_commands(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 void add_plan_commands(CLI::App& app);
+void add_bench_commands(CLI::App& app);
 
 // Runs `or synth` with the given settings and writes FILE + FILE's summary.
 struct SynthCliOptions {
