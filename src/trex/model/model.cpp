@@ -86,6 +86,27 @@ struct BlockBinding {
   MoeGrads<T> moe_g;
 };
 
+// Weights and grads structs share field names: one list of tensor names fills
+// both (`get` returns null for tensors this layer does not have).
+template <class Attn, class Get>
+void bind_attention(Attn& w, const Get& get) {
+  w.wq_a = get("attn.wq_a.weight");
+  w.q_norm = get("attn.q_norm.weight");
+  w.wq_b = get("attn.wq_b.weight");
+  w.wkv = get("attn.wkv.weight");
+  w.kv_norm = get("attn.kv_norm.weight");
+  w.wo_a = get("attn.wo_a.weight");
+  w.wo_b = get("attn.wo_b.weight");
+  w.attn_sink = get("attn.attn_sink");
+  w.compressor = {get("attn.compressor.wkv.weight"), get("attn.compressor.wgate.weight"),
+                  get("attn.compressor.ape"), get("attn.compressor.norm.weight")};
+  w.indexer.wq_b = get("attn.indexer.wq_b.weight");
+  w.indexer.weights_proj = get("attn.indexer.weights_proj.weight");
+  w.indexer.compressor = {
+      get("attn.indexer.compressor.wkv.weight"), get("attn.indexer.compressor.wgate.weight"),
+      get("attn.indexer.compressor.ape"), get("attn.indexer.compressor.norm.weight")};
+}
+
 template <class T>
 BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTables& hash,
                            int64_t layer) {
@@ -103,38 +124,8 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
   r.ffn_norm = v("ffn_norm.weight");
   r.attn_norm_g = g("attn_norm.weight");
   r.ffn_norm_g = g("ffn_norm.weight");
-  AttentionWeights<T>& aw = r.attn;
-  aw.wq_a = v("attn.wq_a.weight");
-  aw.q_norm = v("attn.q_norm.weight");
-  aw.wq_b = v("attn.wq_b.weight");
-  aw.wkv = v("attn.wkv.weight");
-  aw.kv_norm = v("attn.kv_norm.weight");
-  aw.wo_a = v("attn.wo_a.weight");
-  aw.wo_b = v("attn.wo_b.weight");
-  aw.attn_sink = v("attn.attn_sink");
-  aw.compressor = {vo("attn.compressor.wkv.weight"), vo("attn.compressor.wgate.weight"),
-                   vo("attn.compressor.ape"), vo("attn.compressor.norm.weight")};
-  aw.indexer.wq_b = vo("attn.indexer.wq_b.weight");
-  aw.indexer.weights_proj = vo("attn.indexer.weights_proj.weight");
-  aw.indexer.compressor = {
-      vo("attn.indexer.compressor.wkv.weight"), vo("attn.indexer.compressor.wgate.weight"),
-      vo("attn.indexer.compressor.ape"), vo("attn.indexer.compressor.norm.weight")};
-  AttentionGrads<T>& ag = r.attn_g;
-  ag.wq_a = g("attn.wq_a.weight");
-  ag.q_norm = g("attn.q_norm.weight");
-  ag.wq_b = g("attn.wq_b.weight");
-  ag.wkv = g("attn.wkv.weight");
-  ag.kv_norm = g("attn.kv_norm.weight");
-  ag.wo_a = g("attn.wo_a.weight");
-  ag.wo_b = g("attn.wo_b.weight");
-  ag.attn_sink = g("attn.attn_sink");
-  ag.compressor = {go("attn.compressor.wkv.weight"), go("attn.compressor.wgate.weight"),
-                   go("attn.compressor.ape"), go("attn.compressor.norm.weight")};
-  ag.indexer.wq_b = go("attn.indexer.wq_b.weight");
-  ag.indexer.weights_proj = go("attn.indexer.weights_proj.weight");
-  ag.indexer.compressor = {
-      go("attn.indexer.compressor.wkv.weight"), go("attn.indexer.compressor.wgate.weight"),
-      go("attn.indexer.compressor.ape"), go("attn.indexer.compressor.norm.weight")};
+  bind_attention(r.attn, vo);
+  bind_attention(r.attn_g, go);
   MoeWeights<T>& mw = r.moe;
   MoeGrads<T>& mg = r.moe_g;
   mw.gate = v("ffn.gate.weight");
