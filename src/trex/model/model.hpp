@@ -21,6 +21,11 @@ struct Batch {
   int64_t S = 0;
   std::vector<int64_t> input_ids;  // [B·S]
   std::vector<int64_t> labels;     // [B·S] or empty
+  // Packed sequences (docs/training.md): per-token RoPE positions restarting at
+  // every segment, and segment ids (non-decreasing along a row). Both empty:
+  // one document per row at positions 0..S−1.
+  std::vector<int64_t> position_ids;  // [B·S] or empty
+  std::vector<int64_t> document_ids;  // [B·S] or empty
 };
 
 struct LossOptions {
