@@ -9,12 +9,14 @@
 #include <cmath>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/model/model.hpp"
+#include "trex/model/moe.hpp"
 
 namespace {
 
@@ -57,15 +59,17 @@ struct Document {
 constexpr int64_t kS = 32;
 const std::vector<std::vector<int64_t>> kRowLengths = {{21, 1, 10}, {17, 6, 9}};
 
-std::vector<std::vector<Document>> make_documents(const ModelConfig& c, uint64_t seed) {
+std::vector<std::vector<Document>> make_documents(
+    const ModelConfig& c, uint64_t seed,
+    const std::vector<std::vector<int64_t>>& row_lengths = kRowLengths) {
   trex::Rng rng(seed, {11});
   std::vector<std::vector<Document>> rows;
-  for (size_t b = 0; b < kRowLengths.size(); ++b) {
+  for (size_t b = 0; b < row_lengths.size(); ++b) {
     std::vector<Document> docs;
-    for (size_t k = 0; k < kRowLengths[b].size(); ++k) {
-      const bool padding = b == 1 && k + 1 == kRowLengths[b].size();
+    for (size_t k = 0; k < row_lengths[b].size(); ++k) {
+      const bool padding = b == 1 && k + 1 == row_lengths[b].size();
       Document d;
-      for (int64_t t = 0; t < kRowLengths[b][k]; ++t) {
+      for (int64_t t = 0; t < row_lengths[b][k]; ++t) {
         d.ids.push_back(padding ? 1 : rng.uniform_int(int64_t{0}, c.vocab_size - 1));
         d.labels.push_back(padding ? -100 : d.ids.back());
       }
@@ -220,6 +224,70 @@ TEST(PackingTest, PackedRowsEqualSeparateDocumentsInDouble) {
             << worst << "\n";
 }
 
+// Balance loss (spec §3.3) per document: the packed value is the mean over the
+// documents of their own balance losses, in every main layer and in the MTP block
+// (every document here has ≥ 2 tokens, so each owns MTP positions too). Each
+// document runs twice, with α = 0 and α > 0: the difference is its balance
+// gradient, weighted 1/D in the packed batch.
+TEST(PackingTest, BalanceLossIsPerDocument) {
+  Model<double> m(tiny());
+  randomize(m, 28);
+  const auto rows = make_documents(m.config(), 12, {{21, 2, 9}, {17, 6, 9}});
+  LossOptions loss;
+  loss.mtp_weight = 0.3;
+  loss.balance_loss_weight = 0.05;
+  loss.balance_loss_on_hash_layers = true;
+  m.params().zero_grads();
+  const LossBreakdown packed = m.forward_backward(packed_batch(rows, true, true), loss, {});
+  const std::vector<double> packed_grads = m.params().grads();
+
+  const double T = static_cast<double>(packed.lm_tokens),
+               M = static_cast<double>(packed.mtp_tokens);
+  const double D = 6;
+  std::vector<double> want(packed_grads.size(), 0.0);
+  double balance = 0, lm_sum = 0;
+  for (const auto& docs : rows)
+    for (const Document& d : docs) {
+      LossOptions probe_options = loss;
+      probe_options.mtp_weight = 1.0;
+      const LossBreakdown probe = m.forward_backward(single(d), probe_options, {false, false});
+      LossOptions lm_only = loss;
+      // A document without MTP targets still runs its MTP block (for its balance loss).
+      lm_only.mtp_weight = probe.mtp_tokens > 0
+                               ? loss.mtp_weight * static_cast<double>(probe.mtp_tokens) * T /
+                                     (M * static_cast<double>(probe.lm_tokens))
+                               : 1.0;
+      lm_only.balance_loss_weight = 0.0;
+      LossOptions with_balance = lm_only;
+      with_balance.balance_loss_weight = loss.balance_loss_weight;
+      m.params().zero_grads();
+      const LossBreakdown r0 = m.forward_backward(single(d), lm_only, {});
+      const std::vector<double> g0 = m.params().grads();
+      m.params().zero_grads();
+      const LossBreakdown r1 = m.forward_backward(single(d), with_balance, {});
+      const std::vector<double>& g1 = m.params().grads();
+      const double scale = static_cast<double>(r0.lm_tokens) / T;
+      for (size_t i = 0; i < want.size(); ++i) want[i] += scale * g0[i] + (g1[i] - g0[i]) / D;
+      EXPECT_GT(r1.balance, 0.0);
+      balance += r1.balance / D;
+      lm_sum += r0.lm * static_cast<double>(r0.lm_tokens);
+    }
+  EXPECT_NEAR(packed.balance, balance, 1e-12 * balance);
+  EXPECT_NEAR(packed.lm * T, lm_sum, 1e-12 * lm_sum);
+  double worst = 0;
+  for (const auto& spec : m.params().specs()) {
+    const int64_t off = m.params().offset(spec.name);
+    double scale = 0, diff = 0;
+    for (int64_t i = off; i < off + spec.numel(); ++i) {
+      scale = std::max(scale, std::abs(want[i]));
+      diff = std::max(diff, std::abs(packed_grads[i] - want[i]));
+    }
+    EXPECT_LE(diff, 1e-11 * scale) << spec.name << ": max |Δ| " << diff << " of " << scale;
+    if (scale > 0) worst = std::max(worst, diff / scale);
+  }
+  std::cout << "per-document balance: worst max|Δ|/max|g| " << worst << "\n";
+}
+
 TEST(PackingTest, PackedRowsEqualSeparateDocumentsInFloat) {
   Model<float> m(tiny());
   randomize(m, 22);
@@ -312,6 +380,99 @@ TEST(PackingTest, FixedSelectionNeedsTheSameSegments) {
   EXPECT_EQ(first.total, again.total);
   const Batch whole = packed_batch(rows, false, false);
   EXPECT_THROW(m.forward_backward(whole, {}, {false, true}), trex::Error);
+}
+
+// MoE level: listed balance sequences. Rows as sequences reproduce the default
+// bitwise; two uneven sequences give the mean of their balance losses run alone;
+// overlapping or out-of-range ones are rejected.
+struct MoeProblem {
+  trex::model::MoeDims dims;
+  std::vector<double> gate, x, shared_w1, shared_w2, shared_w3;
+  std::vector<std::vector<double>> w1, w2, w3;
+
+  MoeProblem() {
+    dims.batch = 1;
+    dims.seq = 7;
+    dims.hidden = 4;
+    dims.n_experts = 4;
+    dims.top_k = 2;
+    dims.inter = 3;
+    dims.balance_loss_weight = 0.1;
+    trex::Rng rng(4, {2});
+    auto fill = [&](int64_t n) {
+      std::vector<double> v(static_cast<size_t>(n));
+      for (double& e : v) e = rng.normal();
+      return v;
+    };
+    gate = fill(4 * 4);
+    x = fill(7 * 4);
+    for (int e = 0; e < 4; ++e) {
+      w1.push_back(fill(3 * 4));
+      w2.push_back(fill(4 * 3));
+      w3.push_back(fill(3 * 4));
+    }
+  }
+  trex::model::MoeWeights<double> weights() const {
+    trex::model::MoeWeights<double> w;
+    w.gate = gate.data();
+    for (int e = 0; e < 4; ++e) {
+      w.w1.push_back(w1[e].data());
+      w.w2.push_back(w2[e].data());
+      w.w3.push_back(w3[e].data());
+    }
+    return w;
+  }
+  // Balance loss and router-weight gradient of rows [row, row + dims.tokens()).
+  std::pair<double, std::vector<double>> run(const trex::model::MoeDims& d, int64_t row = 0) const {
+    trex::model::MoeCache<double> cache;
+    std::vector<double> y(static_cast<size_t>(d.tokens() * 4)), dy(y.size(), 0.0);
+    trex::model::moe_forward(d, weights(), x.data() + row * 4, nullptr, cache, y.data());
+    std::vector<double> dgate(gate.size(), 0.0);
+    trex::model::MoeGrads<double> g;
+    g.gate = dgate.data();
+    trex::model::moe_backward<double>(d, weights(), cache, dy.data(), 1.0, g, nullptr);
+    return {cache.balance_loss, dgate};
+  }
+};
+
+TEST(PackingTest, MoeBalanceSequences) {
+  MoeProblem p;
+  trex::model::MoeDims rows = p.dims;
+  rows.batch = 1;
+  rows.seq = 7;
+  trex::model::MoeDims listed = rows;
+  listed.balance_sequences = {{0, 7}};
+  EXPECT_EQ(p.run(rows), p.run(listed));
+
+  // Sequences [0, 3) and [3, 7): the mean of the two run alone.
+  trex::model::MoeDims split = rows;
+  split.balance_sequences = {{0, 3}, {3, 4}};
+  trex::model::MoeDims first = rows, second = rows;
+  first.seq = 3;
+  second.seq = 4;
+  const auto whole = p.run(split), a = p.run(first, 0), b = p.run(second, 3);
+  EXPECT_NEAR(whole.first, (a.first + b.first) / 2, 1e-15);
+  EXPECT_GT(std::abs(whole.first - p.run(rows).first), 1e-6);
+  for (size_t i = 0; i < whole.second.size(); ++i)
+    EXPECT_NEAR(whole.second[i], (a.second[i] + b.second[i]) / 2, 1e-14);
+  // A token in no sequence takes no part: [0, 3) alone equals `first`.
+  trex::model::MoeDims partial = rows;
+  partial.balance_sequences = {{0, 3}};
+  EXPECT_NEAR(p.run(partial).first, a.first, 1e-15);
+
+  for (const std::vector<trex::model::MoeSequence>& bad :
+       {std::vector<trex::model::MoeSequence>{{0, 4}, {3, 4}},
+        std::vector<trex::model::MoeSequence>{{5, 3}},
+        std::vector<trex::model::MoeSequence>{{2, 0}}}) {
+    trex::model::MoeDims d = rows;
+    d.balance_sequences = bad;
+    try {
+      p.run(d);
+      ADD_FAILURE() << "accepted bad balance sequences";
+    } catch (const trex::Error& e) {
+      EXPECT_EQ(e.field_name(), "moe.balance_sequences") << e.what();
+    }
+  }
 }
 
 void expect_field_error(Model<double>& m, const Batch& batch, const std::string& field,

@@ -41,6 +41,8 @@ struct BlockCache {
   // each with its own cache; token-local parts of the block stay batched.
   std::vector<Segment> segments;
   std::vector<AttentionCache<T>> segment_attn;
+  // Sequences of the balance loss: the documents of a packed batch (empty: rows).
+  std::vector<Segment> balance_segments;
   std::vector<T> y_attn;  // [N, d]
   std::vector<T> x_mid;   // [N, n, d]
   MhcCache<T> ffn_mhc;
@@ -80,9 +82,13 @@ struct Model<T>::State {
 namespace {
 
 MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape,
-                       const LossOptions& loss) {
+                       const LossOptions& loss, bool packed,
+                       const std::vector<Segment>& balance_segments) {
   MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
+  for (const Segment& seg : balance_segments) d.balance_sequences.push_back({seg.row, seg.len});
+  // A packed MTP block whose documents all have one token has no sequence to balance.
+  if (packed && balance_segments.empty()) d.balance_loss_weight = 0.0;
   return d;
 }
 
@@ -196,10 +202,12 @@ double segmented_attention_forward(const AttentionDims& dims, const AttentionWei
 }
 
 // One block forward: X_in [N, n, d] → x_out. `segments` empty: every row is one
-// sequence; otherwise attention runs per segment.
+// sequence; otherwise attention runs per segment and the balance loss runs over
+// `balance_segments`.
 template <class T>
 double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer,
-                     const SeqShape& shape, const std::vector<Segment>& segments, const T* x_in,
+                     const SeqShape& shape, const std::vector<Segment>& segments,
+                     const std::vector<Segment>& balance_segments, const T* x_in,
                      const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
                      BlockCache<T>& bc, T* x_out) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
@@ -220,6 +228,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   ao.indexer_loss_weight = loss.indexer_loss_weight;
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
   bc.segments = segments;
+  bc.balance_segments = balance_segments;
   double indexer_loss = 0.0;
   if (segments.empty()) {
     indexer_loss =
@@ -237,8 +246,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
   kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
                            c.rms_norm_eps);
-  moe_forward(block_moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe,
-              bc.y_ffn.data(), step.fixed_selection);
+  moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+              w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
   return indexer_loss;
 }
@@ -254,8 +263,8 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   MhcCoefGrads<T> coef;
   mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
                     dy.data(), coef);
-  moe_backward(block_moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g,
-               dnormed.data());
+  moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+               w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
   mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
@@ -356,17 +365,25 @@ std::vector<Segment> packed_segments(const Batch& b) {
 // Segments of the MTP sequence (row b holds positions t = 0..S−2 at b·(S−1)+t;
 // position t reads h_t and token t+1). A document at positions [s, s+len) of its
 // row owns MTP positions s..s+len−2 — exactly the len−1 positions it has as a
-// sequence of its own, at MTP positions 0..len−2. The position s+len−1 mixes the
-// last token of one document with the first of the next: it becomes a segment of
-// its own (attends only to itself, has no target) so it reaches no document.
-std::vector<Segment> mtp_segments(const std::vector<Segment>& segments, int64_t S) {
-  std::vector<Segment> out;
-  if (segments.empty()) return out;
+// sequence of its own, at MTP positions 0..len−2 (`documents`). The position
+// s+len−1 mixes the last token of one document with the first of the next: it
+// becomes an attention segment of its own (attends only to itself), has no target
+// and takes no part in the balance loss, so it reaches no document.
+struct MtpSegments {
+  std::vector<Segment> attention;  // covers every MTP position
+  std::vector<Segment> documents;  // the document-owned ones
+};
+
+MtpSegments mtp_segments(const std::vector<Segment>& segments, int64_t S) {
+  MtpSegments out;
   const int64_t S1 = S - 1;
   for (const Segment& seg : segments) {
     const int64_t b = seg.row / S, s = seg.row % S;
-    if (seg.len >= 2) out.push_back({b * S1 + s, seg.len - 1});
-    if (s + seg.len - 1 <= S - 2) out.push_back({b * S1 + s + seg.len - 1, 1});
+    if (seg.len >= 2) {
+      out.attention.push_back({b * S1 + s, seg.len - 1});
+      out.documents.push_back(out.attention.back());
+    }
+    if (s + seg.len - 1 <= S - 2) out.attention.push_back({b * S1 + s + seg.len - 1, 1});
   }
   return out;
 }
@@ -488,7 +505,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   std::vector<BlockBinding<T>> bindings;
   for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
   for (int64_t l = 0; l < L; ++l) {
-    out.indexer += block_forward(c, bindings[l], l, shape, segments, x.data(),
+    out.indexer += block_forward(c, bindings[l], l, shape, segments, segments, x.data(),
                                  batch.input_ids.data(), loss, step, st.blocks[l], x_next.data());
     std::swap(x, x_next);
     out.expert_load.push_back(st.blocks[l].moe.expert_load);
@@ -568,7 +585,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
-    out.indexer += block_forward(c, bw, layer, mshape, mtp_segments(segments, S), xm.data(),
+    const MtpSegments mseg = mtp_segments(segments, S);
+    out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
                                  mc.next_ids.data(), loss, step, mc.block, mc.x_out.data());
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
