@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "trex/core/error.hpp"
@@ -21,13 +22,27 @@ std::string block_prefix(const ModelConfig& c, int64_t layer) {
   return "mtp." + std::to_string(layer - c.num_hidden_layers) + ".";
 }
 
+// A maximal run of one document inside a row of a packed batch: flattened token
+// rows [row, row + len), at positions 0..len−1.
+struct Segment {
+  int64_t row = 0;
+  int64_t len = 0;
+  bool operator==(const Segment&) const = default;
+};
+
 template <class T>
 struct BlockCache {
   SeqShape shape;
   std::vector<T> x_in;  // [N, n, d] block input streams
   MhcCache<T> attn_mhc;
   std::vector<T> u_attn, inv_attn, a;  // collapsed input, its norm stats, normed input
-  AttentionCache<T> attn;
+  AttentionCache<T> attn;              // unpacked batch: one call over all B rows
+  // Packed batch: attention (with its compressor and indexer) runs per segment,
+  // each with its own cache; token-local parts of the block stay batched.
+  std::vector<Segment> segments;
+  std::vector<AttentionCache<T>> segment_attn;
+  // Sequences of the balance loss: the documents of a packed batch (empty: rows).
+  std::vector<Segment> balance_segments;
   std::vector<T> y_attn;  // [N, d]
   std::vector<T> x_mid;   // [N, n, d]
   MhcCache<T> ffn_mhc;
@@ -57,7 +72,8 @@ struct Model<T>::State {
   std::vector<BlockCache<T>> blocks;
   std::vector<MtpCache<T>> mtp;
   std::vector<int64_t> ids;
-  std::vector<T> x_final;  // X^L [N, n, d]
+  std::vector<Segment> segments;  // empty: unpacked batch
+  std::vector<T> x_final;         // X^L [N, n, d]
   HcHeadCache<T> head;
   std::vector<T> hc_out, inv_final, final_normed;
   std::vector<int64_t> targets;
@@ -66,9 +82,13 @@ struct Model<T>::State {
 namespace {
 
 MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape,
-                       const LossOptions& loss) {
+                       const LossOptions& loss, bool packed,
+                       const std::vector<Segment>& balance_segments) {
   MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
+  for (const Segment& seg : balance_segments) d.balance_sequences.push_back({seg.row, seg.len});
+  // A packed MTP block whose documents all have one token has no sequence to balance.
+  if (packed && balance_segments.empty()) d.balance_loss_weight = 0.0;
   return d;
 }
 
@@ -151,11 +171,45 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
 }
 
 // One block forward: X_in [N, n, d] → x_out.
+// Attention over every segment of a packed batch (each as a sequence of its own).
+// Segments are independent, so they run in parallel; each writes only its own
+// cache and rows, and the indexer losses are summed in segment order, so the
+// result does not depend on the thread count.
+template <class T>
+double segmented_attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w,
+                                   const std::vector<Segment>& segments, const T* a,
+                                   std::vector<AttentionCache<T>>& caches, T* out,
+                                   const AttentionOptions& options) {
+  const int64_t count = static_cast<int64_t>(segments.size()), d = dims.hidden;
+  caches.resize(segments.size());
+  std::vector<double> losses(segments.size(), 0.0);
+  std::vector<std::exception_ptr> errors(segments.size());
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) {
+    const Segment& seg = segments[static_cast<size_t>(i)];
+    try {
+      losses[i] = attention_forward(dims, w, SeqShape{1, seg.len}, a + seg.row * d, caches[i],
+                                    out + seg.row * d, options);
+    } catch (...) {
+      errors[i] = std::current_exception();  // an exception must not leave the parallel region
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  double total = 0.0;
+  for (double l : losses) total += l;
+  return total;
+}
+
+// One block forward: X_in [N, n, d] → x_out. `segments` empty: every row is one
+// sequence; otherwise attention runs per segment and the balance loss runs over
+// `balance_segments`.
 template <class T>
 double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer,
-                     const SeqShape& shape, const T* x_in, const int64_t* token_ids,
-                     const LossOptions& loss, const StepOptions& step, BlockCache<T>& bc,
-                     T* x_out) {
+                     const SeqShape& shape, const std::vector<Segment>& segments,
+                     const std::vector<Segment>& balance_segments, const T* x_in,
+                     const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
+                     BlockCache<T>& bc, T* x_out) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -172,8 +226,17 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   ao.fixed_selection = step.fixed_selection;
   ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
   ao.indexer_loss_weight = loss.indexer_loss_weight;
-  const double indexer_loss = attention_forward(AttentionDims::from_config(c, layer), w.attn, shape,
-                                                bc.a.data(), bc.attn, bc.y_attn.data(), ao);
+  const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
+  bc.segments = segments;
+  bc.balance_segments = balance_segments;
+  double indexer_loss = 0.0;
+  if (segments.empty()) {
+    indexer_loss =
+        attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
+  } else {
+    indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
+                                               bc.segment_attn, bc.y_attn.data(), ao);
+  }
   mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
 
   bc.u_ffn.resize(N * d);
@@ -183,8 +246,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
   kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
                            c.rms_norm_eps);
-  moe_forward(block_moe_dims(c, layer, shape, loss), w.moe, bc.x_ffn.data(), token_ids, bc.moe,
-              bc.y_ffn.data(), step.fixed_selection);
+  moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+              w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
   return indexer_loss;
 }
@@ -200,8 +263,8 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   MhcCoefGrads<T> coef;
   mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
                     dy.data(), coef);
-  moe_backward(block_moe_dims(c, layer, shape, loss), w.moe, bc.moe, dy.data(), T(1), w.moe_g,
-               dnormed.data());
+  moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+               w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
   mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
@@ -209,8 +272,18 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
 
   mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in,
                     dy.data(), coef);
-  attention_backward(AttentionDims::from_config(c, layer), w.attn, bc.attn, dy.data(), w.attn_g,
-                     dnormed.data());
+  const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
+  if (bc.segments.empty()) {
+    attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
+  } else {
+    // Serial over segments: they all accumulate into the same parameter gradients
+    // (in segment order); the kernels inside parallelise.
+    for (size_t i = 0; i < bc.segments.size(); ++i) {
+      const int64_t row = bc.segments[i].row;
+      attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
+                         dnormed.data() + row * d);
+    }
+  }
   kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
                             du.data(), w.attn_norm_g, N, d);
   mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in);
@@ -233,6 +306,86 @@ void check_batch(const ModelConfig& c, const Batch& b) {
   for (int64_t id : b.labels)
     if (id >= c.vocab_size)
       throw Error("batch: label " + std::to_string(id) + " outside the vocabulary").field("labels");
+}
+
+std::string token_at(int64_t b, int64_t t) {
+  return " (row " + std::to_string(b) + ", token " + std::to_string(t) + ")";
+}
+
+// Segments of a packed batch, validated; empty when every row is one document at
+// positions 0..S−1 (the unpacked path). With document_ids, a segment is a maximal
+// run of equal ids; with position_ids only, a segment starts wherever the
+// position is 0. Either way position_ids must count 0, 1, 2 … inside a segment.
+std::vector<Segment> packed_segments(const Batch& b) {
+  const int64_t B = b.B, S = b.S;
+  const bool has_pos = !b.position_ids.empty(), has_doc = !b.document_ids.empty();
+  if (has_pos && static_cast<int64_t>(b.position_ids.size()) != B * S)
+    throw Error("batch: position_ids has " + std::to_string(b.position_ids.size()) +
+                " entries, expected B·S = " + std::to_string(B * S) + " or none")
+        .field("position_ids");
+  if (has_doc && static_cast<int64_t>(b.document_ids.size()) != B * S)
+    throw Error("batch: document_ids has " + std::to_string(b.document_ids.size()) +
+                " entries, expected B·S = " + std::to_string(B * S) + " or none")
+        .field("document_ids");
+  if (!has_pos && !has_doc) return {};
+  std::vector<Segment> segments;
+  bool packed = false;
+  for (int64_t row = 0; row < B; ++row) {
+    int64_t start = 0;
+    for (int64_t t = 0; t < S; ++t) {
+      const int64_t r = row * S + t;
+      bool starts = t == 0;
+      if (has_doc && t > 0) {
+        if (b.document_ids[r] < b.document_ids[r - 1])
+          throw Error("batch: document_ids decrease from " + std::to_string(b.document_ids[r - 1]) +
+                      " to " + std::to_string(b.document_ids[r]) + token_at(row, t) +
+                      "; they must be non-decreasing along a row")
+              .field("document_ids");
+        starts = b.document_ids[r] != b.document_ids[r - 1];
+      } else if (!has_doc && t > 0) {
+        starts = b.position_ids[r] == 0;
+      }
+      if (starts) start = t;
+      if (has_pos && b.position_ids[r] != t - start)
+        throw Error("batch: position_ids is " + std::to_string(b.position_ids[r]) +
+                    token_at(row, t) + ", expected " + std::to_string(t - start) +
+                    ": positions must count 0, 1, 2 … from the start of every segment")
+            .field("position_ids");
+      if (t + 1 == S ||
+          (has_doc ? b.document_ids[r + 1] != b.document_ids[r] : b.position_ids[r + 1] == 0)) {
+        segments.push_back({row * S + start, t - start + 1});
+        if (t + 1 < S) packed = true;
+      }
+    }
+  }
+  if (!packed) return {};  // one document per row: the batched path, bit for bit
+  return segments;
+}
+
+// Segments of the MTP sequence (row b holds positions t = 0..S−2 at b·(S−1)+t;
+// position t reads h_t and token t+1). A document at positions [s, s+len) of its
+// row owns MTP positions s..s+len−2 — exactly the len−1 positions it has as a
+// sequence of its own, at MTP positions 0..len−2 (`documents`). The position
+// s+len−1 mixes the last token of one document with the first of the next: it
+// becomes an attention segment of its own (attends only to itself), has no target
+// and takes no part in the balance loss, so it reaches no document.
+struct MtpSegments {
+  std::vector<Segment> attention;  // covers every MTP position
+  std::vector<Segment> documents;  // the document-owned ones
+};
+
+MtpSegments mtp_segments(const std::vector<Segment>& segments, int64_t S) {
+  MtpSegments out;
+  const int64_t S1 = S - 1;
+  for (const Segment& seg : segments) {
+    const int64_t b = seg.row / S, s = seg.row % S;
+    if (seg.len >= 2) {
+      out.attention.push_back({b * S1 + s, seg.len - 1});
+      out.documents.push_back(out.attention.back());
+    }
+    if (s + seg.len - 1 <= S - 2) out.attention.push_back({b * S1 + s + seg.len - 1, 1});
+  }
+  return out;
 }
 
 }  // namespace
@@ -315,6 +468,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                                          const StepOptions& step, T* logits, T* mtp_logits) {
   const ModelConfig& c = config_;
   check_batch(c, batch);
+  const std::vector<Segment> segments = packed_segments(batch);
   State& st = *state_;
   const int64_t B = batch.B, S = batch.S, N = B * S, d = c.hidden_size, n = c.hc_mult,
                 V = c.vocab_size;
@@ -324,11 +478,21 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
       c.num_nextn_predict_layers > 0 && (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection)
     require(st.blocks.size() == static_cast<size_t>(L) && st.blocks[0].shape.B == B &&
-                st.blocks[0].shape.S == S,
-            "fixed_selection needs a previous forward of the same batch shape");
+                st.blocks[0].shape.S == S && st.segments == segments,
+            "fixed_selection needs a previous forward of the same batch shape and segments");
   st.blocks.resize(static_cast<size_t>(L));
   st.ids = batch.input_ids;
+  st.segments = segments;
   LossBreakdown out;
+  // Segment of every token (unpacked: its row). No target, attention or MTP input
+  // crosses a segment boundary.
+  std::vector<int64_t> segment_of(static_cast<size_t>(N));
+  if (segments.empty()) {
+    for (int64_t r = 0; r < N; ++r) segment_of[r] = r / S;
+  } else {
+    for (size_t i = 0; i < segments.size(); ++i)
+      std::fill_n(segment_of.begin() + segments[i].row, segments[i].len, static_cast<int64_t>(i));
+  }
 
   // Embedding and stream expansion.
   const T* embed = params_.value("embed.weight");
@@ -341,8 +505,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   std::vector<BlockBinding<T>> bindings;
   for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
   for (int64_t l = 0; l < L; ++l) {
-    out.indexer += block_forward(c, bindings[l], l, shape, x.data(), batch.input_ids.data(), loss,
-                                 step, st.blocks[l], x_next.data());
+    out.indexer += block_forward(c, bindings[l], l, shape, segments, segments, x.data(),
+                                 batch.input_ids.data(), loss, step, st.blocks[l], x_next.data());
     std::swap(x, x_next);
     out.expert_load.push_back(st.blocks[l].moe.expert_load);
     if (st.blocks[l].moe.balance_loss_active) out.balance += st.blocks[l].moe.balance_loss;
@@ -361,8 +525,10 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                            st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign(N, -1);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t + 1 < S; ++t)
-      st.targets[b * S + t] = labels[b * S + t + 1] < 0 ? -1 : labels[b * S + t + 1];
+    for (int64_t t = 0; t + 1 < S; ++t) {
+      const int64_t r = b * S + t;
+      if (labels[r + 1] >= 0 && segment_of[r] == segment_of[r + 1]) st.targets[r] = labels[r + 1];
+    }
   const LmLossDims ld{N, d, V, 0};
   out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V);
   std::vector<T> d_final(step.backward ? N * d : 0);
@@ -419,8 +585,9 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
-    out.indexer += block_forward(c, bw, layer, mshape, xm.data(), mc.next_ids.data(), loss, step,
-                                 mc.block, mc.x_out.data());
+    const MtpSegments mseg = mtp_segments(segments, S);
+    out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
+                                 mc.next_ids.data(), loss, step, mc.block, mc.x_out.data());
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -432,11 +599,14 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
     kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"),
                              mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
+    // MTP position t predicts token t+2 from h_t and token t+1: all three must be
+    // in one segment (a boundary row has no target; see mtp_segments).
     mc.targets.assign(M, -1);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t + 2 < S; ++t) {
-        const int64_t lab = labels[b * S + t + 2];
-        mc.targets[b * S1 + t] = lab < 0 ? -1 : lab;
+        const int64_t r = b * S + t;
+        const int64_t lab = labels[r + 2];
+        if (lab >= 0 && segment_of[r] == segment_of[r + 2]) mc.targets[b * S1 + t] = lab;
       }
     out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V);
     // λ goes into the loss scale so that dhead and dh carry it; λ = 0 (logits

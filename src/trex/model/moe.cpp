@@ -42,6 +42,23 @@ void validate_dims(const MoeDims& dims) {
   if (dims.n_experts > INT32_MAX) throw moe_error("too many experts", "moe.n_experts");
   if (dims.balance_loss_weight < 0.0)
     throw moe_error("balance_loss_weight must be >= 0", "moe.balance_loss_weight");
+  int64_t end = 0;  // sequences ascend and do not overlap
+  for (const MoeSequence& s : dims.balance_sequences) {
+    if (s.len <= 0 || s.row < end || s.row + s.len > dims.tokens())
+      throw moe_error("balance sequence [" + std::to_string(s.row) + ", +" + std::to_string(s.len) +
+                          ") overlaps another or lies outside the " +
+                          std::to_string(dims.tokens()) + " tokens",
+                      "moe.balance_sequences");
+    end = s.row + s.len;
+  }
+}
+
+// The sequences of the balance loss: the listed ones, or the B rows of S tokens.
+std::vector<MoeSequence> balance_ranges(const MoeDims& dims) {
+  if (!dims.balance_sequences.empty()) return dims.balance_sequences;
+  std::vector<MoeSequence> rows(static_cast<size_t>(dims.batch));
+  for (int64_t b = 0; b < dims.batch; ++b) rows[b] = {b * dims.seq, dims.seq};
+  return rows;
 }
 
 template <class T>
@@ -173,14 +190,17 @@ void select_top_k(const T* scores, const T* bias, int64_t E, int64_t K, int32_t*
   }
 }
 
-// f_{b,e} = E/(K·T)·#{t in sequence b : e ∈ idx_t}, written to freq [B, E].
-void balance_frequencies(const MoeDims& dims, const int32_t* idx, std::vector<double>& freq) {
-  const int64_t B = dims.batch, S = dims.seq, E = dims.n_experts, K = dims.top_k;
+// f_{b,e} = E/(K·T_b)·#{t in sequence b : e ∈ idx_t}, written to freq [sequences, E].
+void balance_frequencies(const MoeDims& dims, const std::vector<MoeSequence>& sequences,
+                         const int32_t* idx, std::vector<double>& freq) {
+  const int64_t B = static_cast<int64_t>(sequences.size()), E = dims.n_experts, K = dims.top_k;
   freq.assign(static_cast<size_t>(B * E), 0.0);
-  const double norm = static_cast<double>(E) / (static_cast<double>(K) * static_cast<double>(S));
   for (int64_t b = 0; b < B; ++b) {
+    const MoeSequence& seq = sequences[static_cast<size_t>(b)];
+    const double norm =
+        static_cast<double>(E) / (static_cast<double>(K) * static_cast<double>(seq.len));
     double* f = freq.data() + b * E;
-    for (int64_t t = b * S; t < (b + 1) * S; ++t) {
+    for (int64_t t = seq.row; t < seq.row + seq.len; ++t) {
       const int32_t* row = idx + t * K;
       for (int64_t k = 0; k < K; ++k) {
         bool duplicate = false;
@@ -375,13 +395,16 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   cache.balance_loss_active = balance_active(dims);
   if (cache.balance_loss_active) {
     std::vector<double> freq;
-    balance_frequencies(dims, cache.expert_index.data(), freq);
-    const int64_t B = dims.batch, S = dims.seq;
+    const std::vector<MoeSequence> sequences = balance_ranges(dims);
+    balance_frequencies(dims, sequences, cache.expert_index.data(), freq);
+    const int64_t B = static_cast<int64_t>(sequences.size());
     std::vector<double> per_seq(static_cast<size_t>(B), 0.0);
 #pragma omp parallel for schedule(static) if (B > 1 && N * E > (1 << 12))
     for (int64_t b = 0; b < B; ++b) {
+      const int64_t row = sequences[static_cast<size_t>(b)].row;
+      const int64_t S = sequences[static_cast<size_t>(b)].len;
       std::vector<double> prob(static_cast<size_t>(E), 0.0);
-      for (int64_t t = b * S; t < (b + 1) * S; ++t) {
+      for (int64_t t = row; t < row + S; ++t) {
         const T* s = cache.scores.data() + t * E;
         double total = 0.0;
         for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
@@ -394,7 +417,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
     }
     double total = 0.0;
     for (int64_t b = 0; b < B; ++b) total += per_seq[b];
-    cache.balance_loss = total / static_cast<double>(B);
+    cache.balance_loss = B > 0 ? total / static_cast<double>(B) : 0.0;
   }
 }
 
@@ -472,7 +495,16 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   // balance loss -> ds (all experts), then dℓ = ds·σ(ℓ)/(2s).
   std::vector<double> freq;
   const bool balance = cache.balance_loss_active && d_balance_loss != T(0);
-  if (balance) balance_frequencies(dims, cache.expert_index.data(), freq);
+  const std::vector<MoeSequence> sequences =
+      balance ? balance_ranges(dims) : std::vector<MoeSequence>{};
+  // Sequence of every token (−1: in none).
+  std::vector<int64_t> sequence_of(balance ? static_cast<size_t>(N) : 0, -1);
+  if (balance) {
+    balance_frequencies(dims, sequences, cache.expert_index.data(), freq);
+    for (size_t i = 0; i < sequences.size(); ++i)
+      std::fill_n(sequence_of.begin() + sequences[i].row, sequences[i].len,
+                  static_cast<int64_t>(i));
+  }
   const double gamma = dims.routed_scaling;
   std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
 #pragma omp parallel if (N * E > (1 << 12))
@@ -503,14 +535,15 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
       } else {
         for (int64_t k = 0; k < K; ++k) ds[idx[k]] += gamma * dwp[k];
       }
-      if (balance) {
-        const int64_t b = t / dims.seq;
+      const int64_t b = balance ? sequence_of[t] : -1;
+      if (b >= 0) {
         double total = 0.0;
         for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
         if (total > 0.0) {
-          // dL/ds'_{e,t} = α f_{b,e} / (T·B) · dL_bal; s' = s/Σs.
+          // dL/ds'_{e,t} = α f_{b,e} / (T_b·B) · dL_bal; s' = s/Σs.
           const double coef = dims.balance_loss_weight * static_cast<double>(d_balance_loss) /
-                              (static_cast<double>(dims.seq) * static_cast<double>(dims.batch));
+                              (static_cast<double>(sequences[static_cast<size_t>(b)].len) *
+                               static_cast<double>(sequences.size()));
           double dot = 0.0;
           for (int64_t e = 0; e < E; ++e)
             dot += coef * freq[b * E + e] * static_cast<double>(s[e]) / total;

@@ -28,6 +28,8 @@
 //   s'_{e,t} = s_{e,t}/Σ_e' s_{e',t},  P_e = (1/T)Σ_t s'_{e,t},
 //   f_e = E/(K·T)·Σ_t 1[e ∈ idx_t]  (constant; a hash row naming an expert twice counts once),
 //   L_b = α Σ_e f_e P_e;   batch reduction: L_bal = (1/B) Σ_b L_b (mean over sequences).
+// A packed batch may list its balance sequences instead (MoeDims::balance_sequences:
+// one per document, of its own length T; rows in none of them take no part).
 // Computed when balance_loss_weight > 0 on score-routed layers, and on hash
 // layers only when balance_loss_on_hash_layers is set. Its gradient reaches the
 // router weight and x through s (all experts, not only the selected ones).
@@ -37,6 +39,12 @@
 namespace trex::model {
 
 struct ModelConfig;
+
+// Token rows [row, row + len) of the flattened batch.
+struct MoeSequence {
+  int64_t row = 0;
+  int64_t len = 0;
+};
 
 struct MoeDims {
   int64_t batch = 1;            // B sequences ...
@@ -52,6 +60,9 @@ struct MoeDims {
   double balance_loss_weight = 0.0;  // α; 0 disables the balance loss
   bool balance_loss_on_hash_layers = false;
   int64_t vocab = 0;  // rows of tid2eid (hash layers; token ids are checked against it)
+  // Sequences of the balance loss when they are not the B rows (packed documents):
+  // disjoint, in [0, B·S). Empty: the B rows of S tokens.
+  std::vector<MoeSequence> balance_sequences;
 
   int64_t tokens() const { return batch * seq; }
 };
