@@ -11,6 +11,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/schedule.hpp"
@@ -211,6 +212,53 @@ TEST(TrainGuard, NonFiniteGradientStepIsSkipped) {
   EXPECT_EQ(next.get("skipped"), 0.0);
   EXPECT_EQ(trainer.optimizer().step_count(), 2);
   EXPECT_TRUE(std::isfinite(next.get("grad_norm")));
+}
+
+TEST(TrainTrainer, EpochsDeriveStepsAndEvalHookAddsScalars) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.steps = 0;
+  c.epochs = 1.0;
+  c.eval_interval = 1;
+  c.validation_file = c.train_file;
+  c.eval_batches = 1;
+  Trainer t(c, {.quiet = true});
+  // 6 documents of about 10 tokens in sequences of 24: ceil(sequences / global_batch) steps.
+  const auto tokenizer = trex::io::Tokenizer::load(c.tokenizer);
+  auto loader = trex::train::CptLoader::from_jsonl(c.train_file, tokenizer,
+                                                   {.seq_len = c.seq_len, .seed = c.data_seed});
+  EXPECT_EQ(t.total_steps(), (loader.sequences_in_epoch() + 1) / 2);
+  ASSERT_GE(t.total_steps(), 2);
+  std::vector<int64_t> hook_steps;
+  t.run([&](Trainer& trainer, int64_t step, trex::train::MetricsRecord& record) {
+    hook_steps.push_back(step);
+    record.set("val_pass_at_1", 0.25 * static_cast<double>(step));
+    EXPECT_EQ(trainer.step(), step);
+  });
+  EXPECT_EQ(static_cast<int64_t>(hook_steps.size()), t.total_steps());
+  const auto lines = trex::read_jsonl(c.out_dir + "/metrics.jsonl");
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), t.total_steps());
+  EXPECT_DOUBLE_EQ(lines[1]["val_pass_at_1"].get<double>(), 0.5);
+  EXPECT_TRUE(lines[1].contains("val_loss"));
+  EXPECT_GT(lines[1]["val_loss"].get<double>(), 0.0);
+}
+
+// precision bf16: bf16 GEMM operands (fp32 master weights), a close but different step.
+TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndRestoresTheGemmSetting) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.global_batch = 1;
+  Trainer fp32(c, {.quiet = true, .write_metrics = false});
+  const auto a = fp32.train_step();
+  c.precision = trex::train::TrainPrecision::kBf16;
+  Trainer bf16(c, {.quiet = true, .write_metrics = false});
+  const auto b = bf16.train_step();
+  EXPECT_EQ(trex::kernels::gemm_precision(), trex::kernels::Precision::kF32);
+  EXPECT_NEAR(a.get("loss_lm"), b.get("loss_lm"), 2e-2);
+  EXPECT_NE(a.get("loss_lm"), b.get("loss_lm"));
+  EXPECT_NE(fp32.model().params().values(), bf16.model().params().values());
 }
 
 // A run interrupted after step k and resumed equals an uninterrupted one, bitwise.
