@@ -261,6 +261,25 @@ TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndRestoresTheGemmSetting) {
   EXPECT_NE(fp32.model().params().values(), bf16.model().params().values());
 }
 
+TEST(TrainGuard, NaNParameterGivesNonFiniteLossAndNoUpdate) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  Trainer trainer(c, {.quiet = true, .write_metrics = false});
+  auto& params = trainer.model().params();
+  const auto& spec = params.spec("embed.weight");
+  // Poison every embedding row: whatever tokens the batch holds, the loss is NaN.
+  float* embed = params.value("embed.weight");
+  for (int64_t i = 0; i < spec.numel(); i += spec.shape[1]) embed[i] = NAN;
+  const std::vector<float> before = params.values();
+  const auto rec = trainer.train_step();
+  EXPECT_EQ(rec.get("skipped"), 1.0);
+  EXPECT_TRUE(std::isnan(rec.get("loss")));
+  EXPECT_EQ(trainer.optimizer().step_count(), 0);
+  EXPECT_EQ(trainer.summary().skip_reasons.at(0), "step 1: non-finite loss");
+  EXPECT_EQ(std::memcmp(before.data(), params.values().data(), before.size() * sizeof(float)), 0);
+}
+
 // A run interrupted after step k and resumed equals an uninterrupted one, bitwise.
 void expect_bitwise_resume(DataMode mode) {
   TempDir dir;
