@@ -33,7 +33,9 @@ std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
   const fs::path final_dir = root / checkpoint_name(step);
   const fs::path temp_dir =
       root / (".tmp-" + checkpoint_name(step) + "." + std::to_string(getpid()));
-  fs::remove_all(temp_dir);
+  // Temporary directories of interrupted writes (this or an earlier process) are incomplete.
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().rfind(".tmp-step-", 0) == 0) fs::remove_all(entry.path());
   fs::create_directories(temp_dir);
   model::save_checkpoint(temp_dir.string(), model.config(), model.params(), model.hash_tables(),
                          model::NamingScheme::kReleased, DType::kF32);
