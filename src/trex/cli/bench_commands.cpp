@@ -9,7 +9,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
-#include "trex/plan/calibrate.hpp"
+#include "trex/kernels/cpu/peak.hpp"
 
 namespace trex::cli {
 namespace {
@@ -24,22 +24,17 @@ struct PeakOptions {
 int run_peak(const PeakOptions& o) {
   if (o.dtype != "bf16" && o.dtype != "f32")
     throw Error("--dtype must be bf16 or f32").field("dtype");
-  std::vector<std::array<int64_t, 3>> shapes;
-  for (int64_t s : o.sizes) {
-    if (s <= 0) throw Error("GEMM sizes must be positive").field("sizes");
-    shapes.push_back({s, s, s});
-  }
-  const auto measured = plan::measure_gemms(shapes, o.dtype == "bf16", o.repeats);
-  double best = 0;
+  const kernels::PeakMeasurement measured =
+      kernels::measure_peak(o.dtype == "bf16", o.sizes, o.repeats);
+  const double best = measured.peak_gflops;
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& m : measured) {
-    const double gflops = 2.0 * m.m * m.n * m.k / m.seconds / 1e9;
-    best = std::max(best, gflops);
+  for (const auto& m : measured.gemms) {
     rows.push_back(
-        {{"m", m.m}, {"n", m.n}, {"k", m.k}, {"seconds", m.seconds}, {"gflops", gflops}});
+        {{"m", m.m}, {"n", m.n}, {"k", m.k}, {"seconds", m.seconds}, {"gflops", m.gflops}});
     if (!o.json)
-      std::printf("%5.0f x %5.0f x %5.0f  %9.3f ms  %8.1f GFLOP/s\n", m.m, m.n, m.k,
-                  m.seconds * 1e3, gflops);
+      std::printf("%5lld x %5lld x %5lld  %9.3f ms  %8.1f GFLOP/s\n", static_cast<long long>(m.m),
+                  static_cast<long long>(m.n), static_cast<long long>(m.k), m.seconds * 1e3,
+                  m.gflops);
   }
   if (o.json) {
     std::cout << nlohmann::json{{"dtype", o.dtype}, {"peak_gflops", best}, {"gemms", rows}}.dump()

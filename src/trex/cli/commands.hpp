@@ -12,6 +12,7 @@ void add_model_commands(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 void add_plan_commands(CLI::App& app);
 void add_bench_commands(CLI::App& app);
+void add_train_commands(CLI::App& app);  // train + export
 
 // Runs `or synth` with the given settings and writes FILE + FILE's summary.
 struct SynthCliOptions {

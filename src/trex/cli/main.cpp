@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   trex::cli::add_tokenizer_commands(app);
   trex::cli::add_plan_commands(app);
   trex::cli::add_bench_commands(app);
+  trex::cli::add_train_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

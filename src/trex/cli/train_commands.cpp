@@ -1,0 +1,103 @@
+// `trex train --config RUN.json [--resume] [--steps N] [--out-dir D]` and
+// `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype bf16|fp32]`.
+#include <filesystem>
+#include <iostream>
+
+#include "trex/cli/commands.hpp"
+#include "trex/core/error.hpp"
+#include "trex/model/weights.hpp"
+#include "trex/train/trainer.hpp"
+
+namespace trex::cli {
+namespace {
+
+struct TrainCliOptions {
+  std::string config;
+  bool resume = false;
+  int64_t steps = 0;
+  std::string out_dir;
+  double peak_gflops = -1;
+  bool quiet = false;
+};
+
+int run_train(const TrainCliOptions& o) {
+  train::RunConfig config = train::RunConfig::load(o.config);
+  if (o.steps > 0) config.steps = o.steps;
+  if (!o.out_dir.empty()) config.out_dir = o.out_dir;
+  if (o.peak_gflops >= 0) config.peak_gflops = o.peak_gflops;
+  config.validate(o.config);
+  train::TrainerOptions options;
+  options.resume = o.resume;
+  options.quiet = o.quiet;
+  train::Trainer trainer(config, options);
+  std::cerr << "training " << trainer.total_steps() << " steps"
+            << (o.resume ? " (resumed at step " + std::to_string(trainer.step()) + ")" : "")
+            << " into " << config.out_dir << "\n";
+  const train::TrainSummary summary = trainer.run();
+  std::cout << train::format_summary(summary);
+  return 0;
+}
+
+struct ExportOptions {
+  std::string checkpoint;
+  std::string out;
+  std::string scheme = "transformers";
+  std::string dtype = "bf16";
+};
+
+int run_export(const ExportOptions& o) {
+  if (o.scheme != "transformers" && o.scheme != "released")
+    throw Error("--scheme must be transformers or released").field("scheme");
+  if (o.dtype != "bf16" && o.dtype != "fp32")
+    throw Error("--dtype must be bf16 or fp32").field("dtype");
+  namespace fs = std::filesystem;
+  if (fs::weakly_canonical(o.checkpoint) == fs::weakly_canonical(o.out))
+    throw Error("--out must differ from --checkpoint").field("out");
+  const model::LoadedCheckpoint<float> loaded = model::load_checkpoint<float>(o.checkpoint);
+  model::save_checkpoint(o.out, loaded.config, loaded.params, loaded.hash_tables,
+                         o.scheme == "transformers" ? model::NamingScheme::kTransformers
+                                                    : model::NamingScheme::kReleased,
+                         o.dtype == "bf16" ? DType::kBF16 : DType::kF32);
+  const fs::path tokenizer = fs::path(o.checkpoint) / "tokenizer.json";
+  if (fs::exists(tokenizer))
+    fs::copy_file(tokenizer, fs::path(o.out) / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+  std::cout << "exported " << o.checkpoint << " -> " << o.out << " (" << o.scheme << " names, "
+            << o.dtype << (fs::exists(tokenizer) ? ", with tokenizer.json" : ", no tokenizer.json")
+            << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+  auto train = std::make_shared<TrainCliOptions>();
+  auto* t = app.add_subcommand("train", "Full-parameter CPT or SFT of a DeepSeek-V4 model");
+  t->add_option("--config", train->config, "Run configuration (JSON, docs/training.md)")
+      ->required();
+  t->add_flag("--resume", train->resume, "Continue from OUT/checkpoints/latest");
+  t->add_option("--steps", train->steps, "Override the number of optimizer steps");
+  t->add_option("--out-dir", train->out_dir, "Override the output directory");
+  t->add_option("--peak-gflops", train->peak_gflops,
+                "MFU denominator (GFLOP/s); default: the config's, else measured at start");
+  t->add_flag("--quiet", train->quiet, "No progress bar or log lines, only the summary");
+  t->callback([train] {
+    const int rc = run_train(*train);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  auto exp = std::make_shared<ExportOptions>();
+  auto* e = app.add_subcommand("export", "Write a checkpoint in the HF (transformers) format");
+  e->add_option("--checkpoint", exp->checkpoint, "Checkpoint directory (e.g. a training step)")
+      ->required();
+  e->add_option("--out", exp->out, "Output directory")->required();
+  e->add_option("--scheme", exp->scheme, "transformers or released tensor names")
+      ->capture_default_str();
+  e->add_option("--dtype", exp->dtype, "bf16 or fp32 floating tensors")->capture_default_str();
+  e->callback([exp] {
+    const int rc = run_export(*exp);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace trex::cli

@@ -1,0 +1,76 @@
+#pragma once
+// The run configuration of `trex train` (a JSON file; keys in docs/training.md):
+// model to start from, tokenizer, data, batch geometry, optimizer, schedule,
+// precision, loss weights, evaluation / checkpoint / logging cadence, output
+// directory and the MFU peak. Parsing rejects unknown keys and bad values with
+// a trex::Error naming the file and the key path (e.g. "schedule.peak_lr").
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "trex/train/optimizer.hpp"
+#include "trex/train/schedule.hpp"
+
+namespace trex::train {
+
+enum class DataMode { kCpt, kSft };
+enum class TrainPrecision { kFp32, kBf16 };
+
+struct RunConfig {
+  // Start from random init of `model_config` (with `init_seed`) or from the
+  // weights of `init_checkpoint` (exactly one of the two).
+  std::string model_config;
+  uint64_t init_seed = 1;
+  std::string init_checkpoint;
+
+  std::string tokenizer;  // tokenizer.json
+  DataMode mode = DataMode::kCpt;
+  std::string train_file;       // JSONL ({"text"} for cpt, {"messages"} for sft)
+  std::string validation_file;  // optional, same format
+  uint64_t data_seed = 1;
+  bool shuffle = true;
+
+  int64_t seq_len = 256;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 1;  // sequences per optimizer step; a multiple of micro_batch
+  int64_t steps = 0;         // optimizer steps; 0 = derive from epochs
+  double epochs = 0.0;       // passes over the training data when steps = 0
+
+  OptimizerOptions optimizer;
+  double peak_lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 0;
+  double clip = 1.0;  // global-norm clip; <= 0 disables
+  TrainPrecision precision = TrainPrecision::kFp32;
+
+  double mtp_weight = 0.3;
+  double balance_weight = 1e-4;
+  double router_bias_speed = 1e-3;
+
+  int64_t eval_interval = 0;  // steps; 0 = only at the end (when validation data is given)
+  int64_t eval_batches = 4;
+  int64_t checkpoint_interval = 0;  // steps; 0 = only at the end
+  int64_t keep_checkpoints = 3;
+  int64_t log_interval = 1;  // progress-bar / log cadence (JSONL and TensorBoard get every step)
+  std::string out_dir = "runs/train";
+
+  double peak_gflops = 0.0;  // > 0: given; 0 = measured at start (bench peak, short budget)
+  int64_t spike_window = 20;
+  double spike_z_threshold = 4.0;
+
+  int64_t accumulation_steps() const { return global_batch / micro_batch; }
+  LrSchedule schedule(int64_t total_steps) const {
+    return {peak_lr, min_lr, warmup_steps, total_steps};
+  }
+
+  // `origin` names the file in errors; relative paths are resolved against `base_dir`.
+  static RunConfig from_json(const nlohmann::json& json, const std::string& origin,
+                             const std::string& base_dir = "");
+  // Reads a JSON file; relative paths in it are relative to the file's directory.
+  static RunConfig load(const std::string& path);
+  nlohmann::json to_json() const;  // the same keys, every value explicit
+  void validate(const std::string& origin) const;
+};
+
+}  // namespace trex::train

@@ -1,0 +1,92 @@
+#pragma once
+// The trainer (docs/training.md, "Trainer"): full-parameter CPT or SFT of a
+// DeepSeek-V4 model from a RunConfig. Each optimizer step accumulates
+// gradients over global/micro micro-batches (normalised by the trained tokens
+// of the whole step), clips, applies the scheduled AdamW/Muon update and the
+// aux-loss-free router-bias rule, and records metrics; non-finite steps are
+// skipped, loss spikes reported; checkpoints are atomic and resumable bitwise.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trex/io/tokenizer.hpp"
+#include "trex/model/model.hpp"
+#include "trex/train/metrics.hpp"
+#include "trex/train/optimizer.hpp"
+#include "trex/train/run_config.hpp"
+
+namespace trex::train {
+
+struct TrainerOptions {
+  bool resume = false;           // continue from OUT/checkpoints/latest (error when none)
+  bool quiet = false;            // no progress bar and no per-interval log lines
+  int64_t stop_after_step = -1;  // >= 0: run() checkpoints and returns after this step
+  bool write_metrics = true;     // metrics.jsonl + TensorBoard under out_dir
+};
+
+struct TrainSummary {
+  int64_t steps = 0;          // steps done (including skipped ones), cumulative over resumes
+  int64_t total_steps = 0;    // the planned total
+  int64_t skipped_steps = 0;  // non-finite loss or gradients
+  int64_t spikes = 0;         // loss z-score above the threshold
+  int64_t tokens = 0;         // tokens processed (B·S per micro-batch), cumulative
+  int64_t trained_tokens = 0;
+  double seconds = 0.0;  // wall time of this run() call
+  double tokens_per_second = 0.0;
+  double model_tflops = 0.0;  // model FLOP/s of this run() call, in TFLOP/s
+  double mfu = 0.0;           // against peak_gflops
+  double peak_gflops = 0.0;
+  double final_loss = 0.0, final_lm_loss = 0.0, final_mtp_loss = 0.0;
+  double final_validation_loss = -1.0;  // < 0: never evaluated
+  bool interrupted = false;             // stopped by stop_after_step
+  std::string last_checkpoint;
+  std::string metrics_jsonl;
+  std::string tensorboard_dir;
+  std::vector<std::string> skip_reasons;  // "step N: reason"
+};
+
+class Trainer {
+ public:
+  // Called at every evaluation (eval_interval and the end) with the record
+  // that will be written for that step: add named scalars (e.g. a validation Pass@1).
+  using EvalHook = std::function<void(Trainer&, int64_t step, MetricsRecord& record)>;
+  // Test hook: runs after the gradients of a step are assembled, before the guard.
+  using GradientHook = std::function<void(int64_t step, model::ParamStore<float>& params)>;
+
+  explicit Trainer(RunConfig config, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains until total_steps (or stop_after_step), evaluating and checkpointing
+  // at the configured intervals; the final state is always checkpointed.
+  TrainSummary run(const EvalHook& on_eval = {});
+
+  // One optimizer step (or a skipped one); returns its metrics record (not written).
+  MetricsRecord train_step();
+  // Mean LM loss over the first eval_batches micro-batches of the validation
+  // file (file order); throws when the config has no validation file.
+  double validation_loss();
+  std::string save_checkpoint();  // returns the checkpoint directory
+
+  model::Model<float>& model();
+  const model::Model<float>& model() const;
+  Optimizer& optimizer();
+  const io::Tokenizer& tokenizer() const;
+  const RunConfig& config() const;
+  int64_t step() const;
+  int64_t total_steps() const;
+  const TrainSummary& summary() const;
+  void set_gradient_hook(GradientHook hook);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "ok" / human-readable multi-line summary for the CLI.
+std::string format_summary(const TrainSummary& summary);
+
+}  // namespace trex::train
