@@ -114,6 +114,77 @@ TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   }
 }
 
+// A TOML run config reads exactly like the same keys in JSON; syntax errors
+// name the file and line.
+TEST(TrainRunConfig, TomlEqualsJson) {
+  TempDir dir;
+  trex::write_file_atomic(dir.file("run.toml"), R"(# the full example, in TOML
+tokenizer = "tok/tokenizer.json"
+seq_len = 128
+micro_batch = 2
+global_batch = 8
+steps = 50
+clip = 1.0
+precision = "bf16"
+router_bias_speed = 0.001
+eval_interval = 10
+eval_batches = 2
+checkpoint_interval = 25
+keep_checkpoints = 2
+log_interval = 5
+out_dir = "runs/a"
+peak_gflops = 100.0
+
+[model]
+config = "models/tiny.json"
+seed = 5
+
+[data]
+mode = "sft"
+train = "data/train.jsonl"
+validation = "data/val.jsonl"
+seed = "18446744073709551615"
+shuffle = false
+
+[optimizer]
+use_muon = true
+adamw = { beta1 = 0.9, beta2 = 0.95, eps = 1e-20, weight_decay = 0.1 }
+muon = { momentum = 0.95, nesterov = true, ns_iterations = 10, ns_tail_iterations = 2, rms_scale = 0.18, weight_decay = 0.1 }
+
+[schedule]
+peak_lr = 2e-3
+min_lr = 2e-4
+warmup_steps = 5
+
+[loss]
+mtp_weight = 0.3
+balance_weight = 0.0001
+
+[spike]
+window = 10
+z_threshold = 5.0
+)");
+  const RunConfig from_toml = RunConfig::load(dir.file("run.toml"));
+  const RunConfig from_json = RunConfig::from_json(full_example(), "run.json", dir.path());
+  EXPECT_EQ(from_toml.to_json(), from_json.to_json());
+
+  trex::write_file_atomic(dir.file("bad.toml"), "steps = 3\nseq_len = = 4\n");
+  try {
+    RunConfig::load(dir.file("bad.toml"));
+    FAIL() << "no error";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.file_name(), dir.file("bad.toml"));
+    EXPECT_EQ(e.line_number(), 2);
+  }
+  trex::write_file_atomic(dir.file("unknown.toml"), "[schedule]\npeek_lr = 1.0\n");
+  try {
+    RunConfig::load(dir.file("unknown.toml"));
+    FAIL() << "no error";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule.peek_lr"), std::string::npos);
+  }
+}
+
 // One trainer step equals the step written out by hand from the pieces.
 TEST(TrainTrainer, StepEqualsManualStep) {
   TempDir dir;

@@ -73,7 +73,7 @@ int run_export(const ExportOptions& o) {
 void add_train_commands(CLI::App& app) {
   auto train = std::make_shared<TrainCliOptions>();
   auto* t = app.add_subcommand("train", "Full-parameter CPT or SFT of a DeepSeek-V4 model");
-  t->add_option("--config", train->config, "Run configuration (JSON, docs/training.md)")
+  t->add_option("--config", train->config, "Run configuration (.json or .toml, docs/training.md)")
       ->required();
   t->add_flag("--resume", train->resume, "Continue from OUT/checkpoints/latest");
   t->add_option("--steps", train->steps, "Override the number of optimizer steps");

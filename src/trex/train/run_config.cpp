@@ -1,7 +1,9 @@
 #include "trex/train/run_config.hpp"
 
+#include <toml++/toml.h>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -190,12 +192,55 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
   return c;
 }
 
+namespace {
+
+// TOML run configs use the same keys as JSON: the parsed table is converted to
+// JSON and read by the one validating reader.
+nlohmann::json toml_to_json(const toml::node& node) {
+  if (const auto* table = node.as_table()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, value] : *table) out[std::string(key.str())] = toml_to_json(value);
+    return out;
+  }
+  if (const auto* array = node.as_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& value : *array) out.push_back(toml_to_json(value));
+    return out;
+  }
+  if (const auto* v = node.as_string()) return v->get();
+  if (const auto* v = node.as_integer()) return v->get();
+  if (const auto* v = node.as_floating_point()) return v->get();
+  if (const auto* v = node.as_boolean()) return v->get();
+  std::ostringstream text;  // dates and times: kept as their TOML text
+  if (const auto* v = node.as_date()) text << v->get();
+  if (const auto* v = node.as_time()) text << v->get();
+  if (const auto* v = node.as_date_time()) text << v->get();
+  return text.str();
+}
+
+bool is_toml_path(const std::string& path) {
+  return std::filesystem::path(path).extension() == ".toml";
+}
+
+}  // namespace
+
 RunConfig RunConfig::load(const std::string& path) {
   nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
+  if (is_toml_path(path)) {
+    const std::string text = read_file(path);
+    try {
+      json = toml_to_json(toml::parse(text, path));
+    } catch (const toml::parse_error& e) {
+      throw Error(std::string("invalid TOML: ") + std::string(e.description()))
+          .file(path)
+          .line(static_cast<long>(e.source().begin.line));
+    }
+  } else {
+    try {
+      json = nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw Error(std::string("invalid JSON: ") + e.what()).file(path);
+    }
   }
   return from_json(json, path, std::filesystem::path(path).parent_path().string());
 }
