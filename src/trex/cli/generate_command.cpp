@@ -30,7 +30,7 @@ struct GenerateCli {
   double top_p = 1.0;
   int64_t n = 1;
   uint64_t seed = 1;
-  int64_t batch_size = 16;
+  int64_t batch_size = 64;
 };
 
 struct PromptRecord {

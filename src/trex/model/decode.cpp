@@ -557,30 +557,62 @@ int64_t sample_token(const T* logits, int64_t vocab, const SamplingOptions& opti
     }
     return best;
   }
-  // Nucleus: most probable first (ties: lower id), grown until the mass reaches top_p.
-  std::vector<int64_t> order(static_cast<size_t>(vocab));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  auto more_probable = [&](int64_t a, int64_t b) {
-    return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+  // Nucleus: the shortest prefix of the tokens ordered by (probability desc, id
+  // asc) whose mass reaches top_p, found by a mass-weighted quickselect (O(V)
+  // expected; a full sort per token would dominate decoding of a small model).
+  struct Candidate {
+    double prob;
+    int64_t id;
   };
-  const double needed = options.top_p * total;
-  int64_t sorted = 0, kept = 0;
-  double mass = 0.0;
-  while (kept < vocab && (kept == 0 || mass < needed)) {
-    if (kept == sorted) {  // sort the next chunk lazily: the nucleus is usually small
-      const int64_t next = std::min(vocab, std::max<int64_t>(2 * sorted, 64));
-      std::partial_sort(order.begin() + sorted, order.begin() + next, order.end(), more_probable);
-      sorted = next;
+  std::vector<Candidate> cand(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) cand[i] = {prob[i], i};
+  auto more_probable = [](const Candidate& a, const Candidate& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+  };
+  double needed = options.top_p * total;
+  size_t lo = 0, hi = cand.size(), cut = cand.size();
+  while (lo < hi) {
+    if (hi - lo <= 32) {
+      std::sort(cand.begin() + lo, cand.begin() + hi, more_probable);
+      cut = hi;
+      for (size_t k = lo; k < hi; ++k) {
+        needed -= cand[k].prob;
+        if (needed <= 0.0) {
+          cut = k + 1;
+          break;
+        }
+      }
+      break;
     }
-    mass += prob[order[kept++]];
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(cand.begin() + lo, cand.begin() + mid, cand.begin() + hi, more_probable);
+    double top_mass = 0.0;
+    for (size_t k = lo; k < mid; ++k) top_mass += cand[k].prob;
+    if (top_mass >= needed) {
+      hi = mid;  // the cut lies inside [lo, mid)
+    } else {
+      needed -= top_mass;
+      lo = mid;
+    }
+  }
+  if (cut == 0) cut = 1;
+  // Sample inside the nucleus, walking it in id order.
+  std::vector<uint8_t> kept(static_cast<size_t>(vocab), 0);
+  double mass = 0.0;
+  for (size_t k = 0; k < cut; ++k) {
+    kept[cand[k].id] = 1;
+    mass += cand[k].prob;
   }
   const double target = u * mass;
   double acc = 0.0;
-  for (int64_t k = 0; k < kept; ++k) {
-    acc += prob[order[k]];
-    if (acc > target) return order[k];
+  int64_t last = best;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!kept[i]) continue;
+    acc += prob[i];
+    last = i;
+    if (acc > target) return i;
   }
-  return order[kept - 1];
+  return last;
 }
 
 template <class T>

@@ -74,7 +74,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   int64_t samples = 1;      // completions per prompt (n)
   uint64_t seed = 1;        // sample (p, k) uses Rng(seed, {stream, p, k})
-  int64_t batch_size = 16;  // sequences decoded together
+  int64_t batch_size = 64;  // sequences decoded together
   int64_t eos_id = -1;      // -1: the tokenizer's EOS (generate), else config eos_token_id
   // Called after every decoding step: (finished completions, generated tokens so far).
   std::function<void(int64_t, int64_t)> on_progress;
