@@ -2,6 +2,7 @@
 // a TempDir, prompts in the `trex or prompts` format, completions out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/dtypes.hpp"
+#include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/decode.hpp"
@@ -50,6 +52,27 @@ const std::vector<std::string> kPrompts = {
     R"({"id": "a-1", "source": "bench", "prompt": "minimize cost", "messages": [{"role": "user", "content": "minimize the cost"}]})",
     R"({"id": "a-2", "source": "bench", "prompt": "maximize profit"})",
     R"({"id": 7, "source": "other", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x = 3"}]})"};
+
+TEST(GenerateCli, PromptIsTheChatTemplateUpToTheAnswer) {
+  const auto tok = small_tokenizer();
+  const auto& sp = tok.special_ids();
+  const nlohmann::json messages = nlohmann::json::array(
+      {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "x = 3"}}});
+  const auto prompt = trex::train::encode_chat_prompt(tok, messages);
+  std::vector<int32_t> want = {sp.bos};
+  for (int32_t t : tok.encode("be brief")) want.push_back(t);
+  want.push_back(sp.user);
+  for (int32_t t : tok.encode("x = 3")) want.push_back(t);
+  want.push_back(sp.assistant);
+  want.push_back(sp.end_think);
+  EXPECT_EQ(prompt, want);
+  // The SFT rendering of the answered conversation starts with the prompt.
+  nlohmann::json answered = messages;
+  answered.push_back({{"role", "assistant"}, {"content", "y = 4"}});
+  const auto full = trex::train::encode_chat(tok, answered).tokens;
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), full.begin()));
+  EXPECT_THROW(trex::train::encode_chat_prompt(tok, nlohmann::json::array()), trex::Error);
+}
 
 TEST(GenerateCli, GreedyCompletionsMatchTheLibrary) {
   trex::test::TempDir dir;

@@ -18,6 +18,9 @@
 namespace trex::model {
 namespace {
 
+// Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
 // Rng stream tag of generation samples: Rng(seed, {kSampleStream, prompt, sample}).
 constexpr uint64_t kSampleStream = 0x67656e65726174ULL;
 
@@ -292,7 +295,11 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
   const int64_t n_groups = static_cast<int64_t>(groups.size());
   const int64_t window = d.window;
-#pragma omp parallel for schedule(dynamic, 1) if (n_groups > 1)
+  // Rough multiply-adds of the core: below kParallelWork an OpenMP region costs more.
+  const int64_t longest = *std::max_element(positions.begin(), positions.end()) + 1;
+  const int64_t core_work =
+      R * hc * (window + (d.has_compressor() ? longest / d.ratio : 0)) * (d.has_indexer() ? 2 : 1);
+#pragma omp parallel for schedule(dynamic, 1) if (n_groups > 1 && core_work > kParallelWork)
   for (int64_t gi = 0; gi < n_groups; ++gi) {
     std::vector<T> logits;
     std::vector<const T*> keys;
