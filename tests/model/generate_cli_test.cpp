@@ -116,6 +116,15 @@ TEST(GenerateCli, GreedyCompletionsMatchTheLibrary) {
     EXPECT_EQ(records[p]["prompt_tokens"], ids[p].size());
   }
   EXPECT_GT(g.generated_tokens, 0);
+
+  // The in-process file API writes the same records.
+  const std::string out2 = dir.path() + "/out2.jsonl";
+  const auto stats = trex::model::generate_file(model, tok, prompts, out2, o, /*progress=*/false);
+  EXPECT_EQ(trex::read_jsonl(out2), records);
+  EXPECT_EQ(stats.prompts, 3);
+  EXPECT_EQ(stats.completions, 3);
+  EXPECT_EQ(stats.generated_tokens, g.generated_tokens);
+  EXPECT_EQ(stats.prompt_tokens, g.prompt_tokens);
 }
 
 TEST(GenerateCli, SeveralSampledCompletionsPerPrompt) {

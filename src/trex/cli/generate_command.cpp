@@ -2,6 +2,7 @@
 // incremental KV cache (model/decode.hpp). Prompts are `trex or prompts`
 // records rendered in the non-thinking chat format; the output is the
 // completions JSONL `trex or eval` grades. See docs/generation.md.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,11 +12,8 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
-#include "trex/core/jsonl.hpp"
-#include "trex/core/progress.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/decode.hpp"
-#include "trex/train/data_sft.hpp"
 
 namespace trex::cli {
 namespace {
@@ -33,37 +31,6 @@ struct GenerateCli {
   int64_t batch_size = 64;
 };
 
-struct PromptRecord {
-  json id;
-  json source;
-  std::vector<int32_t> tokens;
-};
-
-// "messages" when present, else "prompt" as a single user turn.
-PromptRecord read_prompt(const json& record, const io::Tokenizer& tokenizer,
-                         const std::string& path, long line) {
-  try {
-    if (!record.is_object()) throw Error("a prompt record must be a JSON object");
-    if (!record.contains("id")) throw Error("missing key").field("id");
-    PromptRecord p;
-    p.id = record["id"];
-    p.source = record.value("source", json());
-    json messages;
-    if (record.contains("messages")) {
-      messages = record["messages"];
-    } else if (record.contains("prompt") && record["prompt"].is_string()) {
-      messages = json::array({{{"role", "user"}, {"content", record["prompt"]}}});
-    } else {
-      throw Error("needs \"messages\" or a string \"prompt\"").field("messages");
-    }
-    p.tokens = train::encode_chat_prompt(tokenizer, messages, path);
-    return p;
-  } catch (Error& e) {
-    if (e.file_name().empty()) e.file(path);
-    throw e.line(line);
-  }
-}
-
 int run_generate(const GenerateCli& o) {
   namespace fs = std::filesystem;
   const std::string tokenizer_path =
@@ -73,17 +40,6 @@ int run_generate(const GenerateCli& o) {
         .file(tokenizer_path);
   const io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
   const model::Model<float> m = model::Model<float>::from_checkpoint(o.checkpoint);
-  if (tokenizer.vocab_size() > m.config().vocab_size)
-    throw Error("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                " tokens, the model's vocabulary only " + std::to_string(m.config().vocab_size))
-        .file(tokenizer_path);
-
-  std::vector<PromptRecord> prompts;
-  read_jsonl(o.prompts, [&](const json& record, long line) {
-    prompts.push_back(read_prompt(record, tokenizer, o.prompts, line));
-  });
-  std::vector<std::vector<int32_t>> prompt_tokens;
-  for (const PromptRecord& p : prompts) prompt_tokens.push_back(p.tokens);
 
   model::GenerateOptions options;
   options.max_new_tokens = o.max_new_tokens;
@@ -91,48 +47,20 @@ int run_generate(const GenerateCli& o) {
   options.samples = o.n;
   options.seed = o.seed;
   options.batch_size = o.batch_size;
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  Progress progress("generate", static_cast<int64_t>(prompts.size()) * o.n, 5.0);
-  options.on_progress = [&](int64_t done, int64_t tokens) {
-    char note[64];
-    std::snprintf(note, sizeof note, "%.0f tok/s", static_cast<double>(tokens) / seconds());
-    progress.update(done, note);
-  };
-  const model::Generation g = model::generate(m, tokenizer, prompt_tokens, options);
-  const double elapsed = seconds();
-  progress.finish();
-
-  JsonlWriter writer(o.out);
-  int64_t stopped = 0;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    json record = {{"id", prompts[p].id}, {"source", prompts[p].source}};
-    json counts = json::array();
-    for (size_t k = 0; k < g.tokens[p].size(); ++k) {
-      counts.push_back(g.tokens[p][k].size());
-      stopped += g.stopped_at_eos[p][k] ? 1 : 0;
-    }
-    if (o.n == 1) {
-      record["completion"] = g.texts[p][0];
-      record["tokens"] = counts[0];
-    } else {
-      record["completions"] = g.texts[p];
-      record["tokens"] = counts;
-    }
-    record["prompt_tokens"] = prompts[p].tokens.size();
-    writer.write(record);
+  model::GenerateFileStats s;
+  try {
+    s = model::generate_file(m, tokenizer, o.prompts, o.out, options);
+  } catch (Error& e) {
+    if (e.file_name().empty() && e.field_name() == "vocab_size") e.file(tokenizer_path);
+    throw;
   }
-  writer.commit();
   char summary[256];
   std::snprintf(summary, sizeof summary,
-                "generated %lld completions for %zu prompts: %lld tokens (%lld prompt tokens) in "
+                "generated %lld completions for %lld prompts: %lld tokens (%lld prompt tokens) in "
                 "%.1f s, %.0f tok/s; %lld stopped at EOS",
-                static_cast<long long>(prompts.size() * o.n), prompts.size(),
-                static_cast<long long>(g.generated_tokens), static_cast<long long>(g.prompt_tokens),
-                elapsed, static_cast<double>(g.generated_tokens) / std::max(elapsed, 1e-9),
-                static_cast<long long>(stopped));
+                static_cast<long long>(s.completions), static_cast<long long>(s.prompts),
+                static_cast<long long>(s.generated_tokens), static_cast<long long>(s.prompt_tokens),
+                s.seconds, s.tokens_per_second(), static_cast<long long>(s.stopped_at_eos));
   std::cout << summary << " -> " << o.out << "\n";
   return 0;
 }

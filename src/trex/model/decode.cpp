@@ -1,12 +1,16 @@
 #include "trex/model/decode.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
+#include "trex/core/progress.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/norms.hpp"
@@ -14,6 +18,7 @@
 #include "trex/model/attention.hpp"
 #include "trex/model/mhc.hpp"
 #include "trex/model/moe.hpp"
+#include "trex/train/data_sft.hpp"
 
 namespace trex::model {
 namespace {
@@ -756,6 +761,105 @@ Generation generate(const Model<T>& model, const io::Tokenizer& tokenizer,
   }
   return g;
 }
+
+namespace {
+
+struct PromptRecord {
+  json id;
+  json source;
+  std::vector<int32_t> tokens;
+};
+
+// "messages" when present, else "prompt" as a single user turn.
+PromptRecord read_prompt(const json& record, const io::Tokenizer& tokenizer,
+                         const std::string& path, long line) {
+  try {
+    if (!record.is_object()) throw Error("a prompt record must be a JSON object");
+    if (!record.contains("id")) throw Error("missing key").field("id");
+    PromptRecord p;
+    p.id = record["id"];
+    p.source = record.value("source", json());
+    json messages;
+    if (record.contains("messages")) {
+      messages = record["messages"];
+    } else if (record.contains("prompt") && record["prompt"].is_string()) {
+      messages = json::array({{{"role", "user"}, {"content", record["prompt"]}}});
+    } else {
+      throw Error("needs \"messages\" or a string \"prompt\"").field("messages");
+    }
+    p.tokens = train::encode_chat_prompt(tokenizer, messages, path);
+    return p;
+  } catch (Error& e) {
+    if (e.file_name().empty()) e.file(path);
+    throw e.line(line);
+  }
+}
+
+}  // namespace
+
+GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
+                                const std::string& prompts_path, const std::string& out_path,
+                                const GenerateOptions& options, bool progress) {
+  if (tokenizer.vocab_size() > model.config().vocab_size)
+    throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                " tokens, the model's vocabulary only " + std::to_string(model.config().vocab_size))
+        .field("vocab_size");
+  std::vector<PromptRecord> prompts;
+  read_jsonl(prompts_path, [&](const json& record, long line) {
+    prompts.push_back(read_prompt(record, tokenizer, prompts_path, line));
+  });
+  std::vector<std::vector<int32_t>> prompt_tokens;
+  for (const PromptRecord& p : prompts) prompt_tokens.push_back(p.tokens);
+
+  GenerateOptions o = options;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::unique_ptr<Progress> bar;
+  if (progress) {
+    bar = std::make_unique<Progress>("generate",
+                                     static_cast<int64_t>(prompts.size()) * options.samples, 5.0);
+    o.on_progress = [&](int64_t done, int64_t tokens) {
+      char note[64];
+      std::snprintf(note, sizeof note, "%.0f tok/s",
+                    static_cast<double>(tokens) / std::max(seconds(), 1e-9));
+      bar->update(done, note);
+      if (options.on_progress) options.on_progress(done, tokens);
+    };
+  }
+  const Generation g = generate(model, tokenizer, prompt_tokens, o);
+  GenerateFileStats stats;
+  stats.seconds = seconds();
+  if (bar) bar->finish();
+
+  JsonlWriter writer(out_path);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    json record = {{"id", prompts[p].id}, {"source", prompts[p].source}};
+    json counts = json::array();
+    for (size_t k = 0; k < g.tokens[p].size(); ++k) {
+      counts.push_back(g.tokens[p][k].size());
+      stats.stopped_at_eos += g.stopped_at_eos[p][k] ? 1 : 0;
+    }
+    if (options.samples == 1) {
+      record["completion"] = g.texts[p][0];
+      record["tokens"] = counts[0];
+    } else {
+      record["completions"] = g.texts[p];
+      record["tokens"] = counts;
+    }
+    record["prompt_tokens"] = prompts[p].tokens.size();
+    writer.write(record);
+  }
+  writer.commit();
+  stats.prompts = static_cast<int64_t>(prompts.size());
+  stats.completions = stats.prompts * options.samples;
+  stats.prompt_tokens = g.prompt_tokens;
+  stats.generated_tokens = g.generated_tokens;
+  return stats;
+}
+
+namespace {}  // namespace
 
 template class Decoder<float>;
 template class Decoder<double>;

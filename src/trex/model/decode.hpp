@@ -105,4 +105,27 @@ Generation generate(const Model<T>& model, const io::Tokenizer& tokenizer,
                     const std::vector<std::vector<int32_t>>& prompt_tokens,
                     const GenerateOptions& options);
 
+// `trex generate` on a model in memory (the demo generates with the model it just
+// trained): prompts JSONL (`trex or prompts` records) in, completions JSONL out.
+struct GenerateFileStats {
+  int64_t prompts = 0;
+  int64_t completions = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // EOS tokens included
+  int64_t stopped_at_eos = 0;    // completions that ended with EOS
+  double seconds = 0.0;          // generation only (not reading / writing)
+  double tokens_per_second() const {
+    return seconds > 0 ? static_cast<double>(generated_tokens) / seconds : 0.0;
+  }
+};
+
+// Renders every record ("messages", else "prompt" as one user turn) with
+// train::encode_chat_prompt, generates options.samples completions each and writes
+// {"id", "source", "completion" | "completions", "tokens", "prompt_tokens"} per
+// prompt to out_path atomically. progress: draw a progress bar (stderr).
+// Bad records: trex::Error naming the file, line and field (nothing written).
+GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
+                                const std::string& prompts_path, const std::string& out_path,
+                                const GenerateOptions& options, bool progress = true);
+
 }  // namespace trex::model
