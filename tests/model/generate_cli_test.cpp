@@ -171,3 +171,37 @@ TEST(GenerateCli, BadPromptNamesFileAndLine) {
 }
 
 }  // namespace
+
+namespace {
+
+// `trex or prompts` → `trex generate` → `trex or eval`: the formats fit together.
+TEST(GenerateCli, PromptsGenerateEvalPipeline) {
+  trex::test::TempDir dir;
+  const std::string ckpt = dir.path() + "/ckpt";
+  std::filesystem::create_directories(ckpt);
+  write_checkpoint(ckpt);
+  const std::string bench = dir.path() + "/bench.jsonl";
+  write_lines(bench, {R"({"id": 0, "question": "minimize the cost", "answer": 7.0})",
+                      R"({"id": 1, "question": "maximize profit", "answer": 3.0})"});
+  auto r =
+      run_trex("or prompts --bench " + bench + " --format lp --out " + dir.path() + "/p.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* n : {"1", "2"}) {
+    r = run_trex("generate --checkpoint " + ckpt + " --prompts " + dir.path() + "/p.jsonl --out " +
+                 dir.path() +
+                 "/c.jsonl --max-new-tokens 8 --temperature 1 "
+                 "--n " +
+                 n);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_trex("or eval --quiet --bench " + bench + " --completions " + dir.path() +
+                 "/c.jsonl --out " + dir.path() + "/eval");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto report = nlohmann::json::parse(std::ifstream(dir.path() + "/eval/report.json"));
+    EXPECT_NEAR(report["benchmarks"]["bench"]["pass@1"].get<double>(), 0.0, 1e-9) << n;
+    EXPECT_EQ(trex::read_jsonl(dir.path() + "/eval/items.jsonl").size(),
+              std::string(n) == "1" ? 2u : 4u)
+        << n;
+  }
+}
+
+}  // namespace
