@@ -859,8 +859,6 @@ GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& 
   return stats;
 }
 
-namespace {}  // namespace
-
 template class Decoder<float>;
 template class Decoder<double>;
 template int64_t sample_token(const float*, int64_t, const SamplingOptions&, trex::Rng&);
