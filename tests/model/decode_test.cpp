@@ -203,6 +203,37 @@ TEST(Decode, ForkedSequencesContinueIndependently) {
   }
 }
 
+TEST(Decode, FloatDecoderMatchesFloatForward) {
+  Model<double> md = random_model("tiny-v4.json", 18);
+  Model<float> m(md.config());
+  for (size_t i = 0; i < md.params().values().size(); ++i)
+    m.params().values()[i] = static_cast<float>(md.params().values()[i]);
+  m.hash_tables() = md.hash_tables();
+  const int64_t V = m.config().vocab_size, S = 30;
+  const auto ids = random_tokens(V, S, 8);
+  trex::model::Batch batch;
+  batch.B = 1;
+  batch.S = S;
+  batch.input_ids = ids;
+  trex::model::LossOptions loss;
+  loss.mtp_weight = 0.0;
+  std::vector<float> want(static_cast<size_t>(S * V)), got(want.size());
+  m.forward_backward(batch, loss, {false, false}, want.data());
+  Decoder<float> dec(m);
+  const int64_t s = dec.add_sequence();
+  dec.feed(std::vector<int64_t>(6, s), std::vector<int64_t>(ids.begin(), ids.begin() + 6),
+           got.data());
+  for (int64_t t = 6; t < S; ++t) dec.feed({s}, {ids[t]}, got.data() + t * V);
+  for (int64_t r = 0; r < S; ++r) {
+    float scale = 0, err = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      scale = std::max(scale, std::abs(want[r * V + v]));
+      err = std::max(err, std::abs(got[r * V + v] - want[r * V + v]));
+    }
+    EXPECT_LE(err, 1e-4f * scale) << "row " << r;
+  }
+}
+
 TEST(Decode, RejectsBadInput) {
   Model<double> m = random_model("tiny-v4.json", 15);
   Decoder<double> dec(m);
