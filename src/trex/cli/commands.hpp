@@ -8,6 +8,7 @@ void add_or_eval_commands(CLI::App& or_app);
 void add_or_data_commands(CLI::App& or_app);
 void add_demo_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 void add_model_commands(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 void add_plan_commands(CLI::App& app);

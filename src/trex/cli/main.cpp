@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   trex::cli::add_or_commands(app);
   trex::cli::add_demo_command(app);
   trex::cli::add_forward_command(app);
+  trex::cli::add_generate_command(app);
   trex::cli::add_model_commands(app);
   trex::cli::add_tokenizer_commands(app);
   trex::cli::add_plan_commands(app);

@@ -113,6 +113,19 @@ EncodedChat encode_chat(const io::Tokenizer& tokenizer, const nlohmann::json& me
   return out;
 }
 
+std::vector<int32_t> encode_chat_prompt(const io::Tokenizer& tokenizer,
+                                        const nlohmann::json& messages, const std::string& origin) {
+  if (!messages.is_array() || messages.empty())
+    throw Error("expected a non-empty array of messages").file(origin).field("messages");
+  // An empty final assistant turn renders `<｜Assistant｜></think><EOS>`; the
+  // prompt is everything before that EOS.
+  nlohmann::json with_answer = messages;
+  with_answer.push_back({{"role", "assistant"}, {"content", ""}});
+  std::vector<int32_t> tokens = encode_chat(tokenizer, with_answer, origin).tokens;
+  tokens.pop_back();
+  return tokens;
+}
+
 SftLoader::SftLoader(std::pair<PackingItems, SftStats> prepared, int32_t pad_id,
                      const SftLoaderOptions& options)
     : packer_(std::move(prepared.first),

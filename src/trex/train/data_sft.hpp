@@ -31,6 +31,13 @@ struct EncodedChat {
 EncodedChat encode_chat(const io::Tokenizer& tokenizer, const nlohmann::json& messages,
                         const std::string& origin = "<messages>", bool all_turns = true);
 
+// The prompt of a generation in the same format: `messages` (system / user /
+// earlier assistant turns) rendered as encode_chat does, followed by the opening
+// `<｜Assistant｜></think>` of the answer to generate (non-thinking mode).
+std::vector<int32_t> encode_chat_prompt(const io::Tokenizer& tokenizer,
+                                        const nlohmann::json& messages,
+                                        const std::string& origin = "<messages>");
+
 enum class OverlongPolicy {
   kTruncate,  // keep the first S tokens (dropped anyway if no trained token survives)
   kDrop,

@@ -1,0 +1,131 @@
+#pragma once
+// Incremental decoding of a DeepSeek-V4 model (spec §2, compressor state §2.11)
+// and batched generation with greedy / temperature + top-p sampling.
+//
+// A Decoder keeps, per sequence and per main layer, exactly what later tokens
+// can still read: the last n_win K=V latents (a ring buffer), every emitted
+// compressed entry (CSA/HCA) and, for CSA, every indexer key, plus the
+// compressor's pending rows (the projections of the tokens of the current and,
+// when overlapping, the previous block) from which the next entry is pooled
+// once its block is complete. Feeding a sequence's tokens one at a time, or in
+// chunks, reproduces the logits of Model::forward_backward on the whole
+// sequence (the per-token parts — mHC, norms, MoE, head — are the engine's own
+// functions; the attention core is evaluated in the same order of operations).
+// The MTP block is not used for decoding. See docs/generation.md.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trex/core/rng.hpp"
+#include "trex/model/model.hpp"
+
+namespace trex::io {
+class Tokenizer;
+}
+
+namespace trex::model {
+
+template <class T>
+class Decoder {
+ public:
+  // The model must outlive the decoder and must not change while it is in use.
+  explicit Decoder(const Model<T>& model);
+  ~Decoder();
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
+
+  // A new, empty sequence; returns its handle (handles of released sequences are reused).
+  int64_t add_sequence();
+  // A new sequence whose state is a copy of `source` (n samples of one prompt share its prefill).
+  int64_t fork_sequence(int64_t source);
+  void release_sequence(int64_t sequence);
+  // Tokens fed so far (= the position of the next token).
+  int64_t length(int64_t sequence) const;
+  int64_t active_sequences() const;
+
+  // Feeds tokens[i] to sequences[i]. Several sequences advance together (every
+  // per-token GEMM runs over all rows); a sequence may appear several times, its
+  // tokens in order (prompt prefill). logits (nullable) receives [rows, V] for the
+  // rows listed in logit_rows, in that order; empty logit_rows = every row.
+  void feed(const std::vector<int64_t>& sequences, const std::vector<int64_t>& tokens, T* logits,
+            const std::vector<int64_t>& logit_rows = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SamplingOptions {
+  double temperature = 0.0;  // 0 = greedy (arg max, lowest id on ties)
+  double top_p = 1.0;        // nucleus mass in (0, 1]
+};
+
+// Draws one token from logits [vocab]. Greedy needs no random numbers; otherwise
+// softmax(logits / temperature), restricted to the smallest most-probable set of
+// mass >= top_p (at least one token), sampled with one uniform from rng.
+template <class T>
+int64_t sample_token(const T* logits, int64_t vocab, const SamplingOptions& options,
+                     trex::Rng& rng);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 256;
+  SamplingOptions sampling;
+  int64_t samples = 1;      // completions per prompt (n)
+  uint64_t seed = 1;        // sample (p, k) uses Rng(seed, {stream, p, k})
+  int64_t batch_size = 64;  // sequences decoded together
+  int64_t eos_id = -1;      // -1: the tokenizer's EOS (generate), else config eos_token_id
+  // Called after every decoding step: (finished completions, generated tokens so far).
+  std::function<void(int64_t, int64_t)> on_progress;
+};
+
+struct GeneratedTokens {
+  // [prompt][sample]: the generated ids, without the EOS that stopped them.
+  std::vector<std::vector<std::vector<int32_t>>> tokens;
+  // [prompt][sample]: true when stopped by EOS, false when max_new_tokens ran out.
+  std::vector<std::vector<bool>> stopped_at_eos;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // EOS tokens included
+};
+
+struct Generation : GeneratedTokens {
+  std::vector<std::vector<std::string>> texts;  // [prompt][sample], special tokens skipped
+};
+
+// Token-level generation: every prompt (non-empty ids) gets options.samples completions.
+template <class T>
+GeneratedTokens generate_tokens(const Model<T>& model,
+                                const std::vector<std::vector<int32_t>>& prompt_tokens,
+                                const GenerateOptions& options);
+
+// generate_tokens, with EOS from the tokenizer (unless options.eos_id >= 0) and decoded texts.
+template <class T>
+Generation generate(const Model<T>& model, const io::Tokenizer& tokenizer,
+                    const std::vector<std::vector<int32_t>>& prompt_tokens,
+                    const GenerateOptions& options);
+
+// `trex generate` on a model in memory (the demo generates with the model it just
+// trained): prompts JSONL (`trex or prompts` records) in, completions JSONL out.
+struct GenerateFileStats {
+  int64_t prompts = 0;
+  int64_t completions = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // EOS tokens included
+  int64_t stopped_at_eos = 0;    // completions that ended with EOS
+  double seconds = 0.0;          // generation only (not reading / writing)
+  double tokens_per_second() const {
+    return seconds > 0 ? static_cast<double>(generated_tokens) / seconds : 0.0;
+  }
+};
+
+// Renders every record ("messages", else "prompt" as one user turn) with
+// train::encode_chat_prompt, generates options.samples completions each and writes
+// {"id", "source", "completion" | "completions", "tokens", "prompt_tokens"} per
+// prompt to out_path atomically. progress: draw a progress bar (stderr).
+// Bad records: trex::Error naming the file, line and field (nothing written).
+GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
+                                const std::string& prompts_path, const std::string& out_path,
+                                const GenerateOptions& options, bool progress = true);
+
+}  // namespace trex::model
