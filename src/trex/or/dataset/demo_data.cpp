@@ -215,14 +215,36 @@ double text_position(const std::vector<double>& values, const std::vector<double
 // A group of 1-D parameters over the same keys, written as one table when merged.
 struct Group {
   std::vector<const DataStatement*> members;
+  // The keys of each value position ("k" or "row col") and its index into
+  // `values`, in the head's written order.
+  std::vector<std::pair<std::string, size_t>> cells() const {
+    const DataStatement* h = members.front();
+    std::vector<std::pair<std::string, size_t>> out;
+    if (h->kind == DataStatement::vector) {
+      for (size_t i = 0; i < h->keys.size(); ++i) out.push_back({h->keys[i], i});
+      return out;
+    }
+    const size_t rows = h->keys.size(), cols = h->cols.size();
+    for (size_t a = 0; a < (h->transposed ? cols : rows); ++a)
+      for (size_t b = 0; b < (h->transposed ? rows : cols); ++b) {
+        const size_t r = h->transposed ? b : a, c = h->transposed ? a : b;
+        out.push_back({h->keys[r] + " " + h->cols[c], r * cols + c});
+      }
+    return out;
+  }
   std::vector<double> interleaved() const {
     std::vector<double> out;
-    const size_t n = members.front()->keys.size();
-    for (size_t i = 0; i < n; ++i)
+    for (const auto& [key, i] : cells())
       for (const auto* m : members) out.push_back(as_numbers({m->values[i]}).front());
     return out;
   }
 };
+
+// Statements that can share one table: same kind and the same keys.
+bool same_shape(const DataStatement& a, const DataStatement& b) {
+  if (a.kind != b.kind || a.keys != b.keys) return false;
+  return a.kind == DataStatement::vector || (a.kind == DataStatement::table && a.cols == b.cols);
+}
 
 std::string render(const DataStatement& s) {
   switch (s.kind) {
@@ -257,9 +279,8 @@ std::string render(const Group& g) {
   std::string out = "param :";
   for (const auto* m : g.members) out += " " + m->name;
   out += " :=";
-  const auto& keys = g.members.front()->keys;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    out += "\n" + keys[i];
+  for (const auto& [key, i] : g.cells()) {
+    out += "\n" + key;
     for (const auto* m : g.members) out += " " + m->values[i];
   }
   return out + ";\n";
@@ -410,7 +431,7 @@ DemoSizes demo_preset_sizes(std::string_view preset) {
     s.heldout_template = 80;
     s.heldout_family = 60;
     s.public_items = 60;
-    s.cpt_problems = 4000;
+    s.cpt_problems = 2400;
     s.side_constraint_rate = 0.0;
     s.max_chars = 2000;
   } else if (preset == "full") {
@@ -522,15 +543,14 @@ std::string reorder_data_section(const std::string& data, const std::vector<doub
   }
   std::stable_sort(numeric.begin(), numeric.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  // Merge neighbouring 1-D parameters over the same keys when the text gives
-  // their values key by key (a table row per key).
+  // Merge neighbouring parameters over the same keys when the text gives their
+  // values key by key (a table row per key, or "$70 (19 days)" per cell).
   std::vector<Group> groups;
   for (const auto& [position, s] : numeric) {
     if (!groups.empty()) {
       Group& last = groups.back();
       const DataStatement* head = last.members.front();
-      if (s->kind == DataStatement::vector && head->kind == DataStatement::vector &&
-          head->keys == s->keys) {
+      if (same_shape(*head, *s)) {
         Group candidate = last;
         candidate.members.push_back(s);
         Group apart = candidate;
