@@ -35,7 +35,7 @@ struct DemoDataOptions {
   std::string preset = "default";
   DemoSizes sizes = demo_preset_sizes("default");
   uint64_t seed = 1;
-  std::vector<std::string> train_families;    // empty: the default list (docs/demo.md)
+  std::vector<std::string> train_families;    // empty: the preset's list (docs/demo.md)
   std::vector<std::string> heldout_families;  // empty: the default list
   std::string difficulty = "easy";
   std::string bench_dir = "../shared/or_bench";  // "" or public_items == 0: no public slice
@@ -45,7 +45,7 @@ struct DemoDataOptions {
   bool show_progress = true;
 };
 
-const std::vector<std::string>& demo_default_train_families();
+const std::vector<std::string>& demo_default_train_families(std::string_view preset);
 const std::vector<std::string>& demo_default_heldout_families();
 const std::vector<std::string>& demo_default_public_files();
 
