@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -228,6 +229,30 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
   build_demo_data(small_options(other.path(), 6));
   EXPECT_NE(read_file(b.dir.path() + "/sft_train.jsonl"),
             read_file(other.path() + "/sft_train.jsonl"));
+}
+
+TEST(DemoData, CommandLineBuildsTheFilesAndRejectsBadOptions) {
+  test::TempDir dir;
+  const std::string out = dir.file("demo");
+  auto ok = test::run_trex(
+      "or demo-data --out " + out +
+      " --sft-train 8 --sft-val 2 --test 4 --heldout-template 4 --heldout-family 2 --public 0"
+      " --cpt-problems 8 --train-families assignment,bin_packing --heldout-families knapsack"
+      " --jobs 0 --seed 3");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("sft_train 8"), std::string::npos) << ok.output;
+  EXPECT_EQ(read_jsonl(out + "/sft_train.jsonl").size(), 8u);
+  EXPECT_EQ(read_jsonl(out + "/prompts/heldout_family.jsonl").size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(out + "/public.jsonl"));
+  const json summary = json::parse(read_file(out + "/summary.json"));
+  EXPECT_EQ(summary["sizes"]["sft_train"], 8);
+  EXPECT_EQ(summary["train_families"], json({"assignment", "bin_packing"}));
+
+  auto bad = test::run_trex("or demo-data --out " + out + " --preset huge");
+  EXPECT_NE(bad.exit_code, 0);
+  bad = test::run_trex("or demo-data --out " + out + " --train-families nope --jobs 0 --quiet");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("nope"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -685,7 +685,10 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     DemoItem it;
     it.target = compact_target(p.nl, p.gmpl);
     it.prompt = demo_user_prompt(p.nl);
-    if (z.max_chars > 0 && it.prompt.size() + it.target.text.size() > z.max_chars) {
+    // Held-out items get twice the limit: a held-out template may be one whose
+    // instances are all longer than the trained ones (docs/demo.md).
+    const size_t limit = bucket == &trained[p.family] ? z.max_chars : 2 * z.max_chars;
+    if (z.max_chars > 0 && it.prompt.size() + it.target.text.size() > limit) {
       ++summary.skipped_long;
       return;
     }

@@ -26,7 +26,7 @@ struct DemoSizes {
   int64_t public_items = 0;      // slice of ../shared/or_bench
   int64_t cpt_problems = 0;      // problems whose texts make the CPT corpus (>= sft_train)
   double side_constraint_rate = 0.0;
-  size_t max_chars = 0;  // prompt + target characters; longer instances are skipped
+  size_t max_chars = 0;  // prompt + target chars of trained items (held-out: 2x); 0: any
 };
 DemoSizes demo_preset_sizes(std::string_view preset);  // "default" | "full"; throws trex::Error
 
