@@ -9,10 +9,13 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/io/tokenizer.hpp"
 #include "trex/or/dataset/demo_data.hpp"
 #include "trex/or/eval/bench.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
+#include "trex/train/data_cpt.hpp"
+#include "trex/train/data_sft.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -229,6 +232,30 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
   build_demo_data(small_options(other.path(), 6));
   EXPECT_NE(read_file(b.dir.path() + "/sft_train.jsonl"),
             read_file(other.path() + "/sft_train.jsonl"));
+}
+
+TEST(DemoData, TrainLoadersReadTheSftSetAndCptCorpus) {
+  const Built& b = built();
+  std::vector<std::string> texts;
+  for (const auto& r : lines(b.dir.path() + "/sft_train.jsonl"))
+    texts.push_back(r["messages"][0]["content"].get<std::string>() + "\n" +
+                    r["messages"][1]["content"].get<std::string>());
+  io::TokenizerTrainOptions to;
+  to.vocab_size = 600;
+  to.show_progress = false;
+  const io::Tokenizer tok = io::Tokenizer::train_from_texts(texts, to);
+  train::SftLoaderOptions so;
+  so.seq_len = 1024;
+  so.overlong = train::OverlongPolicy::kDrop;
+  auto sft = train::SftLoader::from_jsonl(b.dir.path() + "/sft_train.jsonl", tok, so);
+  EXPECT_EQ(sft.stats().examples, 24);
+  EXPECT_EQ(sft.stats().dropped, 0);  // every pair fits a 1024-token sequence
+  EXPECT_GT(sft.stats().trained_tokens, sft.stats().tokens / 5);
+  train::CptLoaderOptions co;
+  co.seq_len = 256;
+  auto cpt = train::CptLoader::from_jsonl(b.dir.path() + "/cpt.jsonl", tok, co);
+  EXPECT_EQ(cpt.document_count(), 60);  // two documents per trained instance
+  EXPECT_EQ(cpt.next_batch().position_ids.size(), 256u);
 }
 
 TEST(DemoData, CommandLineBuildsTheFilesAndRejectsBadOptions) {
