@@ -36,6 +36,7 @@ DemoDataOptions small_options(const std::string& out, uint64_t seed) {
   o.train_families = {"assignment", "bin_packing", "lot_sizing", "product_mix"};
   o.heldout_families = {"knapsack"};
   o.bench_dir = test::shared_dir() + "/or_bench";
+  o.bench_overlap = false;  // indexing all benchmark files costs ~1 s per build
   o.jobs = 0;
   o.show_progress = false;
   return o;
@@ -229,7 +230,8 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
                               "heldout_template.jsonl", "heldout_family.jsonl", "public.jsonl",
                               "cpt.jsonl", "summary.json", "prompts/test.jsonl", "gold/test.jsonl"})
     EXPECT_EQ(read_file(b.dir.path() + "/" + f), read_file(again.path() + "/" + f)) << f;
-  build_demo_data(small_options(other.path(), 6));
+  DemoDataOptions o = small_options(other.path(), 6);
+  build_demo_data(o);
   EXPECT_NE(read_file(b.dir.path() + "/sft_train.jsonl"),
             read_file(other.path() + "/sft_train.jsonl"));
 }

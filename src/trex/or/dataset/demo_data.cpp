@@ -935,7 +935,7 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     summary.order_before[family] = std::round(sums.first / n * 1e4) / 1e4;
     summary.order_after[family] = std::round(sums.second / n * 1e4) / 1e4;
   }
-  if (!o.bench_dir.empty() && fs::is_directory(o.bench_dir)) {
+  if (o.bench_overlap && !o.bench_dir.empty() && fs::is_directory(o.bench_dir)) {
     NgramIndex index;
     index.add_directory(o.bench_dir);
     for (const auto* it : train)

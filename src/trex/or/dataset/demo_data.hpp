@@ -40,7 +40,8 @@ struct DemoDataOptions {
   std::string difficulty = "easy";
   std::string bench_dir = "../shared/or_bench";  // "" or public_items == 0: no public slice
   std::vector<std::string> public_files;         // benchmark file stems; empty: the default list
-  int jobs = 1;                                  // worker processes for GLPK; 0 = in-process
+  bool bench_overlap = true;  // measure SFT train's n-gram overlap with all of bench_dir (~1 s)
+  int jobs = 1;               // worker processes for GLPK; 0 = in-process
   double time_limit_seconds = 20.0;
   bool show_progress = true;
 };
