@@ -12,7 +12,10 @@
 
 namespace trex::cli {
 
+void add_or_demo_data_command(CLI::App& or_app);  // or_demo_data_command.cpp
+
 void add_or_data_commands(CLI::App& or_app) {
+  add_or_demo_data_command(or_app);
   using namespace trex::orlib;
   auto jobs_default = [] {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
