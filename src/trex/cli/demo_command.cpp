@@ -1,22 +1,52 @@
-// `trex demo`: the end-to-end job on its embedded default. Today it covers the
-// data stage (solver-verified OR problems); later stages join as they land.
+// `trex demo`: the mission end to end on its embedded default (docs/demo.md):
+// data -> tokenizer -> CPT -> zero-shot base -> SFT -> zero-shot SFT -> report.
 #include <iostream>
+#include <memory>
 
 #include "trex/cli/commands.hpp"
+#include "trex/core/strings.hpp"
+#include "trex/demo/demo.hpp"
 
 namespace trex::cli {
 
 void add_demo_command(CLI::App& app) {
-  auto options = std::make_shared<SynthCliOptions>();
-  options->n = 220;
-  options->out = "out/demo/problems.jsonl";
-  auto* demo = app.add_subcommand("demo", "Run the end-to-end demo on its embedded default");
-  demo->add_option("--out-dir", options->out, "Where the problems file goes")->capture_default_str();
-  demo->add_option("--n", options->n, "Problems to synthesise")->capture_default_str();
-  demo->add_option("--seed", options->seed, "Random seed")->capture_default_str();
-  demo->callback([options] {
-    std::cout << "== T-Rex demo: synthesise solver-verified OR problems (all families, mixed difficulty)\n";
-    run_synth_command(*options);
+  auto options = std::make_shared<demo::DemoOptions>();
+  auto* d = app.add_subcommand(
+      "demo",
+      "Run the end-to-end demo: OR data, tokenizer, CPT and SFT of a small DeepSeek-V4, "
+      "zero-shot Pass@1 report (a rerun resumes)");
+  d->add_option("--out-dir", options->out_dir, "Output directory (rerun to resume)")
+      ->capture_default_str();
+  d->add_option("--preset", options->preset,
+                "default (<= 20 min on 2 cores) | full (hours, 10K SFT set) | smoke (seconds)")
+      ->capture_default_str();
+  d->add_option("--seed", options->seed, "Random seed (data, init, shuffling)")
+      ->capture_default_str();
+  d->add_option("--cpt-steps", options->cpt_steps, "Override the preset's CPT steps");
+  d->add_option("--sft-steps", options->sft_steps, "Override the preset's SFT steps");
+  d->add_option("--bench-dir", options->bench_dir, "Public benchmarks for the public slice")
+      ->capture_default_str();
+  d->add_option("--jobs", options->jobs, "Worker processes for data building and grading")
+      ->capture_default_str();
+  d->add_option("--peak-gflops", options->peak_gflops,
+                "MFU denominator (default: measured at start)");
+  d->add_flag("--quiet", options->quiet, "Only errors and the final table");
+  d->callback([options] {
+    const demo::DemoResult r = demo::run_demo(*options);
+    std::cout << "\nzero-shot Pass@1 (%)      CPT-only base    SFT model\n";
+    for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
+      auto cell = [&](const std::map<std::string, double>& m) {
+        auto it = m.find(split);
+        return it == m.end() ? std::string("-") : format_fixed(it->second, 1);
+      };
+      std::string name = split;
+      name.resize(26, ' ');
+      std::string base = cell(r.base_pass1);
+      base.resize(17, ' ');
+      std::cout << name << base << cell(r.sft_pass1) << "\n";
+    }
+    std::cout << "report: " << r.report_path << " (" << format_fixed(r.seconds / 60, 1)
+              << " min)\n";
   });
 }
 
