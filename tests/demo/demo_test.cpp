@@ -1,0 +1,80 @@
+// `trex demo` end to end on the seconds-long smoke preset: every stage runs,
+// the report holds the Pass@1 table of every split, the SFT stage measured a
+// validation Pass@1, and a rerun resumes (skips finished work) with the same
+// results.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
+#include "trex/demo/demo.hpp"
+
+namespace {
+
+using trex::test::TempDir;
+namespace fs = std::filesystem;
+
+TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
+  TempDir dir;
+  trex::demo::DemoOptions o;
+  o.out_dir = dir.file("demo");
+  o.preset = "smoke";
+  o.bench_dir = trex::test::shared_dir() + "/or_bench";
+  o.quiet = true;
+  o.peak_gflops = 100.0;
+  o.jobs = 1;
+  const trex::demo::DemoResult first = trex::demo::run_demo(o);
+
+  const std::string report = trex::read_file(first.report_path);
+  for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
+    EXPECT_NE(report.find(std::string("| ") + split + " |"), std::string::npos) << split;
+    ASSERT_TRUE(first.base_pass1.count(split)) << split;
+    ASSERT_TRUE(first.sft_pass1.count(split)) << split;
+    EXPECT_GE(first.sft_pass1.at(split), 0.0);
+    EXPECT_LE(first.sft_pass1.at(split), 100.0);
+    // Every item of the split was generated and graded.
+    const auto bench = trex::read_jsonl(o.out_dir + "/data/" + std::string(split) + ".jsonl");
+    const auto items =
+        trex::read_jsonl(o.out_dir + "/final/eval/" + std::string(split) + "/items.jsonl");
+    EXPECT_EQ(items.size(), bench.size()) << split;
+    EXPECT_GT(bench.size(), 0u) << split;
+  }
+  EXPECT_TRUE(fs::exists(o.out_dir + "/loss.svg"));
+  EXPECT_NE(trex::read_file(o.out_dir + "/loss.svg").find("CPT train"), std::string::npos);
+
+  // The tokenizer's special ids are the model's BOS/EOS.
+  const auto config = nlohmann::json::parse(trex::read_file(o.out_dir + "/model-config.json"));
+  EXPECT_EQ(config["bos_token_id"], 0);
+  EXPECT_EQ(config["eos_token_id"], 1);
+  EXPECT_EQ(config["vocab_size"], 700);
+
+  // SFT metrics carry the validation Pass@1 of the last step.
+  int with_pass1 = 0;
+  trex::read_jsonl(o.out_dir + "/sft/metrics.jsonl", [&](const nlohmann::json& r, long) {
+    if (r.contains("val_pass1")) ++with_pass1;
+  });
+  EXPECT_GE(with_pass1, 1);
+
+  // A rerun resumes: nothing is retrained or regenerated, results are equal.
+  const auto sft_checkpoint_time =
+      fs::last_write_time(o.out_dir + "/final/eval/test/report.json");
+  const trex::demo::DemoResult second = trex::demo::run_demo(o);
+  EXPECT_EQ(second.base_pass1, first.base_pass1);
+  EXPECT_EQ(second.sft_pass1, first.sft_pass1);
+  EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"),
+            sft_checkpoint_time);
+}
+
+TEST(Demo, UnknownPresetIsAnError) {
+  EXPECT_THROW(trex::demo::demo_preset("huge"), trex::Error);
+  trex::demo::DemoOptions o;
+  o.preset = "smoke";
+  o.cpt_steps = 0;
+  EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
+}
+
+}  // namespace
