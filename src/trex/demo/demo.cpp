@@ -225,8 +225,10 @@ DemoPreset demo_preset(std::string_view name) {
     p.data_preset = "default";
     p.sizes = orlib::demo_preset_sizes("default");
     p.model_config = demo_model_config();
-    p.cpt_steps = 90;
-    p.sft_steps = 140;
+    p.cpt_steps = 60;
+    p.sft_steps = 100;
+    p.val_pass_evals = 2;
+    p.max_new_tokens = 320;
   } else if (name == "full") {
     p.data_preset = "full";
     p.sizes = orlib::demo_preset_sizes("full");
