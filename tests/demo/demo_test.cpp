@@ -60,13 +60,11 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   EXPECT_GE(with_pass1, 1);
 
   // A rerun resumes: nothing is retrained or regenerated, results are equal.
-  const auto sft_checkpoint_time =
-      fs::last_write_time(o.out_dir + "/final/eval/test/report.json");
+  const auto sft_checkpoint_time = fs::last_write_time(o.out_dir + "/final/eval/test/report.json");
   const trex::demo::DemoResult second = trex::demo::run_demo(o);
   EXPECT_EQ(second.base_pass1, first.base_pass1);
   EXPECT_EQ(second.sft_pass1, first.sft_pass1);
-  EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"),
-            sft_checkpoint_time);
+  EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"), sft_checkpoint_time);
 }
 
 TEST(Demo, UnknownPresetIsAnError) {

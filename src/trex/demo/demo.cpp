@@ -90,8 +90,10 @@ void write_cpt_validation(const std::string& sft_val, const std::string& out) {
   read_jsonl(sft_val, [&](const json& record, long line) {
     const json& messages = record.at("messages");
     if (!messages.is_array() || messages.size() != 2)
-      throw Error("expected a user and an assistant message").file(sft_val).line(line).field(
-          "messages");
+      throw Error("expected a user and an assistant message")
+          .file(sft_val)
+          .line(line)
+          .field("messages");
     json doc = {{"text", messages[0].at("content").get<std::string>() + "\n\n" +
                              messages[1].at("content").get<std::string>()}};
     text += doc.dump() + "\n";
@@ -362,8 +364,8 @@ DemoResult run_demo(const DemoOptions& o) {
 
   // 5. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
   t = std::chrono::steady_clock::now();
-  say(o, "== sft: " + std::to_string(preset.sft_steps) + " steps from " +
-             cpt_summary.last_checkpoint);
+  say(o,
+      "== sft: " + std::to_string(preset.sft_steps) + " steps from " + cpt_summary.last_checkpoint);
   train::RunConfig sft = base_run_config(preset, tokenizer_path, peak, o.seed);
   sft.init_checkpoint = cpt_summary.last_checkpoint;
   sft.mode = train::DataMode::kSft;
@@ -383,8 +385,8 @@ DemoResult run_demo(const DemoOptions& o) {
                                              dir, "val", preset, o);
     if (!r.present) return;
     record.set("val_pass1", r.pass1);
-    say(o, "   step " + std::to_string(step) + ": validation Pass@1 " +
-               format_fixed(r.pass1, 1) + "% of " + std::to_string(r.n));
+    say(o, "   step " + std::to_string(step) + ": validation Pass@1 " + format_fixed(r.pass1, 1) +
+               "% of " + std::to_string(r.n));
   };
   const train::TrainSummary sft_summary = run_stage(sft, o, trainer, val_pass1_hook);
   stage_seconds.push_back({"sft", seconds_since(t)});
@@ -421,16 +423,15 @@ DemoResult run_demo(const DemoOptions& o) {
   }
   auto stage_figures = [&](const std::string& name, const train::TrainSummary& s) {
     report.figures.push_back({name + " steps", std::to_string(s.steps) + " (" +
-                                                   std::to_string(s.skipped_steps) +
-                                                   " skipped, " + std::to_string(s.spikes) +
-                                                   " loss spikes)"});
+                                                   std::to_string(s.skipped_steps) + " skipped, " +
+                                                   std::to_string(s.spikes) + " loss spikes)"});
     report.figures.push_back(
-        {name + " tokens", std::to_string(s.tokens) + " (" + std::to_string(s.trained_tokens) +
-                               " trained)"});
-    report.figures.push_back({name + " throughput",
-                              format_fixed(s.tokens_per_second, 0) + " tokens/s, " +
-                                  format_fixed(s.model_tflops * 1e3, 1) + " model GFLOP/s, MFU " +
-                                  format_fixed(100 * s.mfu, 1) + "%"});
+        {name + " tokens",
+         std::to_string(s.tokens) + " (" + std::to_string(s.trained_tokens) + " trained)"});
+    report.figures.push_back(
+        {name + " throughput", format_fixed(s.tokens_per_second, 0) + " tokens/s, " +
+                                   format_fixed(s.model_tflops * 1e3, 1) + " model GFLOP/s, MFU " +
+                                   format_fixed(100 * s.mfu, 1) + "%"});
     report.figures.push_back(
         {name + " final loss", format_fixed(s.final_loss, 3) + " (LM " +
                                    format_fixed(s.final_lm_loss, 3) + ", validation " +
