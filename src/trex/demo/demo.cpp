@@ -28,13 +28,18 @@ namespace {
 // The embedded demo model: every DeepSeek-V4 component (SWA, CSA with the
 // lightning indexer, HCA, hash and score routing, shared expert, mHC, MTP) at
 // a size two CPU cores train at ~1K tokens/s: 10.4M parameters, 4.6M active.
+// The window covers the whole 512-token sequence: answers copy names and
+// numbers from a question ~100-400 tokens back, which a 128-token window
+// leaves to the compressed entries (4 or 32 tokens pooled into one), from
+// which exact copying is far harder to learn (the first default run, window
+// 128, wrote the model text but not one correct data section).
 json demo_model_config() {
   return json::parse(R"({
     "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
     "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 4,
     "compress_ratios": [0, 4, 32, 4, 0], "num_hash_layers": 1,
     "num_attention_heads": 4, "head_dim": 64, "qk_rope_head_dim": 32, "q_lora_rank": 128,
-    "o_groups": 2, "o_lora_rank": 128, "sliding_window": 128,
+    "o_groups": 2, "o_lora_rank": 128, "sliding_window": 512,
     "index_n_heads": 4, "index_head_dim": 32, "index_topk": 16,
     "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
     "n_shared_experts": 1, "routed_scaling_factor": 1.5, "swiglu_limit": 10.0,
