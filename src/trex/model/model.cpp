@@ -246,12 +246,16 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.segments = segments;
   bc.balance_segments = balance_segments;
   double indexer_loss = 0.0;
-  if (TREX_PROFILE(attention_op(attn_dims)); segments.empty()) {
-    indexer_loss =
-        attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
-  } else {
-    indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
-                                               bc.segment_attn, bc.y_attn.data(), ao);
+  {
+    // What the nested scopes (GEMMs, norms, RoPE, compressor, indexer) leave is the core.
+    TREX_PROFILE(attention_op(attn_dims));
+    if (segments.empty()) {
+      indexer_loss =
+          attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
+    } else {
+      indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
+                                                 bc.segment_attn, bc.y_attn.data(), ao);
+    }
   }
   {
     TREX_PROFILE(profile::Op::kMhcPost);
@@ -310,15 +314,18 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
                       dy.data(), coef);
   }
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
-  if (TREX_PROFILE(attention_op(attn_dims)); bc.segments.empty()) {
-    attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
-  } else {
-    // Serial over segments: they all accumulate into the same parameter gradients
-    // (in segment order); the kernels inside parallelise.
-    for (size_t i = 0; i < bc.segments.size(); ++i) {
-      const int64_t row = bc.segments[i].row;
-      attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
-                         dnormed.data() + row * d);
+  {
+    TREX_PROFILE(attention_op(attn_dims));
+    if (bc.segments.empty()) {
+      attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
+    } else {
+      // Serial over segments: they all accumulate into the same parameter gradients
+      // (in segment order); the kernels inside parallelise.
+      for (size_t i = 0; i < bc.segments.size(); ++i) {
+        const int64_t row = bc.segments[i].row;
+        attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
+                           dnormed.data() + row * d);
+      }
     }
   }
   kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
