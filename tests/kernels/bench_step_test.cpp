@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -139,6 +140,13 @@ TEST(BenchStepCli, ReportsThroughputMemoryAndACoveringProfile) {
   EXPECT_NEAR(j["model_tflops"].get<double>(), flops / median / 1e12, 1e-9);
   EXPECT_NEAR(j["mfu"].get<double>(), flops / median / 50e9, 1e-9);
   EXPECT_TRUE(std::isfinite(j["final_loss"].get<double>()));
+  // forward_backward is part of each step.
+  const auto& fb = j["forward_backward_seconds"]["all"];
+  ASSERT_EQ(fb.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_GT(fb[i].get<double>(), 0.0);
+    EXPECT_LE(fb[i].get<double>(), t["all"][i].get<double>());
+  }
   const auto& mem = j["memory"];
   EXPECT_GT(mem["peak_rss_bytes"].get<int64_t>(), mem["baseline_rss_bytes"].get<int64_t>());
   EXPECT_EQ(mem["delta_rss_bytes"].get<int64_t>(),
@@ -165,6 +173,11 @@ TEST(BenchStepCli, ReportsThroughputMemoryAndACoveringProfile) {
   EXPECT_LE(sum, step_ms * (1 + 1e-9));
   EXPECT_GE(p["coverage"].get<double>(), 0.8);
   EXPECT_NEAR(sum + p["unattributed_ms_per_step"].get<double>(), step_ms, 1e-6 * step_ms);
+  double phases = 0.0;
+  for (const char* phase : {"fwd", "bwd", "optim"})
+    phases += p["phase_ms_per_step"][phase].get<double>();
+  EXPECT_NEAR(phases, sum, 1e-6 * step_ms);
+  EXPECT_EQ(p["phase_ms_per_step"].size(), 3u);
   // The categories of every part of the V4 step appear, forward and backward.
   for (const char* key : {"gemm.attn_proj/fwd", "gemm.attn_proj/bwd", "gemm.experts/fwd",
                           "gemm.experts/bwd",   "gemm.shared/fwd",    "gemm.lm_head/fwd",

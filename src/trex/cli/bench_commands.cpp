@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #ifdef _OPENMP
@@ -138,7 +139,7 @@ int run_step(const StepBenchOptions& o) {
   // zero, forward + backward, clip, AdamW/Muon, router-bias rule, zero.
   kernels::ScopedGemmPrecision precision(bf16 ? kernels::Precision::kBF16
                                               : kernels::Precision::kF32);
-  std::vector<double> seconds;
+  std::vector<double> seconds, model_seconds;  // whole steps; forward_backward alone
   double last_loss = 0.0;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
     const bool timed = i >= o.warmup;
@@ -151,7 +152,10 @@ int run_step(const StepBenchOptions& o) {
       TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
       params.zero_grads();
     }
+    const auto model_start = std::chrono::steady_clock::now();
     const model::LossBreakdown r = m.forward_backward(batch, loss_options);
+    const double model_elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
     {
       TREX_PROFILE(profile::Op::kClipGrads, profile::Phase::kOptimizer);
       train::clip_grad_norm(params, defaults.clip);
@@ -169,7 +173,10 @@ int run_step(const StepBenchOptions& o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!std::isfinite(r.total))
       throw Error("bench step: non-finite loss at step " + std::to_string(i));
-    if (timed) seconds.push_back(elapsed);
+    if (timed) {
+      seconds.push_back(elapsed);
+      model_seconds.push_back(model_elapsed);
+    }
     last_loss = r.total;
   }
   profile::set_enabled(false);
@@ -188,6 +195,10 @@ int run_step(const StepBenchOptions& o) {
   const double tokens_per_second = tokens / median;
   const double flops_per_second = step_flops / median;
   const double mfu = flops_per_second / (peak_gflops * 1e9);
+  // The optimizer's cost is per step, not per token (gradient accumulation
+  // amortises it): forward + backward alone is reported too.
+  const double model_median = median_of(model_seconds);
+  const double model_mfu = step_flops / model_median / (peak_gflops * 1e9);
   const int64_t param_bytes = params.size() * static_cast<int64_t>(sizeof(float));
   const int64_t grad_bytes = static_cast<int64_t>(params.grads().size() * sizeof(float));
   const int64_t optimizer_bytes = static_cast<int64_t>(
@@ -218,38 +229,43 @@ int run_step(const StepBenchOptions& o) {
     });
   }
   const double unattributed = std::max(0.0, total - profiled);
+  std::map<std::string, double> phase_ms;  // per timed step
+  for (const ProfileRow& row : rows) phase_ms[row.phase] += row.ms_per_step;
   const double n_steps = static_cast<double>(seconds.size());
 
   if (o.json) {
-    nlohmann::json j = {{"config", o.config},
-                        {"seq", o.seq},
-                        {"batch", o.batch},
-                        {"steps", o.steps},
-                        {"warmup", o.warmup},
-                        {"dtype", bf16 ? "bf16" : "fp32"},
-                        {"mtp", o.mtp},
-                        {"threads", threads},
-                        {"step_seconds",
-                         {{"median", median},
-                          {"mean", mean},
-                          {"min", *std::min_element(seconds.begin(), seconds.end())},
-                          {"max", *std::max_element(seconds.begin(), seconds.end())},
-                          {"all", seconds}}},
-                        {"tokens_per_step", tokens},
-                        {"tokens_per_second", tokens_per_second},
-                        {"flops_per_step", step_flops},
-                        {"model_tflops", flops_per_second / 1e12},
-                        {"peak_gflops", peak_gflops},
-                        {"peak_source", peak_given ? "given" : "measured"},
-                        {"mfu", mfu},
-                        {"final_loss", last_loss},
-                        {"memory",
-                         {{"peak_rss_bytes", peak_rss},
-                          {"baseline_rss_bytes", baseline_rss},
-                          {"delta_rss_bytes", peak_rss - baseline_rss},
-                          {"param_bytes", param_bytes},
-                          {"grad_bytes", grad_bytes},
-                          {"optimizer_state_bytes", optimizer_bytes}}}};
+    nlohmann::json j = {
+        {"config", o.config},
+        {"seq", o.seq},
+        {"batch", o.batch},
+        {"steps", o.steps},
+        {"warmup", o.warmup},
+        {"dtype", bf16 ? "bf16" : "fp32"},
+        {"mtp", o.mtp},
+        {"threads", threads},
+        {"step_seconds",
+         {{"median", median},
+          {"mean", mean},
+          {"min", *std::min_element(seconds.begin(), seconds.end())},
+          {"max", *std::max_element(seconds.begin(), seconds.end())},
+          {"all", seconds}}},
+        {"forward_backward_seconds", {{"median", model_median}, {"all", model_seconds}}},
+        {"forward_backward_mfu", model_mfu},
+        {"tokens_per_step", tokens},
+        {"tokens_per_second", tokens_per_second},
+        {"flops_per_step", step_flops},
+        {"model_tflops", flops_per_second / 1e12},
+        {"peak_gflops", peak_gflops},
+        {"peak_source", peak_given ? "given" : "measured"},
+        {"mfu", mfu},
+        {"final_loss", last_loss},
+        {"memory",
+         {{"peak_rss_bytes", peak_rss},
+          {"baseline_rss_bytes", baseline_rss},
+          {"delta_rss_bytes", peak_rss - baseline_rss},
+          {"param_bytes", param_bytes},
+          {"grad_bytes", grad_bytes},
+          {"optimizer_state_bytes", optimizer_bytes}}}};
     if (o.profile) {
       nlohmann::json ops = nlohmann::json::array();
       for (const ProfileRow& row : rows) {
@@ -265,7 +281,8 @@ int run_step(const StepBenchOptions& o) {
                       {"step_ms", total / n_steps * 1e3},
                       {"profiled_ms_per_step", profiled / n_steps * 1e3},
                       {"unattributed_ms_per_step", unattributed / n_steps * 1e3},
-                      {"coverage", profiled / total}};
+                      {"coverage", profiled / total},
+                      {"phase_ms_per_step", phase_ms}};
     }
     std::cout << j.dump() << "\n";
     return 0;
@@ -284,6 +301,8 @@ int run_step(const StepBenchOptions& o) {
   std::printf("model: %.3f TFLOP/s (%.2f GFLOP/step), MFU %.2f%% of %.1f GFLOP/s (%s peak, %s)\n",
               flops_per_second / 1e12, step_flops / 1e9, 100.0 * mfu, peak_gflops,
               bf16 ? "bf16" : "f32", peak_given ? "given" : "measured");
+  std::printf("forward+backward alone: median %.1f ms (%.1f%% of the step), MFU %.2f%%\n",
+              model_median * 1e3, 100.0 * model_median / median, 100.0 * model_mfu);
   std::printf(
       "memory: peak RSS %.1f MiB (baseline %.1f MiB, +%.1f MiB); parameters %.1f MiB, "
       "gradients %.1f MiB, optimizer state %.1f MiB\n",
@@ -305,6 +324,9 @@ int run_step(const StepBenchOptions& o) {
     std::printf("%-18s %-5s %10.2f %6.1f%%\n", "other/unattributed", "",
                 unattributed / n_steps * 1e3, 100.0 * unattributed / total);
     std::printf("%-18s %-5s %10.2f %6.1f%%\n", "step", "", total / n_steps * 1e3, 100.0);
+    for (const auto& [phase, ms] : phase_ms)
+      std::printf("phase %-5s %.2f ms/step (%.1f%%)\n", phase.c_str(), ms,
+                  100.0 * ms / (total / n_steps * 1e3));
   }
   return 0;
 }
