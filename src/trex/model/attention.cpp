@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 
@@ -160,13 +161,19 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.q_lora.resize(static_cast<size_t>(N * dc));
   cache.q_lora_inv.resize(static_cast<size_t>(N));
   cache.c_q.resize(cache.q_lora.size());
-  kernels::linear_forward(a, w.wq_a, cache.q_lora.data(), N, dc, dims.hidden);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, dc, dims.hidden));
+    kernels::linear_forward(a, w.wq_a, cache.q_lora.data(), N, dc, dims.hidden);
+  }
   kernels::rmsnorm_forward(cache.q_lora.data(), w.q_norm, cache.c_q.data(), cache.q_lora_inv.data(),
                            N, dc, dims.eps);
   cache.q_raw.resize(static_cast<size_t>(N * hc));
   cache.q_inv.resize(static_cast<size_t>(N * H));
   cache.q.resize(cache.q_raw.size());
-  kernels::linear_forward(cache.c_q.data(), w.wq_b, cache.q_raw.data(), N, hc, dc);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, hc, dc));
+    kernels::linear_forward(cache.c_q.data(), w.wq_b, cache.q_raw.data(), N, hc, dc);
+  }
   kernels::rmsnorm_forward(cache.q_raw.data(), static_cast<const T*>(nullptr), cache.q.data(),
                            cache.q_inv.data(), N * H, c, dims.eps);
   kernels::rope_apply(cache.rope, cache.q.data(), N, H, c, cache.positions.data(), false);
@@ -175,7 +182,10 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.kv_raw.resize(static_cast<size_t>(N * c));
   cache.kv_inv.resize(static_cast<size_t>(N));
   cache.kv.resize(cache.kv_raw.size());
-  kernels::linear_forward(a, w.wkv, cache.kv_raw.data(), N, c, dims.hidden);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, c, dims.hidden));
+    kernels::linear_forward(a, w.wkv, cache.kv_raw.data(), N, c, dims.hidden);
+  }
   kernels::rmsnorm_forward(cache.kv_raw.data(), w.kv_norm, cache.kv.data(), cache.kv_inv.data(), N,
                            c, dims.eps);
   kernels::rope_apply(cache.rope, cache.kv.data(), N, 1, c, cache.positions.data(), false);
@@ -275,12 +285,15 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   const int64_t dg = dims.o_lora;
   const int64_t group_in = hc / g;
   cache.z.assign(static_cast<size_t>(N * g * dg), T(0));
+  TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, g * dg, group_in) +
+                                               profile::linear_flops(N, dims.hidden, g * dg));
   for (int64_t j = 0; j < g; ++j)
     kernels::gemm<T>(false, true, N, dg, group_in, T(1), cache.o_rot.data() + j * group_in, hc,
                      w.wo_a + j * dg * group_in, group_in, T(0), cache.z.data() + j * dg, g * dg);
   kernels::linear_forward(cache.z.data(), w.wo_b, out, N, dims.hidden, g * dg);
 
   if (options.compute_indexer_loss) {
+    TREX_PROFILE(profile::Op::kIndexer);
     // Target: main attention probabilities summed over heads on the selected
     // compressed entries, L1-normalised per query.
     const int64_t k_max = dims.index_topk;
@@ -325,16 +338,21 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
 
   // Output projections.
   std::vector<T> dz(static_cast<size_t>(N * g * dg), T(0));
-  kernels::linear_backward(cache.z.data(), w.wo_b, dout, dz.data(), grads.wo_b, N, dims.hidden,
-                           g * dg);
   std::vector<T> d_o(static_cast<size_t>(N * hc), T(0));
-  for (int64_t j = 0; j < g; ++j) {
-    if (grads.wo_a)
-      kernels::gemm<T>(true, false, dg, group_in, N, T(1), dz.data() + j * dg, g * dg,
-                       cache.o_rot.data() + j * group_in, hc, T(1), grads.wo_a + j * dg * group_in,
-                       group_in);
-    kernels::gemm<T>(false, false, N, group_in, dg, T(1), dz.data() + j * dg, g * dg,
-                     w.wo_a + j * dg * group_in, group_in, T(0), d_o.data() + j * group_in, hc);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj,
+                 profile::linear_backward_flops(N, dims.hidden, g * dg) +
+                     profile::linear_backward_flops(N, g * dg, group_in));
+    kernels::linear_backward(cache.z.data(), w.wo_b, dout, dz.data(), grads.wo_b, N, dims.hidden,
+                             g * dg);
+    for (int64_t j = 0; j < g; ++j) {
+      if (grads.wo_a)
+        kernels::gemm<T>(true, false, dg, group_in, N, T(1), dz.data() + j * dg, g * dg,
+                         cache.o_rot.data() + j * group_in, hc, T(1),
+                         grads.wo_a + j * dg * group_in, group_in);
+      kernels::gemm<T>(false, false, N, group_in, dg, T(1), dz.data() + j * dg, g * dg,
+                       w.wo_a + j * dg * group_in, group_in, T(0), d_o.data() + j * group_in, hc);
+    }
   }
   // Backward of the inverse rotation is the forward rotation.
   kernels::rope_apply(cache.rope, d_o.data(), N, H, c, cache.positions.data(), false);
@@ -426,7 +444,11 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   kernels::rmsnorm_backward(cache.q_raw.data(), static_cast<const T*>(nullptr), cache.q_inv.data(),
                             dq.data(), dq.data(), static_cast<T*>(nullptr), N * H, c);
   std::vector<T> dcq(static_cast<size_t>(N * dc), T(0));
-  kernels::linear_backward(cache.c_q.data(), w.wq_b, dq.data(), dcq.data(), grads.wq_b, N, hc, dc);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, hc, dc));
+    kernels::linear_backward(cache.c_q.data(), w.wq_b, dq.data(), dcq.data(), grads.wq_b, N, hc,
+                             dc);
+  }
   kernels::rmsnorm_backward(cache.q_lora.data(), w.q_norm, cache.q_lora_inv.data(), dcq.data(),
                             dcq.data(), grads.q_norm, N, dc);
   std::vector<T> da_local;
@@ -435,14 +457,20 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
     da_local.assign(static_cast<size_t>(N * dims.hidden), T(0));
     da_out = da_local.data();
   }
-  kernels::linear_backward(cache.a.data(), w.wq_a, dcq.data(), da_out, grads.wq_a, N, dc,
-                           dims.hidden, /*accumulate_dx=*/false);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, dc, dims.hidden));
+    kernels::linear_backward(cache.a.data(), w.wq_a, dcq.data(), da_out, grads.wq_a, N, dc,
+                             dims.hidden, /*accumulate_dx=*/false);
+  }
   // KV path.
   kernels::rope_apply(cache.rope, dkv.data(), N, 1, c, cache.positions.data(), true);
   kernels::rmsnorm_backward(cache.kv_raw.data(), w.kv_norm, cache.kv_inv.data(), dkv.data(),
                             dkv.data(), grads.kv_norm, N, c);
-  kernels::linear_backward(cache.a.data(), w.wkv, dkv.data(), da_out, grads.wkv, N, c, dims.hidden,
-                           /*accumulate_dx=*/true);
+  {
+    TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, c, dims.hidden));
+    kernels::linear_backward(cache.a.data(), w.wkv, dkv.data(), da_out, grads.wkv, N, c,
+                             dims.hidden, /*accumulate_dx=*/true);
+  }
   // Compressed branch (only entries some query attended to carry gradient).
   if (dims.has_compressor())
     compressor_backward(dims.compressor(), w.compressor, shape, cache.a.data(), cache.rope,

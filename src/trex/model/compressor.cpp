@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 
@@ -61,6 +62,7 @@ template <class T>
 void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& w,
                         const SeqShape& shape, const T* a, const kernels::RopeTable& rope,
                         CompressorCache<T>& cache, T* out) {
+  TREX_PROFILE(profile::Op::kCompressor);
   dims.validate();
   require_weights(w);
   const int64_t tokens = shape.tokens();
@@ -73,6 +75,8 @@ void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& 
   cache.proj.assign(static_cast<size_t>(tokens * width), T(0));
   std::vector<T> gate(cache.proj.size());
   if (tokens > 0) {
+    TREX_PROFILE(profile::Op::kGemmCompressor,
+                 2 * profile::linear_flops(tokens, width, dims.hidden));
     kernels::linear_forward(a, w.wkv, cache.proj.data(), tokens, width, dims.hidden);
     kernels::linear_forward(a, w.wgate, gate.data(), tokens, width, dims.hidden);
   }
@@ -130,7 +134,8 @@ void compressor_backward(const CompressorDims& dims, const CompressorWeights<T>&
   const int64_t slots = dims.coff() * m;
   const int64_t N = cache.blocks;
   const int64_t entries = shape.B * N;
-  if (entries == 0) return;  // no complete block: nothing depends on the weights
+  if (entries == 0) return;
+  TREX_PROFILE(profile::Op::kCompressor);  // no complete block: nothing depends on the weights
   // Undo the rope (orthogonal), then the norm.
   std::vector<T> dpooled(dout, dout + entries * cx);
   kernels::rope_apply(rope, dpooled.data(), entries, 1, cx, cache.positions.data(), true);
@@ -166,6 +171,8 @@ void compressor_backward(const CompressorDims& dims, const CompressorWeights<T>&
         T* dape = grads.ape + (t % m) * width;
         for (int64_t col = 0; col < width; ++col) dape[col] += dg[col];
       }
+  TREX_PROFILE(profile::Op::kGemmCompressor,
+               (da ? 4 : 2) * profile::linear_flops(tokens, width, dims.hidden));
   kernels::linear_backward(a, w.wkv, dproj.data(), da, grads.wkv, tokens, width, dims.hidden,
                            /*accumulate_dx=*/true);
   kernels::linear_backward(a, w.wgate, dgate.data(), da, grads.wgate, tokens, width, dims.hidden,

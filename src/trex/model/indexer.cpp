@@ -7,6 +7,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -43,6 +44,7 @@ template <class T>
 void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const SeqShape& shape,
                      const T* a, const T* c_q, const kernels::RopeTable& rope,
                      IndexerCache<T>& cache, bool fixed_selection) {
+  TREX_PROFILE(profile::Op::kIndexer);
   dims.validate();
   if (!w.wq_b) throw Error("missing indexer weight").field("indexer.wq_b.weight");
   if (!w.weights_proj) throw Error("missing indexer weight").field("indexer.weights_proj.weight");
@@ -52,13 +54,20 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
   cache.q.assign(static_cast<size_t>(tokens * qdim), T(0));
   cache.head_weights.assign(static_cast<size_t>(tokens * dims.heads), T(0));
   if (tokens > 0) {
-    kernels::linear_forward(c_q, w.wq_b, cache.q.data(), tokens, qdim, dims.q_lora);
+    {
+      TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, qdim, dims.q_lora));
+      kernels::linear_forward(c_q, w.wq_b, cache.q.data(), tokens, qdim, dims.q_lora);
+    }
     std::vector<int64_t> positions(static_cast<size_t>(tokens));
     for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
     kernels::rope_apply(rope, cache.q.data(), tokens, dims.heads, dims.head_dim, positions.data(),
                         false);
-    kernels::linear_forward(a, w.weights_proj, cache.head_weights.data(), tokens, dims.heads,
-                            dims.hidden);
+    {
+      TREX_PROFILE(profile::Op::kGemmIndexer,
+                   profile::linear_flops(tokens, dims.heads, dims.hidden));
+      kernels::linear_forward(a, w.weights_proj, cache.head_weights.data(), tokens, dims.heads,
+                              dims.hidden);
+    }
     const T scale = static_cast<T>(
         1.0 / std::sqrt(static_cast<double>(dims.head_dim) * static_cast<double>(dims.heads)));
     for (auto& v : cache.head_weights) v *= scale;
@@ -152,6 +161,7 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
                       const IndexerCache<T>& cache, T scale, IndexerGrads<T>& grads) {
   const int64_t tokens = shape.tokens();
   if (tokens == 0) return;
+  TREX_PROFILE(profile::Op::kIndexer);
   const int64_t k_max = dims.topk;
   const int64_t nh = dims.heads;
   const int64_t hd = dims.head_dim;
@@ -198,13 +208,16 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
   std::vector<int64_t> positions(static_cast<size_t>(tokens));
   for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
   kernels::rope_apply(rope, dq.data(), tokens, nh, hd, positions.data(), /*inverse=*/true);
-  if (grads.wq_b)
+  if (grads.wq_b) {
+    TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, nh * hd, dims.q_lora));
     kernels::linear_backward<T>(c_q, w.wq_b, dq.data(), nullptr, grads.wq_b, tokens, nh * hd,
                                 dims.q_lora);
+  }
   if (grads.weights_proj) {
     const T head_scale =
         static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd) * static_cast<double>(nh)));
     for (auto& v : dweights) v *= head_scale;
+    TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, nh, dims.hidden));
     kernels::linear_backward<T>(a, w.weights_proj, dweights.data(), nullptr, grads.weights_proj,
                                 tokens, nh, dims.hidden);
   }

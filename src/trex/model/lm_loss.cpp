@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -38,6 +39,9 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
   if (dims.chunk_rows < 0) throw Error("lm loss: chunk_rows must be >= 0").field("chunk_rows");
   if (!std::isfinite(loss_scale)) throw Error("lm loss: loss scale not finite").field("loss_scale");
   const int64_t N = dims.tokens, d = dims.hidden, V = dims.vocab;
+  // Forward and backward are fused per chunk: the head GEMMs are timed per
+  // direction, the cross-entropy and the chunk bookkeeping as loss.ce.
+  TREX_PROFILE(profile::Op::kLoss, profile::Phase::kForward);
   LmLossResult result;
   result.counted = lm_loss_count_targets(targets, N, V);
   if (N == 0) return result;
@@ -76,7 +80,11 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
       hc = h_chunk.data();
     }
     T* logits = compact ? own_logits.data() : outputs.logits + r0 * V;
-    kernels::linear_forward(hc, head, logits, rows, V, d);
+    {
+      TREX_PROFILE(profile::Op::kGemmLmHead, profile::Phase::kForward,
+                   profile::linear_flops(rows, V, d));
+      kernels::linear_forward(hc, head, logits, rows, V, d);
+    }
     // Per row: loss and, for backward, dlogits = scale·(softmax − onehot) (zero
     // for ignored rows). In compact mode the logits are overwritten in place.
     T* grad = compact ? logits : grad_buffer.data();
@@ -104,7 +112,11 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
     }
     if (backward) {
       T* dh = outputs.dh ? (compact ? dh_chunk.data() : outputs.dh + r0 * d) : nullptr;
-      kernels::linear_backward(hc, head, grad, dh, outputs.dhead, rows, V, d);
+      {
+        TREX_PROFILE(profile::Op::kGemmLmHead, profile::Phase::kBackward,
+                     profile::linear_backward_flops(rows, V, d));
+        kernels::linear_backward(hc, head, grad, dh, outputs.dhead, rows, V, d);
+      }
       if (compact && outputs.dh)
         for (int64_t i = 0; i < rows; ++i)
           std::copy(dh_chunk.data() + i * d, dh_chunk.data() + (i + 1) * d,

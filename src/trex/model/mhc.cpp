@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -124,6 +126,7 @@ void compute_mix(const MhcDims& dims, const T* fn, int64_t rows, const T* X, T* 
   if (N == 0) return;
   {
     // mHC stays fp32 even when the model's GEMMs run in bf16 (spec §2.0).
+    TREX_PROFILE(profile::Op::kGemmMhc, profile::linear_flops(N, rows, width));
     kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
     kernels::linear_forward(X, fn, mix, N, rows, width);
   }
@@ -155,6 +158,8 @@ void compute_mix_backward(const MhcDims& dims, const T* fn, int64_t rows, const 
     for (int64_t i = 0; i < rows; ++i) dmix[t * rows + i] *= rho;
   }
   {
+    TREX_PROFILE(profile::Op::kGemmMhc,
+                 (dX && grad_fn ? 2 : 1) * profile::linear_flops(N, rows, width));
     kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
     kernels::linear_backward(X, fn, dmix, dX, grad_fn, N, rows, width, /*accumulate_dx=*/true);
   }
@@ -280,6 +285,7 @@ void mhc_pre_forward(const MhcDims& dims, const MhcWeights<T>& weights, const T*
   const T a0 = weights.scale[0], a1 = weights.scale[1], a2 = weights.scale[2];
   const T* b = weights.base;
   const T eps = static_cast<T>(dims.hc_eps);
+  std::optional<profile::Scope> sinkhorn(std::in_place, profile::Op::kSinkhorn);
 #pragma omp parallel if (N >= 32)
   {
     SinkhornWork<T> work;
@@ -297,6 +303,7 @@ void mhc_pre_forward(const MhcDims& dims, const MhcWeights<T>& weights, const T*
                       cache.comb.data() + t * n * n);
     }
   }
+  sinkhorn.reset();
   collapse(dims, cache.pre.data(), X, u);
 }
 
@@ -401,6 +408,7 @@ void mhc_pre_backward(const MhcDims& dims, const MhcWeights<T>& weights, const M
   const T eps = static_cast<T>(dims.hc_eps);
   std::vector<T> dz(static_cast<size_t>(N * mixc));    // dL/d(α μ + b)
   std::vector<T> dmix(static_cast<size_t>(N * mixc));  // dL/dμ
+  std::optional<profile::Scope> sinkhorn(std::in_place, profile::Op::kSinkhorn);
 #pragma omp parallel if (N >= 32)
   {
     SinkhornWork<T> work;
@@ -426,6 +434,7 @@ void mhc_pre_backward(const MhcDims& dims, const MhcWeights<T>& weights, const M
       for (int64_t i = 0; i < n * n; ++i) dm[2 * n + i] = a2 * z[2 * n + i];
     }
   }
+  sinkhorn.reset();
   reduce_gate_grads(
       N, mixc, dz.data(), cache.mix.data(), 3,
       [n](int64_t i) -> int64_t { return i < n ? 0 : (i < 2 * n ? 1 : 2); }, grads.base,

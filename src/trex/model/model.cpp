@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/norms.hpp"
@@ -170,6 +171,18 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
   return r;
 }
 
+// The profile category of a layer's attention (its core, see core/profile.hpp).
+profile::Op attention_op(const AttentionDims& dims) {
+  switch (dims.kind()) {
+    case AttentionKind::kSliding:
+      return profile::Op::kAttnSwa;
+    case AttentionKind::kCompressedSparse:
+      return profile::Op::kAttnCsa;
+    default:
+      return profile::Op::kAttnHca;
+  }
+}
+
 // One block forward: X_in [N, n, d] → x_out.
 // Attention over every segment of a packed batch (each as a sequence of its own).
 // Segments are independent, so they run in parallel; each writes only its own
@@ -219,7 +232,10 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.a.resize(N * d);
   bc.y_attn.resize(N * d);
   bc.x_mid.resize(N * n * d);
-  mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc);
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc);
+  }
   kernels::rmsnorm_forward(bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
                            c.rms_norm_eps);
   AttentionOptions ao;
@@ -230,24 +246,38 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.segments = segments;
   bc.balance_segments = balance_segments;
   double indexer_loss = 0.0;
-  if (segments.empty()) {
-    indexer_loss =
-        attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
-  } else {
-    indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
-                                               bc.segment_attn, bc.y_attn.data(), ao);
+  {
+    // What the nested scopes (GEMMs, norms, RoPE, compressor, indexer) leave is the core.
+    TREX_PROFILE(attention_op(attn_dims));
+    if (segments.empty()) {
+      indexer_loss =
+          attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
+    } else {
+      indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
+                                                 bc.segment_attn, bc.y_attn.data(), ao);
+    }
   }
-  mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
+  {
+    TREX_PROFILE(profile::Op::kMhcPost);
+    mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
+  }
 
   bc.u_ffn.resize(N * d);
   bc.inv_ffn.resize(N);
   bc.x_ffn.resize(N * d);
   bc.y_ffn.resize(N * d);
-  mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
+  }
   kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
                            c.rms_norm_eps);
-  moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
-              w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection);
+  {
+    TREX_PROFILE(profile::Op::kMoeOther);
+    moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+                w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection);
+  }
+  TREX_PROFILE(profile::Op::kMhcPost);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
   return indexer_loss;
 }
@@ -261,31 +291,46 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   const MhcDims md = mhc_dims(c, N);
   std::vector<T> dx_mid(N * n * d), dy(N * d), dnormed(N * d), du(N * d);
   MhcCoefGrads<T> coef;
-  mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
-                    dy.data(), coef);
-  moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
-               w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+  {
+    TREX_PROFILE(profile::Op::kMhcPost);
+    mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
+                      dy.data(), coef);
+  }
+  {
+    TREX_PROFILE(profile::Op::kMoeOther);
+    moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+                 w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+  }
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
-  mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
-                   dx_mid.data());
-
-  mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in,
-                    dy.data(), coef);
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
+                     dx_mid.data());
+  }
+  {
+    TREX_PROFILE(profile::Op::kMhcPost);
+    mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in,
+                      dy.data(), coef);
+  }
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
-  if (bc.segments.empty()) {
-    attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
-  } else {
-    // Serial over segments: they all accumulate into the same parameter gradients
-    // (in segment order); the kernels inside parallelise.
-    for (size_t i = 0; i < bc.segments.size(); ++i) {
-      const int64_t row = bc.segments[i].row;
-      attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
-                         dnormed.data() + row * d);
+  {
+    TREX_PROFILE(attention_op(attn_dims));
+    if (bc.segments.empty()) {
+      attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
+    } else {
+      // Serial over segments: they all accumulate into the same parameter gradients
+      // (in segment order); the kernels inside parallelise.
+      for (size_t i = 0; i < bc.segments.size(); ++i) {
+        const int64_t row = bc.segments[i].row;
+        attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
+                           dnormed.data() + row * d);
+      }
     }
   }
   kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
                             du.data(), w.attn_norm_g, N, d);
+  TREX_PROFILE(profile::Op::kMhcPre);
   mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in);
 }
 
@@ -467,6 +512,7 @@ template <class T>
 LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss,
                                          const StepOptions& step, T* logits, T* mtp_logits) {
   const ModelConfig& c = config_;
+  const profile::PhaseScope forward_phase(profile::Phase::kForward);
   check_batch(c, batch);
   const std::vector<Segment> segments = packed_segments(batch);
   State& st = *state_;
@@ -497,10 +543,13 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   // Embedding and stream expansion.
   const T* embed = params_.value("embed.weight");
   std::vector<T> x(N * n * d), x_next(N * n * d);
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t j = 0; j < n; ++j)
-      std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
-                x.data() + (r * n + j) * d);
+  {
+    TREX_PROFILE(profile::Op::kEmbedding);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
+                  x.data() + (r * n + j) * d);
+  }
   const SeqShape shape{B, S};
   std::vector<BlockBinding<T>> bindings;
   for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
@@ -520,7 +569,10 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   st.hc_out.resize(N * d);
   st.inv_final.resize(N);
   st.final_normed.resize(N * d);
-  hc_head_forward(md, head_w, st.x_final.data(), st.hc_out.data(), st.head);
+  {
+    TREX_PROFILE(profile::Op::kMhcHead);
+    hc_head_forward(md, head_w, st.x_final.data(), st.hc_out.data(), st.head);
+  }
   kernels::rmsnorm_forward(st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
                            st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign(N, -1);
@@ -552,6 +604,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     MtpCache<T>& mc = st.mtp[0];
     const int64_t layer = L, S1 = S - 1, M = B * S1;
     const std::string p = block_prefix(c, layer);
+    TREX_PROFILE(profile::Op::kMtpOther);
     mc.M = M;
     mc.next_ids.resize(M);
     mc.e.resize(M * d);
@@ -574,11 +627,14 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     kernels::rmsnorm_forward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
                              mc.h_inv.data(), M * n, d, c.rms_norm_eps);
     mc.e_proj.resize(M * d);
-    kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), mc.e_proj.data(),
-                            M, d, d);
     std::vector<T> xm(M * n * d);
-    kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(), M * n,
-                            d, d);
+    {
+      TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_flops(M * (n + 1), d, d));
+      kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"),
+                              mc.e_proj.data(), M, d, d);
+      kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(),
+                              M * n, d, d);
+    }
     for (int64_t r = 0; r < M; ++r)
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < d; ++i) xm[(r * n + j) * d + i] += mc.e_proj[r * d + i];
@@ -596,7 +652,10 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     mc.hc_out.resize(M * d);
     mc.inv_final.resize(M);
     mc.final_normed.resize(M * d);
-    hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
+    {
+      TREX_PROFILE(profile::Op::kMhcHead);
+      hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
+    }
     kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"),
                              mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     // MTP position t predicts token t+2 from h_t and token t+1: all three must be
@@ -627,13 +686,18 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                   .loss /
               lambda;
     if (mtp_backward) {
+      const profile::PhaseScope backward_phase(profile::Phase::kBackward);
+      TREX_PROFILE(profile::Op::kMtpOther);
       std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
       kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"),
                                 mc.inv_final.data(), d_mfinal.data(), dhc.data(),
                                 params_.grad(p + "norm.weight"), M, d);
       HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
                          params_.grad(p + "hc_head_scale")};
-      hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
+      {
+        TREX_PROFILE(profile::Op::kMhcHead);
+        hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
+      }
       block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data());
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
@@ -641,10 +705,14 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
       for (int64_t r = 0; r < M; ++r)
         for (int64_t j = 0; j < n; ++j)
           for (int64_t i = 0; i < d; ++i) de_proj[r * d + i] += dxm[(r * n + j) * d + i];
-      kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(),
-                               dh_norm.data(), params_.grad(p + "h_proj.weight"), M * n, d, d);
-      kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"), de_proj.data(),
-                               de_norm.data(), params_.grad(p + "e_proj.weight"), M, d, d);
+      {
+        TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_backward_flops(M * (n + 1), d, d));
+        kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(),
+                                 dh_norm.data(), params_.grad(p + "h_proj.weight"), M * n, d, d);
+        kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"),
+                                 de_proj.data(), de_norm.data(), params_.grad(p + "e_proj.weight"),
+                                 M, d, d);
+      }
       kernels::rmsnorm_backward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
                                 dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n,
                                 d);
@@ -665,6 +733,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   out.total =
       out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
   if (!step.backward) return out;
+  const profile::PhaseScope backward_phase(profile::Phase::kBackward);
 
   // Main head backward.
   {
@@ -673,6 +742,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                               d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
     HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
                       params_.grad("hc_head_scale")};
+    TREX_PROFILE(profile::Op::kMhcHead);
     hc_head_backward(md, head_w, st.head, st.x_final.data(), dhc.data(), hg, dxh.data());
     for (int64_t i = 0; i < N * n * d; ++i) dx_final[i] += dxh[i];
   }
@@ -682,6 +752,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     std::swap(dx_final, dx_prev);
   }
   // Embedding: the four streams are copies of the same row.
+  TREX_PROFILE(profile::Op::kEmbedding);
   T* dembed = params_.grad("embed.weight");
   for (int64_t r = 0; r < N; ++r) {
     T* row = dembed + batch.input_ids[r] * d;

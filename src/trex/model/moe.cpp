@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
 
@@ -102,17 +104,20 @@ void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, co
   kernels::linear_forward(X, W3, up_pre, n, I, d);
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
+  {
+    TREX_PROFILE(profile::Op::kSwiglu);
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
-  for (int64_t r = 0; r < n; ++r) {
-    const T scale = row_scale ? row_scale[r] : T(1);
-    for (int64_t i = 0; i < I; ++i) {
-      T g = gate_pre[r * I + i];
-      T v = up_pre[r * I + i];
-      if (clamp) {
-        g = std::min(g, L);
-        v = std::clamp(v, -L, L);
+    for (int64_t r = 0; r < n; ++r) {
+      const T scale = row_scale ? row_scale[r] : T(1);
+      for (int64_t i = 0; i < I; ++i) {
+        T g = gate_pre[r * I + i];
+        T v = up_pre[r * I + i];
+        if (clamp) {
+          g = std::min(g, L);
+          v = std::clamp(v, -L, L);
+        }
+        h[r * I + i] = scale * (g * sigmoid(g) * v);
       }
-      h[r * I + i] = scale * (g * sigmoid(g) * v);
     }
   }
   kernels::linear_forward(h, W2, out, n, d, I);
@@ -128,6 +133,7 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
   if (n == 0) return;
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
+  std::optional<profile::Scope> swiglu(std::in_place, profile::Op::kSwiglu);
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
     const T scale = row_scale ? row_scale[r] : T(1);
@@ -141,8 +147,10 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
       h[r * I + i] = scale * (g * sigmoid(g) * v);
     }
   }
+  swiglu.reset();
   // dh = dout · W2 (gradient w.r.t. the scaled h); dW2 += doutᵀ · h.
   kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I);
+  swiglu.emplace(profile::Op::kSwiglu);
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
     const T scale = row_scale ? row_scale[r] : T(1);
@@ -164,6 +172,7 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
     }
     if (d_row_scale) d_row_scale[r] = dscale;
   }
+  swiglu.reset();
   kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d);
   kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, /*accumulate_dx=*/dX != nullptr);
 }
@@ -268,9 +277,11 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   cache.x.assign(x, x + N * d);
 
   // Router: ℓ = x W_gᵀ in fp32 (spec §2.7), s = sqrt(softplus(ℓ)).
+  std::optional<profile::Scope> section(std::in_place, profile::Op::kRouter);
   cache.logits.assign(static_cast<size_t>(N * E), T(0));
   cache.scores.assign(static_cast<size_t>(N * E), T(0));
   {
+    TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_flops(N, E, d));
     kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
     kernels::linear_forward(x, weights.gate, cache.logits.data(), N, E, d);
   }
@@ -334,6 +345,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   }
 
   // Stable counting sort of the pairs by expert.
+  section.emplace(profile::Op::kDispatch);
   cache.expert_load.assign(static_cast<size_t>(E), 0);
   for (int64_t p = 0; p < P; ++p) ++cache.expert_load[cache.expert_index[p]];
   cache.offsets.assign(static_cast<size_t>(E + 1), 0);
@@ -358,6 +370,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
     scale[row] = cache.combine[p];
   }
 
+  section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_flops(P, I, d));
   cache.gate_pre.assign(static_cast<size_t>(P * I), T(0));
   cache.up_pre.assign(static_cast<size_t>(P * I), T(0));
   std::vector<T> h(static_cast<size_t>(P * I)), outs(static_cast<size_t>(P * d));
@@ -369,7 +382,9 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   }
 
   // y = Shared(x) + Σ_k (w_k Expert_k(x)), summed per token in slot order.
+  section.reset();
   if (shared) {
+    TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_flops(N, I, d));
     cache.shared_gate_pre.assign(static_cast<size_t>(N * I), T(0));
     cache.shared_up_pre.assign(static_cast<size_t>(N * I), T(0));
     std::vector<T> hs(static_cast<size_t>(N * I));
@@ -381,6 +396,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
     cache.shared_up_pre.clear();
     std::fill_n(y, N * d, T(0));
   }
+  section.emplace(profile::Op::kCombine);
 #pragma omp parallel for schedule(static) if (N * d > (1 << 14))
   for (int64_t t = 0; t < N; ++t) {
     T* yt = y + t * d;
@@ -391,6 +407,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   }
 
   // Sequence-wise balance loss (mean over the B sequences).
+  section.emplace(profile::Op::kRouter);
   cache.balance_loss = 0.0;
   cache.balance_loss_active = balance_active(dims);
   if (cache.balance_loss_active) {
@@ -445,6 +462,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   const bool shared = has_shared(weights);
 
   // Routed experts, grouped: gather x and dy rows in sorted order.
+  std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
   std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
       scale(static_cast<size_t>(P));
 #pragma omp parallel for schedule(static) if (P * d > (1 << 14))
@@ -454,6 +472,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
     std::copy_n(dy + (p / K) * d, d, dys.data() + row * d);
     scale[row] = cache.combine[p];
   }
+  section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_backward_flops(P, I, d));
   std::vector<T> h(static_cast<size_t>(P * I)), dh(static_cast<size_t>(P * I)),
       dg(static_cast<size_t>(P * I)), dv(static_cast<size_t>(P * I));
   std::vector<T> dxs(dx ? static_cast<size_t>(P * d) : 0);
@@ -469,7 +488,9 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   }
 
   // Shared expert writes dx first; routed contributions are added per token in slot order.
+  section.reset();
   if (shared) {
+    TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_backward_flops(N, I, d));
     std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
         dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
     expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
@@ -481,6 +502,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
     std::fill_n(dx, N * d, T(0));
   }
   if (dx) {
+    TREX_PROFILE(profile::Op::kCombine);
 #pragma omp parallel for schedule(static) if (N * d > (1 << 14))
     for (int64_t t = 0; t < N; ++t) {
       T* dxt = dx + t * d;
@@ -493,6 +515,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
 
   // Router: dw -> ds (selected experts, through the normalisation), plus the
   // balance loss -> ds (all experts), then dℓ = ds·σ(ℓ)/(2s).
+  section.emplace(profile::Op::kRouter);
   std::vector<double> freq;
   const bool balance = cache.balance_loss_active && d_balance_loss != T(0);
   const std::vector<MoeSequence> sequences =
@@ -558,6 +581,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
     }
   }
   {
+    TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_backward_flops(N, E, d));
     kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
     kernels::linear_backward(x, weights.gate, dlogits.data(), dx, grads.gate, N, E, d,
                              /*accumulate_dx=*/true);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::train {
@@ -73,7 +74,14 @@ void muon_update(float* weights, const float* grads, float* momentum, int64_t ro
     momentum[i] = mu * momentum[i] + grads[i];
     workspace[i] = options.nesterov ? mu * momentum[i] + grads[i] : momentum[i];
   }
-  hybrid_newton_schulz<float>(workspace.data(), workspace.data(), rows, cols, options);
+  {
+    // Per iteration on the short side n and long side m: M Mᵀ and poly·M (2n²m each), gram² (2n³).
+    const double n = static_cast<double>(std::min(rows, cols)),
+                 m = static_cast<double>(std::max(rows, cols));
+    TREX_PROFILE(profile::Op::kMuonNewtonSchulz,
+                 options.ns_iterations * (4.0 * n * n * m + 2.0 * n * n * n));
+    hybrid_newton_schulz<float>(workspace.data(), workspace.data(), rows, cols, options);
+  }
   const double scale =
       std::sqrt(static_cast<double>(std::max(rows, cols))) * options.rms_scale * lr;
   const double decay = 1.0 - lr * options.weight_decay;

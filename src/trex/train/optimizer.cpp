@@ -5,6 +5,7 @@
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/io/safetensors.hpp"
 
@@ -46,6 +47,7 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
     throw Error(
         "optimizer step: parameter layout differs from the one the optimizer was built for");
   ++step_;
+  const profile::PhaseScope phase(profile::Phase::kOptimizer);
   float* w = params.values().data();
   const float* g = params.grads().data();
   int64_t offset = 0;
@@ -54,9 +56,11 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
     if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
       // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
       const int64_t rows = spec.shape[0];
+      TREX_PROFILE(profile::Op::kMuonOther);
       muon_update(w + offset, g + offset, first_moment_.data() + offset, rows, n / rows, lr,
                   options_.muon, workspace_);
     } else if (spec.group != model::OptimizerGroup::kNotTrained) {
+      TREX_PROFILE(profile::Op::kAdamW);
       adamw_update(w + offset, g + offset, first_moment_.data() + offset,
                    second_moment_.data() + offset, n, lr, step_, options_.adamw);
     }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "trex/core/profile.hpp"
+
 namespace trex::kernels {
 namespace {
 constexpr int64_t kRowChunk = 64;  // fixed reduction blocks => thread-count independent sums
@@ -11,6 +13,7 @@ constexpr int64_t kRowChunk = 64;  // fixed reduction blocks => thread-count ind
 template <class T>
 void rmsnorm_forward(const T* x, const T* weight, T* y, T* inv_rms, int64_t rows, int64_t dim,
                      double eps) {
+  TREX_PROFILE(profile::Op::kNorm);
 #pragma omp parallel for schedule(static) if (rows * dim > (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -31,6 +34,7 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* inv_rms, int64_t rows
 template <class T>
 void rmsnorm_backward(const T* x, const T* weight, const T* inv_rms, const T* dy, T* dx, T* dweight,
                       int64_t rows, int64_t dim) {
+  TREX_PROFILE(profile::Op::kNorm);
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   std::vector<T> partial(dweight ? static_cast<size_t>(chunks * dim) : 0, T(0));
 #pragma omp parallel for schedule(static) if (rows * dim > (1 << 14))

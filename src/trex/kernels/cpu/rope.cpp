@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
 
 namespace trex::kernels {
 
@@ -63,6 +64,7 @@ RopeTable::RopeTable(int64_t rope_dims_, double base_, int64_t positions_,
 template <class T>
 void rope_apply(const RopeTable& table, T* x, int64_t rows, int64_t vectors_per_row,
                 int64_t vector_dim, const int64_t* positions, bool inverse) {
+  TREX_PROFILE(profile::Op::kRope);
   if (table.rope_dims > vector_dim)
     throw Error("rope dims exceed the vector dim").field("qk_rope_head_dim");
   for (int64_t r = 0; r < rows; ++r)
