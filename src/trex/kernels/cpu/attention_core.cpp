@@ -1,7 +1,9 @@
 // The ISO mode the project builds in turns multiply-add contraction off; these
 // loops are sums of products whose rounding is free to change (results match a
 // double reference to float rounding), and fused multiply-adds halve their cost.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
+#endif
 
 #include "trex/kernels/cpu/attention_core.hpp"
 
