@@ -7,6 +7,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/attention_core.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 
@@ -117,6 +118,25 @@ T dot(const T* x, const T* y, int64_t n) {
   T s = 0;
   for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
   return s;
+}
+
+// Key rows of query row r in prob order: window (oldest first), then its
+// compressed entries in comp_list order. Returns their count.
+template <class T>
+int64_t gather_keys(const AttentionDims& dims, const AttentionCache<T>& cache, int64_t r,
+                    std::vector<const T*>& keys) {
+  const int64_t S = cache.shape.S;
+  const int64_t c = dims.head_dim;
+  const int64_t ws = cache.window_start(r, dims.window);
+  const int64_t n_window = r % S - ws + 1;
+  const int64_t first = cache.comp_offsets[r];
+  const int64_t n_comp = cache.comp_offsets[r + 1] - first;
+  keys.resize(static_cast<size_t>(n_window + n_comp));
+  const T* window_rows = cache.kv.data() + (r - r % S + ws) * c;
+  for (int64_t k = 0; k < n_window; ++k) keys[k] = window_rows + k * c;
+  for (int64_t k = 0; k < n_comp; ++k)
+    keys[n_window + k] = cache.compressed.data() + cache.comp_list[first + k] * c;
+  return n_window + n_comp;
 }
 
 }  // namespace
@@ -241,40 +261,34 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.sink_prob.assign(static_cast<size_t>(N * H), T(0));
   cache.o.assign(static_cast<size_t>(N * hc), T(0));
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
-#pragma omp parallel for schedule( \
-    dynamic, 4) if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t b = r / shape.S;
-    const int64_t ws = cache.window_start(r, dims.window);
-    const int64_t n_window = r % shape.S - ws + 1;
-    const int64_t n_comp = cache.comp_offsets[r + 1] - cache.comp_offsets[r];
-    const int64_t n_keys = n_window + n_comp;
-    auto key = [&](int64_t k) -> const T* {
-      if (k < n_window) return cache.kv.data() + (b * shape.S + ws + k) * c;
-      return cache.compressed.data() + cache.comp_list[cache.comp_offsets[r] + k - n_window] * c;
-    };
-    for (int64_t h = 0; h < H; ++h) {
-      const T* qh = cache.q.data() + r * hc + h * c;
-      T* p = cache.prob.data() + cache.prob_offsets[r] + h * n_keys;
-      const T sink = w.attn_sink[h];
-      T max_logit = sink;
-      for (int64_t k = 0; k < n_keys; ++k) {
-        p[k] = dot(qh, key(k), c) * inv_sqrt_c;
-        max_logit = std::max(max_logit, p[k]);
+  // All heads of a token share its keys (MQA): scores = one [H, keys] product,
+  // output = one [H, keys]·[keys, c] product.
+#pragma omp parallel if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
+  {
+    std::vector<const T*> keys;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t n_keys = gather_keys(dims, cache, r, keys);
+      T* p_row = cache.prob.data() + cache.prob_offsets[r];
+      const T* q_row = cache.q.data() + r * hc;
+      kernels::attention_dots(H, n_keys, c, q_row, c, keys.data(), inv_sqrt_c, p_row, n_keys);
+      for (int64_t h = 0; h < H; ++h) {
+        T* p = p_row + h * n_keys;
+        const T sink = w.attn_sink[h];
+        T max_logit = sink;
+        for (int64_t k = 0; k < n_keys; ++k) max_logit = std::max(max_logit, p[k]);
+        const T sink_exp = std::exp(sink - max_logit);
+        T denom = sink_exp;
+        for (int64_t k = 0; k < n_keys; ++k) {
+          p[k] = std::exp(p[k] - max_logit);
+          denom += p[k];
+        }
+        const T inv_denom = T(1) / denom;
+        for (int64_t k = 0; k < n_keys; ++k) p[k] *= inv_denom;
+        cache.sink_prob[r * H + h] = sink_exp * inv_denom;
       }
-      const T sink_exp = std::exp(sink - max_logit);
-      T denom = sink_exp;
-      for (int64_t k = 0; k < n_keys; ++k) {
-        p[k] = std::exp(p[k] - max_logit);
-        denom += p[k];
-      }
-      T* oh = cache.o.data() + r * hc + h * c;
-      for (int64_t k = 0; k < n_keys; ++k) {
-        p[k] /= denom;
-        const T* v = key(k);
-        for (int64_t e = 0; e < c; ++e) oh[e] += p[k] * v[e];
-      }
-      cache.sink_prob[r * H + h] = sink_exp / denom;
+      kernels::attention_combine(H, n_keys, c, p_row, n_keys, keys.data(), cache.o.data() + r * hc,
+                                 c);
     }
   }
 
@@ -357,35 +371,33 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   // Backward of the inverse rotation is the forward rotation.
   kernels::rope_apply(cache.rope, d_o.data(), N, H, c, cache.positions.data(), false);
 
-  // Pass 1 (per query): dlogit, dq, sink term.
+  // Pass 1 (per query): dlogit, dq, sink term. As in the forward, all heads of
+  // a token share its keys: g·vᵀ is one [H, keys] product, dq one [H, keys]·[keys, c].
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
   std::vector<T> dlogit(cache.prob.size(), T(0));
   std::vector<T> dq(static_cast<size_t>(N * hc), T(0));
   std::vector<T> dsink_part(static_cast<size_t>(N * H), T(0));
-#pragma omp parallel for schedule( \
-    dynamic, 4) if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t b = r / shape.S;
-    const int64_t ws = cache.window_start(r, dims.window);
-    const int64_t n_window = r % shape.S - ws + 1;
-    const int64_t n_keys = n_window + cache.comp_offsets[r + 1] - cache.comp_offsets[r];
-    auto key = [&](int64_t k) -> const T* {
-      if (k < n_window) return cache.kv.data() + (b * shape.S + ws + k) * c;
-      return cache.compressed.data() + cache.comp_list[cache.comp_offsets[r] + k - n_window] * c;
-    };
-    for (int64_t h = 0; h < H; ++h) {
-      const T* go = d_o.data() + r * hc + h * c;
-      const T D = dot(go, cache.o.data() + r * hc + h * c, c);
-      dsink_part[r * H + h] = -cache.sink_prob[r * H + h] * D;
-      const T* p = cache.prob.data() + cache.prob_offsets[r] + h * n_keys;
-      T* dl = dlogit.data() + cache.prob_offsets[r] + h * n_keys;
-      T* dqh = dq.data() + r * hc + h * c;
-      for (int64_t k = 0; k < n_keys; ++k) {
-        const T* v = key(k);
-        dl[k] = p[k] * (dot(go, v, c) - D);
-        const T coef = dl[k] * inv_sqrt_c;
-        for (int64_t e = 0; e < c; ++e) dqh[e] += coef * v[e];
+  const bool parallel = static_cast<int64_t>(cache.prob.size()) * c > kParallelWork;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<const T*> keys;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t n_keys = gather_keys(dims, cache, r, keys);
+      const T* go_row = d_o.data() + r * hc;
+      const T* p_row = cache.prob.data() + cache.prob_offsets[r];
+      T* dl_row = dlogit.data() + cache.prob_offsets[r];
+      kernels::attention_dots(H, n_keys, c, go_row, c, keys.data(), T(1), dl_row, n_keys);
+      for (int64_t h = 0; h < H; ++h) {
+        const T D = dot(go_row + h * c, cache.o.data() + r * hc + h * c, c);
+        dsink_part[r * H + h] = -cache.sink_prob[r * H + h] * D;
+        const T* p = p_row + h * n_keys;
+        T* dl = dl_row + h * n_keys;
+        for (int64_t k = 0; k < n_keys; ++k) dl[k] = p[k] * (dl[k] - D);
       }
+      T* dq_row = dq.data() + r * hc;
+      kernels::attention_combine(H, n_keys, c, dl_row, n_keys, keys.data(), dq_row, c);
+      for (int64_t e = 0; e < hc; ++e) dq_row[e] *= inv_sqrt_c;
     }
   }
   if (grads.attn_sink)
@@ -393,29 +405,53 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
       for (int64_t h = 0; h < H; ++h) grads.attn_sink[h] += dsink_part[r * H + h];
 
   // Pass 2 (per key): a key/value receives p·g (value role) + dlogit·q/√c (key role)
-  // from every query that attends to it, summed in a fixed order.
-  auto accumulate_from = [&](int64_t r, int64_t k, T* dkey) {
+  // from every query that attends to it, summed in query order whatever the
+  // partition. coef holds, per key slot, [p of every head, dlogit/√c of every head]
+  // against rows [g of every head, q of every head] of the query.
+  auto query_rows = [&](int64_t r, std::vector<const T*>& rows) {
+    rows.resize(static_cast<size_t>(2 * H));
+    for (int64_t h = 0; h < H; ++h) {
+      rows[h] = d_o.data() + r * hc + h * c;
+      rows[H + h] = cache.q.data() + r * hc + h * c;
+    }
+  };
+  auto key_coefficients = [&](int64_t r, int64_t k, T* coef) {
     const int64_t n_window = r % shape.S - cache.window_start(r, dims.window) + 1;
     const int64_t n_keys = n_window + cache.comp_offsets[r + 1] - cache.comp_offsets[r];
     for (int64_t h = 0; h < H; ++h) {
       const int64_t at = cache.prob_offsets[r] + h * n_keys + k;
-      const T p = cache.prob[at];
-      const T dl = dlogit[at] * inv_sqrt_c;
-      const T* go = d_o.data() + r * hc + h * c;
-      const T* qh = cache.q.data() + r * hc + h * c;
-      for (int64_t e = 0; e < c; ++e) dkey[e] += p * go[e] + dl * qh[e];
+      coef[h] = cache.prob[at];
+      coef[H + h] = dlogit[at] * inv_sqrt_c;
     }
   };
+  // Window keys in blocks of consecutive rows: each query's g and q rows are
+  // loaded once per block instead of once per key.
+  constexpr int64_t kKeyBlock = 16;
+  const int64_t key_blocks = (shape.S + kKeyBlock - 1) / kKeyBlock;
   std::vector<T> dkv(static_cast<size_t>(N * c), T(0));
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(cache.prob.size()) * c > \
-                                              kParallelWork)
-  for (int64_t row = 0; row < N; ++row) {
-    const int64_t b = row / shape.S;
-    const int64_t s = row % shape.S;
-    const int64_t last = std::min(shape.S - 1, s + dims.window - 1);
-    for (int64_t t = s; t <= last; ++t) {
-      const int64_t r = b * shape.S + t;
-      accumulate_from(r, s - cache.window_start(r, dims.window), dkv.data() + row * c);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<const T*> rows;
+    std::vector<T> coef;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t block = 0; block < shape.B * key_blocks; ++block) {
+      const int64_t b = block / key_blocks;
+      const int64_t s0 = (block % key_blocks) * kKeyBlock;
+      const int64_t s1 = std::min(shape.S, s0 + kKeyBlock);
+      const int64_t t_last = std::min(shape.S - 1, s1 - 1 + dims.window - 1);
+      for (int64_t t = s0; t <= t_last; ++t) {
+        const int64_t r = b * shape.S + t;
+        const int64_t ws = cache.window_start(r, dims.window);
+        const int64_t lo = std::max(s0, ws);
+        const int64_t hi = std::min(s1 - 1, t);
+        if (lo > hi) continue;
+        const int64_t m = hi - lo + 1;
+        coef.resize(static_cast<size_t>(m * 2 * H));
+        for (int64_t i = 0; i < m; ++i) key_coefficients(r, lo + i - ws, coef.data() + i * 2 * H);
+        query_rows(r, rows);
+        kernels::attention_combine(m, 2 * H, c, coef.data(), 2 * H, rows.data(),
+                                   dkv.data() + (b * shape.S + lo) * c, c);
+      }
     }
   }
   std::vector<T> dcompressed(cache.compressed.size(), T(0));
@@ -432,11 +468,19 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
       for (int64_t k = cache.comp_offsets[r]; k < cache.comp_offsets[r + 1]; ++k)
         users[fill[cache.comp_list[k]]++] = {r, n_window + k - cache.comp_offsets[r]};
     }
-#pragma omp parallel for schedule( \
-    dynamic, 1) if (static_cast <int64_t>(cache.comp_list.size()) * hc > kParallelWork)
-    for (int64_t e = 0; e < entries; ++e)
-      for (int64_t u = count[e]; u < count[e + 1]; ++u)
-        accumulate_from(users[u].first, users[u].second, dcompressed.data() + e * c);
+#pragma omp parallel if (static_cast <int64_t>(cache.comp_list.size()) * hc > kParallelWork)
+    {
+      std::vector<const T*> rows;
+      std::vector<T> coef(static_cast<size_t>(2 * H));
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t e = 0; e < entries; ++e)
+        for (int64_t u = count[e]; u < count[e + 1]; ++u) {
+          key_coefficients(users[u].first, users[u].second, coef.data());
+          query_rows(users[u].first, rows);
+          kernels::attention_combine(1, 2 * H, c, coef.data(), 2 * H, rows.data(),
+                                     dcompressed.data() + e * c, c);
+        }
+    }
   }
 
   // Query path back to a (da written here).
