@@ -31,8 +31,8 @@ namespace {
 // The window covers the whole 512-token sequence: answers copy names and
 // numbers from a question ~100-400 tokens back, which a 128-token window
 // leaves to the compressed entries (4 or 32 tokens pooled into one), from
-// which exact copying is far harder to learn (the first default run, window
-// 128, wrote the model text but not one correct data section).
+// which exact copying is harder. A design choice, not yet an A/B-measured one
+// (docs/demo.md, "Measured").
 json demo_model_config() {
   return json::parse(R"({
     "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
