@@ -205,10 +205,25 @@ TEST(BenchStepCli, TextReportAndMtpOff) {
   EXPECT_FALSE(j.contains("profile"));
 }
 
+// --optimizer adamw (the transformers baseline's optimizer): no Newton-Schulz at all.
+TEST(BenchStepCli, AdamwOnlyRunsNoNewtonSchulz) {
+  const nlohmann::json j = run_json(kTiny + "--peak-gflops 50 --optimizer adamw --profile --json");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["optimizer"], "adamw");
+  bool adamw = false;
+  for (const auto& e : j["profile"]["ops"]) {
+    EXPECT_NE(e["op"].get<std::string>(), "optim.muon_ns") << e;
+    if (e["op"].get<std::string>() == "optim.adamw") adamw = true;
+  }
+  EXPECT_TRUE(adamw);
+  EXPECT_EQ(run_json(kTiny + "--peak-gflops 50 --json")["optimizer"], "muon");
+}
+
 TEST(BenchStepCli, BadOptionsAreNamed) {
   const std::string base = "bench step --config " + trex::test::source_dir() +
                            "/configs/models/tiny-v4.json --peak-gflops 1 ";
-  for (const char* bad : {"--dtype fp8", "--seq 1", "--mtp 2", "--steps 0", "--batch 0"}) {
+  for (const char* bad :
+       {"--dtype fp8", "--seq 1", "--mtp 2", "--steps 0", "--batch 0", "--optimizer sgd"}) {
     const auto r = trex::test::run_trex(base + bad);
     EXPECT_NE(r.exit_code, 0) << bad;
     const std::string field = std::string(bad).substr(2, std::string(bad).find(' ') - 2);

@@ -73,6 +73,7 @@ struct StepBenchOptions {
   int64_t warmup = 1;
   std::string dtype = "fp32";
   int mtp = 1;
+  std::string optimizer = "muon";  // muon: the trainer's AdamW+Muon split; adamw: AdamW only
   uint64_t seed = 1;
   double peak_gflops = 0.0;  // > 0: given; otherwise measured after the steps
   bool profile = false;
@@ -110,6 +111,8 @@ int run_step(const StepBenchOptions& o) {
   if (o.steps < 1) throw Error("--steps must be positive").field("steps");
   if (o.warmup < 0) throw Error("--warmup must be >= 0").field("warmup");
   if (o.mtp != 0 && o.mtp != 1) throw Error("--mtp must be 0 or 1").field("mtp");
+  if (o.optimizer != "muon" && o.optimizer != "adamw")
+    throw Error("--optimizer must be muon or adamw").field("optimizer");
   if (o.peak_gflops < 0) throw Error("--peak-gflops must be >= 0").field("peak-gflops");
   const bool bf16 = o.dtype == "bf16";
   const int64_t baseline_rss = peak_rss_bytes();
@@ -120,7 +123,10 @@ int run_step(const StepBenchOptions& o) {
   m.init_random(o.seed);
   const model::ModelConfig& c = m.config();
   model::ParamStore<float>& params = m.params();
-  train::Optimizer optimizer(params, defaults.optimizer);
+  train::OptimizerOptions optimizer_options = defaults.optimizer;
+  // AdamW only is what the transformers baseline runs (reference/bench_hf_train.py).
+  optimizer_options.use_muon = o.optimizer == "muon";
+  train::Optimizer optimizer(params, optimizer_options);
 
   model::Batch batch;
   batch.B = o.batch;
@@ -242,6 +248,7 @@ int run_step(const StepBenchOptions& o) {
         {"warmup", o.warmup},
         {"dtype", bf16 ? "bf16" : "fp32"},
         {"mtp", o.mtp},
+        {"optimizer", o.optimizer},
         {"threads", threads},
         {"step_seconds",
          {{"median", median},
@@ -368,6 +375,10 @@ void add_bench_commands(CLI::App& app) {
                    "fp32, or bf16 (GEMM operands rounded to bf16, fp32 accumulation)")
       ->capture_default_str();
   step->add_option("--mtp", step_options->mtp, "1: train the MTP block as the trainer does; 0: off")
+      ->capture_default_str();
+  step->add_option("--optimizer", step_options->optimizer,
+                   "muon: the trainer's AdamW+Muon split; adamw: AdamW for every parameter (the "
+                   "transformers baseline's optimizer)")
       ->capture_default_str();
   step->add_option("--seed", step_options->seed, "Seed of the random init and tokens")
       ->capture_default_str();
