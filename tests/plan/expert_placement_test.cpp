@@ -164,6 +164,19 @@ TEST(ExpertPlacementLoad, MatrixAndTotalsFormsAndErrors) {
   EXPECT_EQ(totals.layers[0], (Matrix{{4, 2}, {4, 2}}));
   EXPECT_EQ(totals.num_layers(), 2);
 
+  // Per-rank counters as the model reports them ([rank][layer][expert]).
+  const ExpertLoad gathered = expert_load_from_rank_counts({{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}});
+  EXPECT_EQ(gathered.layers[1], (Matrix{{3, 4}, {7, 8}}));
+  EXPECT_EQ(gathered.source_ranks(), 2);
+  EXPECT_EQ(error_field([] {
+              expert_load_from_rank_counts({{{1, 2}}, {{1, 2, 3}}});
+            }),
+            "expert_load");
+  EXPECT_EQ(error_field([] {
+              expert_load_from_rank_counts({{{1, 2}}, {{1, 2}, {1, 2}}});
+            }),
+            "expert_load");
+
   auto load = [](const char* text, int ranks) {
     return [text, ranks] { ExpertLoad::from_json(json::parse(text), "load.json", ranks); };
   };

@@ -679,6 +679,33 @@ json ExpertLoad::to_json() const {
   return {{"layers", layers}};
 }
 
+ExpertLoad expert_load_from_rank_counts(
+    const std::vector<std::vector<std::vector<int64_t>>>& per_rank) {
+  if (per_rank.empty() || per_rank.front().empty())
+    throw Error("no ranks or no layers").field("expert_load");
+  const size_t layers = per_rank.front().size();
+  const size_t experts = per_rank.front().front().size();
+  ExpertLoad load;
+  load.layers.assign(layers, std::vector<std::vector<double>>(per_rank.size()));
+  for (size_t s = 0; s < per_rank.size(); ++s) {
+    if (per_rank[s].size() != layers)
+      throw Error("rank " + std::to_string(s) + " reports " + std::to_string(per_rank[s].size()) +
+                  " layers, rank 0 " + std::to_string(layers))
+          .field("expert_load");
+    for (size_t l = 0; l < layers; ++l) {
+      if (per_rank[s][l].size() != experts || experts == 0)
+        throw Error("rank " + std::to_string(s) + " layer " + std::to_string(l) + " reports " +
+                    std::to_string(per_rank[s][l].size()) + " experts, expected " +
+                    std::to_string(experts))
+            .field("expert_load");
+      for (int64_t count : per_rank[s][l])
+        if (count < 0) throw Error("negative token count").field("expert_load");
+      load.layers[l][s].assign(per_rank[s][l].begin(), per_rank[s][l].end());
+    }
+  }
+  return load;
+}
+
 ExpertLoad generate_skewed_load(const SkewedLoadSpec& spec, const RankTopology& topology) {
   if (spec.layers <= 0) throw Error("must be > 0").field("--layers");
   if (spec.experts <= 0) throw Error("must be > 0").field("--experts");

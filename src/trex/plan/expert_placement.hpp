@@ -76,6 +76,12 @@ struct ExpertLoad {
   nlohmann::json to_json() const;
 };
 
+// A measured profile: per_rank[s] is EP rank s's LossBreakdown::expert_load
+// (tokens routed to each expert, per block), e.g. as gathered over the EP
+// group, accumulated over a number of steps. Throws when the shapes disagree.
+ExpertLoad expert_load_from_rank_counts(
+    const std::vector<std::vector<std::vector<int64_t>>>& per_rank);
+
 // A Zipf-like routing profile with locality: in every layer each source node
 // prefers its own subset of the experts (a per-layer random partition), and a
 // shared global popularity adds hot experts for everyone. Deterministic in seed.
