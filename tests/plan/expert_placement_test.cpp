@@ -319,11 +319,14 @@ void for_each_balanced_map(int experts, int ranks,
 }
 
 TEST(ExpertPlacementPlace, MatchesBruteForceOnTinyInstances) {
-  // 4 ranks on 2 nodes (3 + 1), 8 experts: 2520 balanced maps each.
-  const RankTopology topology = RankTopology::from_json({{"node_of_rank", {0, 0, 1, 0}}}, "t");
+  // 4 ranks on 2 nodes (3 + 1) or 3 nodes (2 + 1 + 1; augmenting paths of
+  // several hops), 8 experts: 2520 balanced maps each.
+  const RankTopology two_nodes = RankTopology::from_json({{"node_of_rank", {0, 0, 1, 0}}}, "t");
+  const RankTopology three_nodes = RankTopology::from_json({{"node_of_rank", {0, 1, 2, 0}}}, "t");
   int optimal_under_cap = 0;
   const int instances = 60;
   for (int i = 0; i < instances; ++i) {
+    const RankTopology& topology = i % 2 ? three_nodes : two_nodes;
     Rng rng(100 + i);
     const Matrix tokens = random_tokens(rng, topology, 8);
     double best_free = 1e300, best_capped = 1e300;

@@ -307,6 +307,11 @@ void run_experts(const ExpertsOptions& o) {
   if (load_path.empty()) throw Error("--load is required").field("--load");
   if (o.generate.empty() || load_path != o.generate) load = ExpertLoad::load(load_path, ranks);
 
+  if (load.experts() % ranks != 0)
+    throw Error(std::to_string(load.experts()) + " experts do not split evenly over " +
+                std::to_string(ranks) + " EP ranks")
+        .file(load_path)
+        .field("--ep");
   TrafficOptions traffic;
   traffic.hidden = o.hidden;
   traffic.bytes_per_element = bytes_per_element(o.dtype);
