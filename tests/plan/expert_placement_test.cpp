@@ -113,6 +113,14 @@ TEST(ExpertPlacementTopology, AcceptsTheThreeForms) {
   EXPECT_EQ(world.group(8, 8).node_of_rank, std::vector<int>(8, 0));
   EXPECT_TRUE(world.group(0, 4).same_partition(world.group(4, 4)));
   EXPECT_FALSE(RankTopology::uniform(8, 4, 1, 1).same_partition(world.group(0, 8)));
+  std::string note;
+  EXPECT_EQ(first_ep_group(RankTopology::uniform(8, 3, 200, 50), 4, &note).node_of_rank,
+            (std::vector<int>{0, 0, 0, 1}));
+  EXPECT_NE(note.find("EP group 1 spans nodes differently"), std::string::npos) << note;
+  note.clear();
+  EXPECT_EQ(first_ep_group(world, 8, &note).nodes(), 1);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(error_field([&] { first_ep_group(world, 3, nullptr); }), "--ep");
   const ClusterSpec h800 = ClusterSpec::load(repo_file("configs/clusters/h800-ib.json"));
   const RankTopology from_cluster = RankTopology::from_cluster(h800, 32);
   EXPECT_EQ(from_cluster.nodes(), 4);
@@ -420,6 +428,17 @@ TEST(ExpertPlacementExample, ShippedSkewedProfileIsReproducibleAndPlacedWell) {
   EXPECT_LT(after.total.inter_node, 0.5 * before.total.inter_node);
   EXPECT_LT(after.total.inter_node, 1.05 * bound);
   EXPECT_LT(after.total.seconds, before.total.seconds);
+
+  // The CLI's report: the same figures, bytes = pairs x 7168 x 2 B x 2.
+  const ExpertPlan plan = plan_expert_placement(shipped, topology, {}, "bf16", 7168, path);
+  EXPECT_DOUBLE_EQ(plan.after.total.inter_node_bytes, after.total.inter_node * 7168 * 2 * 2);
+  EXPECT_NEAR(plan.inter_node_bytes_lower_bound, bound * 7168 * 2 * 2, 1e-6 * bound);
+  const std::string text = format_expert_plan(plan, true);
+  EXPECT_NE(text.find("met in 4/4 layers"), std::string::npos) << text;
+  EXPECT_NE(text.find("lower bound"), std::string::npos) << text;
+  EXPECT_EQ(expert_plan_json(plan)["layers"], json(result.placement.layers));
+  EXPECT_EQ(error_field([&] { plan_expert_placement(shipped, topology, {}, "bf16", 0, path); }),
+            "--hidden");
 }
 
 TEST(ExpertPlacementCli, PlansWritesALoadableMapAndReportsBadFiles) {

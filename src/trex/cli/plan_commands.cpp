@@ -4,7 +4,6 @@
 // `trex plan validate`: the published-point validation and V4-Pro ablation;
 // `trex plan experts`: topology-aware expert placement (docs/expert-placement.md).
 // See docs/planner.md.
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -220,18 +219,6 @@ void run_calibrate(const CalibrateOptions& o) {
   }
 }
 
-// Whole token counts as JSON integers ("12", not "12.0").
-nlohmann::json counts_json(const std::vector<double>& counts) {
-  nlohmann::json row = nlohmann::json::array();
-  for (double c : counts) {
-    if (c == std::floor(c) && std::abs(c) < 9e15)
-      row.push_back(static_cast<int64_t>(c));
-    else
-      row.push_back(c);
-  }
-  return row;
-}
-
 struct ExpertsOptions {
   std::string topology, cluster, load, out, generate, dtype = "bf16";
   int ep = 0;
@@ -245,158 +232,31 @@ void run_experts(const ExpertsOptions& o) {
   RankTopology topology;
   if (!o.topology.empty()) {
     const RankTopology world = RankTopology::load(o.topology);
-    const int ep = o.ep > 0 ? o.ep : world.ranks();
-    if (world.ranks() % ep != 0)
-      throw Error("must divide the topology's " + std::to_string(world.ranks()) + " ranks")
-          .field("--ep");
-    // EP groups are consecutive world ranks (dist/process_grid.hpp); the map is
-    // shared by all of them and optimised for the first.
-    topology = world.group(0, ep);
-    for (int g = 1; g < world.ranks() / ep; ++g)
-      if (!world.group(g * ep, ep).same_partition(topology)) {
-        std::printf(
-            "note: EP group %d spans nodes differently from group 0; the map is "
-            "optimised for group 0 (ranks 0..%d)\n",
-            g, ep - 1);
-        break;
-      }
+    std::string note;
+    topology = first_ep_group(world, o.ep > 0 ? o.ep : world.ranks(), &note);
+    if (!note.empty()) std::printf("note: %s\n", note.c_str());
   } else if (!o.cluster.empty()) {
     if (o.ep <= 0) throw Error("--cluster needs --ep (the EP group size)").field("--ep");
     topology = RankTopology::from_cluster(ClusterSpec::load(o.cluster), o.ep);
   } else {
     throw Error("--topology (or --cluster with --ep) is required").field("--topology");
   }
-  const int ranks = topology.ranks();
-  std::string per_node;
-  for (int n = 0; n < topology.nodes(); ++n)
-    per_node += (n ? "+" : "") + std::to_string(topology.ranks_on_node(n).size());
-  std::printf(
-      "topology: %d EP ranks on %d node%s (%s), per rank %.4g GB/s intra-node, %.4g GB/s "
-      "inter-node\n",
-      ranks, topology.nodes(), topology.nodes() == 1 ? "" : "s", per_node.c_str(),
-      topology.intra_node_gbps, topology.inter_node_gbps);
-
   std::string load_path = o.load;
-  ExpertLoad load;
   if (!o.generate.empty()) {
-    load = generate_skewed_load(o.skew, topology);
-    nlohmann::json j = load.to_json();
-    j["generator"] = {{"command", "trex plan experts --generate-load"},
-                      {"topology", topology.to_json()},
-                      {"experts", o.skew.experts},
-                      {"layers", o.skew.layers},
-                      {"top_k", o.skew.top_k},
-                      {"tokens_per_rank", o.skew.tokens_per_rank},
-                      {"zipf", o.skew.zipf},
-                      {"locality", o.skew.locality},
-                      {"rank_noise", o.skew.rank_noise},
-                      {"seed", o.skew.seed}};
-    // One source rank's row per line keeps the file readable and diffable.
-    std::string text = "{\"generator\": " + j["generator"].dump() + ",\n \"layers\": [\n";
-    for (size_t l = 0; l < load.layers.size(); ++l) {
-      for (size_t s = 0; s < load.layers[l].size(); ++s)
-        text += std::string(s ? "   " : "  [") + counts_json(load.layers[l][s]).dump() +
-                (s + 1 < load.layers[l].size() ? ",\n" : "]");
-      text += l + 1 < load.layers.size() ? ",\n" : "\n";
-    }
-    write_file_atomic(o.generate, text + " ]}\n");
+    const ExpertLoad generated = generate_skewed_load(o.skew, topology);
+    write_file_atomic(o.generate, skewed_load_file_text(generated, o.skew, topology));
     std::printf("wrote %s (skewed load: %d layers x %d experts, zipf %.3g, locality %.3g)\n",
                 o.generate.c_str(), o.skew.layers, o.skew.experts, o.skew.zipf, o.skew.locality);
     if (load_path.empty()) load_path = o.generate;
   }
   if (load_path.empty()) throw Error("--load is required").field("--load");
-  if (o.generate.empty() || load_path != o.generate) load = ExpertLoad::load(load_path, ranks);
-
-  if (load.experts() % ranks != 0)
-    throw Error(std::to_string(load.experts()) + " experts do not split evenly over " +
-                std::to_string(ranks) + " EP ranks")
-        .file(load_path)
-        .field("--ep");
-  TrafficOptions traffic;
-  traffic.hidden = o.hidden;
-  traffic.bytes_per_element = bytes_per_element(o.dtype);
-  if (o.hidden <= 0) throw Error("must be > 0").field("--hidden");
   PlacementOptions options;
   options.tolerance = o.tolerance;
-  const PlacementResult placed = place_experts(load, topology, options);
-  const ExpertPlacement contiguous = contiguous_placement(load.num_layers(), load.experts(), ranks);
-  const TrafficReport before = traffic_report(load, contiguous, topology, traffic);
-  const TrafficReport after = traffic_report(load, placed.placement, topology, traffic);
-  const double pair_bytes = 2.0 * static_cast<double>(o.hidden) * traffic.bytes_per_element;
-  double bound_bytes = 0;
-  int met = 0, infeasible = 0;
-  for (const LayerPlacement& l : placed.layers) {
-    bound_bytes += l.inter_node_lower_bound * pair_bytes;
-    met += l.balance_met ? 1 : 0;
-    infeasible += l.balance_infeasible ? 1 : 0;
-  }
-  std::printf(
-      "load %s: %d MoE layers x %d experts, %.4g token-expert pairs; hidden %lld x %s, "
-      "dispatch + combine\n",
-      load_path.c_str(), load.num_layers(), load.experts(), before.total.assignments,
-      static_cast<long long>(o.hidden), o.dtype.c_str());
-  std::printf("balance: max rank load <= %.3g x mean met in %d/%d layers", 1 + o.tolerance, met,
-              load.num_layers());
-  if (met < load.num_layers())
-    std::printf(
-        " (%d provably infeasible, %d not reached by the search; those layers use the "
-        "smallest max load found)",
-        infeasible, load.num_layers() - met - infeasible);
-  std::printf("\n\n");
-
-  auto row = [](const char* name, const LayerTraffic& t, double worst) {
-    std::printf("%-12s %14.4g %14.4g %9.1f %13.3f %12.3f %14.4g\n", name, t.inter_node_bytes / 1e9,
-                t.intra_node_bytes / 1e9, t.assignments > 0 ? 100.0 * t.local / t.assignments : 0.0,
-                t.imbalance(), worst, t.seconds * 1e3);
-  };
-  std::printf("%-12s %14s %14s %9s %13s %12s %14s\n", "map", "inter-node GB", "intra-node GB",
-              "local %", "max/mean load", "worst layer", "est. a2a ms");
-  row("contiguous", before.total, before.worst_layer_imbalance);
-  row("placed", after.total, after.worst_layer_imbalance);
-  std::printf("%-12s %14.4g %14s %9s %13s %12s %14s\n", "lower bound", bound_bytes / 1e9, "-", "-",
-              "-", "-", "-");
-  auto change = [](double now, double was) { return was > 0 ? 100.0 * (now / was - 1) : 0.0; };
-  std::printf("\ninter-node bytes %+.1f%% (lower bound %+.1f%%), est. all-to-all time %+.1f%%\n",
-              change(after.total.inter_node_bytes, before.total.inter_node_bytes),
-              change(bound_bytes, before.total.inter_node_bytes),
-              change(after.total.seconds, before.total.seconds));
-  std::printf(
-      "(max/mean load: sum over layers of the busiest rank's token-expert pairs over the "
-      "mean; lower bound: exact optimum without the load constraint)\n");
-
-  if (o.per_layer) {
-    std::printf("\n%5s %16s %16s %16s %12s %12s %12s %12s  %s\n", "layer", "inter GB before",
-                "inter GB after", "inter GB bound", "load before", "load after", "ms before",
-                "ms after", "start");
-    for (int l = 0; l < load.num_layers(); ++l) {
-      const LayerTraffic& b = before.layers[l];
-      const LayerTraffic& a = after.layers[l];
-      const LayerPlacement& p = placed.layers[l];
-      std::printf("%5d %16.4g %16.4g %16.4g %12.3f %12.3f %12.3f %12.3f  %s%s\n", l,
-                  b.inter_node_bytes / 1e9, a.inter_node_bytes / 1e9,
-                  p.inter_node_lower_bound * pair_bytes / 1e9, b.imbalance(), a.imbalance(),
-                  b.seconds * 1e3, a.seconds * 1e3, p.start.c_str(),
-                  p.balance_met ? "" : (p.balance_infeasible ? " (infeasible)" : " (not met)"));
-    }
-  }
-
+  const ExpertPlan plan = plan_expert_placement(ExpertLoad::load(load_path, topology.ranks()),
+                                                topology, options, o.dtype, o.hidden, load_path);
+  std::cout << format_expert_plan(plan, o.per_layer);
   if (!o.out.empty()) {
-    nlohmann::json j = expert_placement_json(placed.placement);
-    auto summary = [](const LayerTraffic& t) {
-      return nlohmann::json{{"inter_node_bytes", t.inter_node_bytes},
-                            {"intra_node_bytes", t.intra_node_bytes},
-                            {"max_over_mean_load", t.imbalance()},
-                            {"all_to_all_seconds", t.seconds}};
-    };
-    j["traffic"] = {{"contiguous", summary(before.total)},
-                    {"placed", summary(after.total)},
-                    {"inter_node_bytes_lower_bound", bound_bytes},
-                    {"hidden", o.hidden},
-                    {"dtype", o.dtype},
-                    {"tolerance", o.tolerance},
-                    {"load", load_path}};
-    j["topology"] = topology.to_json();
-    write_file_atomic(o.out, j.dump() + "\n");
+    write_file_atomic(o.out, expert_plan_json(plan).dump() + "\n");
     std::printf("wrote %s\n", o.out.c_str());
   }
 }

@@ -177,4 +177,35 @@ LayerPlacement place_layer(const std::vector<std::vector<double>>& tokens,
 PlacementResult place_experts(const ExpertLoad& load, const RankTopology& topology,
                               const PlacementOptions& options);
 
+// ---- the `trex plan experts` report: contiguous vs placed vs the lower bound.
+
+// The EP group [0, ep) of a world topology (EP is innermost in the process
+// grid, so EP groups are consecutive world ranks). `note` gets a warning when
+// another EP group spans the nodes differently (the map is shared by all).
+RankTopology first_ep_group(const RankTopology& world, int ep, std::string* note);
+
+struct ExpertPlan {
+  RankTopology topology;
+  std::string load_source;
+  std::string dtype = "bf16";
+  TrafficOptions traffic;
+  PlacementOptions options;
+  int layers = 0, experts = 0;
+  PlacementResult placed;
+  TrafficReport before;  // the contiguous map
+  TrafficReport after;   // the placed map
+  double inter_node_bytes_lower_bound = 0;
+};
+
+ExpertPlan plan_expert_placement(const ExpertLoad& load, const RankTopology& topology,
+                                 const PlacementOptions& options, const std::string& dtype,
+                                 int64_t hidden, const std::string& load_source);
+std::string format_expert_plan(const ExpertPlan& plan, bool per_layer);
+// The --out file: the map plus the traffic summary and the topology.
+nlohmann::json expert_plan_json(const ExpertPlan& plan);
+// A generated profile as a file: the generator settings, then one source
+// rank's row per line (readable, diffable, and regenerable by the tests).
+std::string skewed_load_file_text(const ExpertLoad& load, const SkewedLoadSpec& spec,
+                                  const RankTopology& topology);
+
 }  // namespace trex::plan
