@@ -134,7 +134,7 @@ TEST(PipelineMpi, DualPipeVMatchesOneRankInDouble) {
 }
 
 // Not a correctness check: the measured bubble of both schedules on this
-// machine (docs/pipeline-parallel.md), 8 equal micro-batches, mean of 2 steps
+// machine (docs/pipeline-parallel.md), 8 equal micro-batches of 2 × 48 tokens, mean of 2 steps
 // after a warm-up step.
 TEST(PipelineMpi, MeasuredBubble) {
   std::shared_ptr<trex::dist::Communicator> world = trex::dist::world();
@@ -143,10 +143,10 @@ TEST(PipelineMpi, MeasuredBubble) {
   for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kDualPipeV}) {
     trex::model::Model<float> m = trex::test::pipeline_model<float>();
     std::vector<trex::model::Batch> batches = trex::test::pipeline_micro_batches(m.config(), 8);
-    for (trex::model::Batch& b : batches) {  // equal shapes: B = 1, S = 16, unpacked
-      b.B = 1;
-      b.S = 16;
-      b.input_ids.resize(16, 7);
+    for (trex::model::Batch& b : batches) {  // equal shapes: B = 2, S = 48, unpacked
+      b.B = 2;
+      b.S = 48;
+      b.input_ids.resize(96, 7);
       b.labels = b.input_ids;
       b.document_ids.clear();
     }
@@ -171,10 +171,11 @@ TEST(PipelineMpi, MeasuredBubble) {
     const trex::train::ScheduleTimeline ideal =
         trex::train::simulate_schedule(runner.plan(8), 1.0, 2.0);
     if (grid.pp().rank() == 0) {
-      std::printf("%s pp=%d, 8 micro-batches: step %.3f s; bubble measured / ideal:",
-                  trex::train::pipeline_schedule_name(schedule), pp, step);
+      std::printf(
+          "%s pp=%d, 8 micro-batches: step %.3f s; per rank: busy s, bubble measured / ideal:",
+          trex::train::pipeline_schedule_name(schedule), pp, step);
       for (int i = 0; i < pp; ++i)
-        std::printf(" r%d %.3f / %.3f", i, bubble[i], ideal.bubble_fraction[i]);
+        std::printf(" r%d %.3f s %.3f / %.3f", i, busy[i], bubble[i], ideal.bubble_fraction[i]);
       std::printf("\n");
     }
   }

@@ -66,6 +66,10 @@ PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro
     throw pipeline_error("DualPipeV needs at least 2·pp = " + std::to_string(2 * P) +
                          " micro-batches per step, got " + std::to_string(N));
   const int C = dual ? 2 * P : P;
+  // Tags name (micro-batch, chunk, direction); MPI guarantees tags up to 32767.
+  if (2 * static_cast<int64_t>(N) * C > 32768)
+    throw pipeline_error(std::to_string(N) + " micro-batches over " + std::to_string(C) +
+                         " chunks need more than 32768 message tags");
   if (num_layers < C)
     throw pipeline_error(std::string(pipeline_schedule_name(schedule)) + " with pp=" +
                          std::to_string(P) + " cuts the model into " + std::to_string(C) +
@@ -257,7 +261,9 @@ const PipelinePlan& BasicPipelineRunner<T>::plan(int micro_batches) {
 
 template <class T>
 PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_batches,
-                                           const model::LossOptions& loss) {
+                                           const model::LossOptions& loss,
+                                           const model::StepOptions& step) {
+  require(step.backward, "pipeline: the runner trains (StepOptions::backward must be true)");
   const int N = static_cast<int>(micro_batches.size());
   const PipelinePlan& pl = plan(N);
   const int C = pl.num_chunks(), rank = pp_.rank();
@@ -316,7 +322,6 @@ PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_b
   size_t posted = 0;
   std::vector<model::LossBreakdown> parts(static_cast<size_t>(N));
   double busy = 0.0;
-  const model::StepOptions step;
   for (size_t i = 0; i < program.size(); ++i) {
     for (; posted < std::min(program.size(), i + 1 + kLookahead); ++posted)
       post_receive(program[posted]);

@@ -114,7 +114,9 @@ class BasicPipelineRunner {
   // micro-batch i), n_i = its LM targets (model.count_lm_targets): the caller
   // divides by Σ n_i after summing over the pp group (and the data group).
   // Collective over pp.
-  PipelineResult run(std::span<const model::Batch> micro_batches, const model::LossOptions& loss);
+  // `step` is passed to every forward_stage (its `backward` must stay true).
+  PipelineResult run(std::span<const model::Batch> micro_batches, const model::LossOptions& loss,
+                     const model::StepOptions& step = {});
 
   const PipelinePlan& plan(int micro_batches);
   std::string describe_schedule(int micro_batches) {
