@@ -78,6 +78,7 @@ template <class T>
 struct StageCache<T>::Impl {
   StageSpec stage;
   LossOptions loss;
+  StepOptions step;       // of the forward (its hooks serve the backward too)
   bool backward = false;  // the forward prepared a backward
   double gradient_weight = 1.0;
   int64_t B = 0, S = 0;
@@ -626,6 +627,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   typename StageCache<T>::Impl& st = *cache.impl_;
   st.stage = stage;
   st.loss = loss;
+  st.step = step;
   st.backward = step.backward;
   st.gradient_weight = gradient_weight;
   st.B = B;
