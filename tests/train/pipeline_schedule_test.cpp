@@ -238,6 +238,30 @@ void expect_one_rank_runner_matches(double tensor_tolerance, double global_toler
   }
 }
 
+// A failing stage surfaces as trex::Error (here: fixed selections without a
+// previous forward), and bad micro-batches are rejected before any transfer.
+TEST(PipelineRunner, ErrorsPropagate) {
+  trex::model::Model<float> m = trex::test::pipeline_model<float>();
+  auto batches = trex::test::pipeline_micro_batches(m.config(), 4);
+  const auto self = trex::dist::make_self_communicator("pp");
+  trex::train::PipelineRunner runner(m, *self, PipelineSchedule::kDualPipeV);
+  trex::model::StepOptions fixed;
+  fixed.fixed_selection = true;
+  EXPECT_THROW(runner.run(batches, trex::test::pipeline_loss_options(), fixed), trex::Error);
+  trex::model::StepOptions forward_only;
+  forward_only.backward = false;
+  EXPECT_THROW(runner.run(batches, trex::test::pipeline_loss_options(), forward_only), trex::Error);
+  batches[2].labels.pop_back();
+  try {
+    runner.run(batches, trex::test::pipeline_loss_options());
+    FAIL() << "bad micro-batch accepted";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.field_name(), "labels");
+  }
+  EXPECT_THROW(runner.run(std::span(batches).first(1), trex::test::pipeline_loss_options()),
+               trex::Error);  // DualPipeV needs 2·pp micro-batches
+}
+
 TEST(PipelineRunner, OneRankMatchesForwardBackwardInDouble) {
   expect_one_rank_runner_matches<double>(1e-10, 1e-12);
 }

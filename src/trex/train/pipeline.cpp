@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <memory>
 #include <sstream>
 
 #include "trex/core/error.hpp"
@@ -27,6 +28,18 @@ char micro_batch_char(int m) {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+// Buffers of one step's transfers: the inputs received (or handed over) per
+// (micro-batch, chunk) and the outputs being sent.
+template <class T>
+struct Transfers {
+  struct PendingSend {
+    dist::Request request;
+    std::vector<T> data;
+  };
+  std::vector<std::vector<T>> forward_in, backward_in;
+  std::deque<PendingSend> sends;
+};
 
 }  // namespace
 
@@ -280,18 +293,18 @@ PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_b
   // gradient (received or handed over by this rank's neighbouring chunk), and
   // the chunk's activations between its forward and backward.
   auto slot = [C](int m, int c) { return static_cast<size_t>(m * C + c); };
-  std::vector<std::vector<T>> forward_in(static_cast<size_t>(N * C)),
-      backward_in(static_cast<size_t>(N * C));
+  auto transfers = std::make_unique<Transfers<T>>();
+  std::vector<std::vector<T>>& forward_in = transfers->forward_in;
+  std::vector<std::vector<T>>& backward_in = transfers->backward_in;
+  forward_in.resize(static_cast<size_t>(N * C));
+  backward_in.resize(static_cast<size_t>(N * C));
   std::vector<dist::Request> forward_recv(static_cast<size_t>(N * C)),
       backward_recv(static_cast<size_t>(N * C));
   std::vector<model::StageCache<T>> caches(static_cast<size_t>(N * C));
   // A tag names the receiving (micro-batch, chunk, direction).
   auto tag = [C](int m, int c, PipeOp op) { return (m * C + c) * 2 + (op == PipeOp::kBackward); };
-  struct PendingSend {
-    dist::Request request;
-    std::vector<T> data;
-  };
-  std::deque<PendingSend> sends;
+  using PendingSend = typename Transfers<T>::PendingSend;
+  std::deque<PendingSend>& sends = transfers->sends;
   auto send = [&](std::vector<T>&& data, int dest, int t) {
     sends.push_back({dist::Request(), std::move(data)});
     PendingSend& p = sends.back();
@@ -322,64 +335,77 @@ PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_b
   size_t posted = 0;
   std::vector<model::LossBreakdown> parts(static_cast<size_t>(N));
   double busy = 0.0;
-  for (size_t i = 0; i < program.size(); ++i) {
-    for (; posted < std::min(program.size(), i + 1 + kLookahead); ++posted)
-      post_receive(program[posted]);
-    const PipeAction& a = program[i];
-    const int m = a.micro_batch, c = a.chunk;
-    const model::StageSpec& spec = pl.chunks[c];
-    if (a.op == PipeOp::kForward) {
-      forward_recv[slot(m, c)].wait();
-      std::vector<T> out(spec.has_head ? 0 : static_cast<size_t>(activation[m]));
-      const auto t0 = std::chrono::steady_clock::now();
-      model::LossBreakdown part =
-          model_.forward_stage(spec, micro_batches[m], loss, step, weight[m],
-                               spec.has_embedding ? nullptr : forward_in[slot(m, c)].data(),
-                               spec.has_head ? nullptr : out.data(), caches[slot(m, c)]);
-      busy += seconds_since(t0);
-      // Merge this chunk's part of the micro-batch's breakdown.
-      model::LossBreakdown& acc = parts[m];
-      acc.balance += part.balance;
-      acc.indexer += part.indexer;
-      if (spec.has_head) {
-        acc.lm = part.lm;
-        acc.mtp = part.mtp;
-        acc.lm_tokens = part.lm_tokens;
-        acc.mtp_tokens = part.mtp_tokens;
-      }
-      if (acc.expert_load.size() < part.expert_load.size())
-        acc.expert_load.resize(part.expert_load.size());
-      for (size_t l = 0; l < part.expert_load.size(); ++l)
-        if (!part.expert_load[l].empty()) acc.expert_load[l] = std::move(part.expert_load[l]);
-      std::vector<T>().swap(forward_in[slot(m, c)]);
-      if (!spec.has_head) {
-        if (pl.chunk_rank[c + 1] == rank) {
-          forward_in[slot(m, c + 1)] = std::move(out);
-        } else {
-          send(std::move(out), pl.chunk_rank[c + 1], tag(m, c + 1, PipeOp::kForward));
+  try {
+    for (size_t i = 0; i < program.size(); ++i) {
+      for (; posted < std::min(program.size(), i + 1 + kLookahead); ++posted)
+        post_receive(program[posted]);
+      const PipeAction& a = program[i];
+      const int m = a.micro_batch, c = a.chunk;
+      const model::StageSpec& spec = pl.chunks[c];
+      if (a.op == PipeOp::kForward) {
+        forward_recv[slot(m, c)].wait();
+        std::vector<T> out(spec.has_head ? 0 : static_cast<size_t>(activation[m]));
+        const auto t0 = std::chrono::steady_clock::now();
+        model::LossBreakdown part =
+            model_.forward_stage(spec, micro_batches[m], loss, step, weight[m],
+                                 spec.has_embedding ? nullptr : forward_in[slot(m, c)].data(),
+                                 spec.has_head ? nullptr : out.data(), caches[slot(m, c)]);
+        busy += seconds_since(t0);
+        // Merge this chunk's part of the micro-batch's breakdown.
+        model::LossBreakdown& acc = parts[m];
+        acc.balance += part.balance;
+        acc.indexer += part.indexer;
+        if (spec.has_head) {
+          acc.lm = part.lm;
+          acc.mtp = part.mtp;
+          acc.lm_tokens = part.lm_tokens;
+          acc.mtp_tokens = part.mtp_tokens;
         }
-      }
-    } else {
-      backward_recv[slot(m, c)].wait();
-      std::vector<T> d_in(spec.has_embedding ? 0 : static_cast<size_t>(activation[m]));
-      const auto t0 = std::chrono::steady_clock::now();
-      model_.backward_stage(caches[slot(m, c)],
-                            spec.has_head ? nullptr : backward_in[slot(m, c)].data(),
-                            spec.has_embedding ? nullptr : d_in.data());
-      busy += seconds_since(t0);
-      caches[slot(m, c)].clear();
-      std::vector<T>().swap(backward_in[slot(m, c)]);
-      if (!spec.has_embedding) {
-        if (pl.chunk_rank[c - 1] == rank) {
-          backward_in[slot(m, c - 1)] = std::move(d_in);
-        } else {
-          send(std::move(d_in), pl.chunk_rank[c - 1], tag(m, c - 1, PipeOp::kBackward));
+        if (acc.expert_load.size() < part.expert_load.size())
+          acc.expert_load.resize(part.expert_load.size());
+        for (size_t l = 0; l < part.expert_load.size(); ++l)
+          if (!part.expert_load[l].empty()) acc.expert_load[l] = std::move(part.expert_load[l]);
+        std::vector<T>().swap(forward_in[slot(m, c)]);
+        if (!spec.has_head) {
+          if (pl.chunk_rank[c + 1] == rank) {
+            forward_in[slot(m, c + 1)] = std::move(out);
+          } else {
+            send(std::move(out), pl.chunk_rank[c + 1], tag(m, c + 1, PipeOp::kForward));
+          }
+        }
+      } else {
+        backward_recv[slot(m, c)].wait();
+        std::vector<T> d_in(spec.has_embedding ? 0 : static_cast<size_t>(activation[m]));
+        const auto t0 = std::chrono::steady_clock::now();
+        model_.backward_stage(caches[slot(m, c)],
+                              spec.has_head ? nullptr : backward_in[slot(m, c)].data(),
+                              spec.has_embedding ? nullptr : d_in.data());
+        busy += seconds_since(t0);
+        caches[slot(m, c)].clear();
+        std::vector<T>().swap(backward_in[slot(m, c)]);
+        if (!spec.has_embedding) {
+          if (pl.chunk_rank[c - 1] == rank) {
+            backward_in[slot(m, c - 1)] = std::move(d_in);
+          } else {
+            send(std::move(d_in), pl.chunk_rank[c - 1], tag(m, c - 1, PipeOp::kBackward));
+          }
         }
       }
     }
+    for (PendingSend& p : sends) p.request.wait();
+    sends.clear();
+  } catch (...) {
+    // Receives posted ahead and sends not yet completed may still write into or
+    // read from these buffers: leak them rather than free memory the
+    // communication thread still uses. The pipeline is broken (the other ranks
+    // wait for this one); the caller is expected to abort the job.
+    bool in_flight = false;
+    for (const dist::Request& r : forward_recv) in_flight = in_flight || !r.done();
+    for (const dist::Request& r : backward_recv) in_flight = in_flight || !r.done();
+    for (const PendingSend& p : sends) in_flight = in_flight || !p.request.done();
+    if (in_flight) static_cast<void>(transfers.release());
+    throw;
   }
-  for (PendingSend& p : sends) p.request.wait();
-  sends.clear();
 
   PipelineResult result;
   result.step_seconds = seconds_since(start);
