@@ -137,6 +137,12 @@ TEST(PipelineSchedule, DualPipeVProgramFollowsTheReferenceShape) {
   };
   EXPECT_EQ(code(0).substr(0, 3 * 11), "F0 F0 F0 F0 F0 F0 F0 F1 B1 F1 B1 ");
   EXPECT_EQ(code(3).substr(0, 3 * 12), "F0 F1 F0 F1 F0 F1 F0 F1 F0 B1 F1 B0 ");
+  // Rank 1 in full: the §5.5 line "F0×5 F1 F0 F1 B1* W F1 B1* W F1 (F0&B1 F1&B0)×4
+  // B1 F1&B0 B1 F1&B0 B1 B0 B1* B0* W B0* W B0* W W" with B* W → B, W dropped.
+  std::string main_phase;
+  for (int i = 0; i < 4; ++i) main_phase += "F0 B1 F1 B0 ";
+  EXPECT_EQ(code(1), "F0 F0 F0 F0 F0 F1 F0 F1 B1 F1 B1 F1 " + main_phase +
+                         "B1 F1 B0 B1 F1 B0 B1 B0 B1 B0 B0 B0 ");
   for (int r = 0; r < 4; ++r) {
     std::map<std::string, int> counts;
     for (const PipeAction& a : plan.programs[r])
