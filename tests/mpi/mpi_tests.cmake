@@ -26,3 +26,5 @@ endfunction()
 
 trex_add_mpi_test(communicator_2 2 "Communicator*")
 trex_add_mpi_test(communicator_4 4 "Communicator*:ProcessGridMpi*")
+trex_add_mpi_test(pp_2 2 "PipelineMpi*")
+trex_add_mpi_test(pp_4 4 "PipelineMpi*")

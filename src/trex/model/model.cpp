@@ -50,6 +50,7 @@ struct BlockCache {
   std::vector<T> u_ffn, inv_ffn, x_ffn;
   MoeCache<T> moe;
   std::vector<T> y_ffn;
+  double gradient_weight = 1.0;  // seed of the balance / indexer loss gradients
 };
 
 template <class T>
@@ -70,15 +71,47 @@ struct MtpCache {
 
 template <class T>
 struct Model<T>::State {
-  std::vector<BlockCache<T>> blocks;
-  std::vector<MtpCache<T>> mtp;
+  StageCache<T> whole;  // forward_backward's activations (kept for fixed_selection)
+};
+
+template <class T>
+struct StageCache<T>::Impl {
+  StageSpec stage;
+  LossOptions loss;
+  StepOptions step;       // of the forward (its hooks serve the backward too)
+  bool backward = false;  // the forward prepared a backward
+  double gradient_weight = 1.0;
+  int64_t B = 0, S = 0;
+  std::vector<BlockCache<T>> blocks;  // layers first_layer .. last_layer−1
   std::vector<int64_t> ids;
   std::vector<Segment> segments;  // empty: unpacked batch
-  std::vector<T> x_final;         // X^L [N, n, d]
+  // Head stage.
+  std::vector<T> x_final;  // X^L [N, n, d]
   HcHeadCache<T> head;
   std::vector<T> hc_out, inv_final, final_normed;
   std::vector<int64_t> targets;
+  std::vector<T> d_final;  // dLoss/d(final_normed) [N, d], seeded by the forward
+  std::vector<MtpCache<T>> mtp;
+  std::vector<T> d_mfinal;  // the MTP head's, [M, d] (when mtp_backward)
+  bool mtp_backward = false;
 };
+
+template <class T>
+StageCache<T>::StageCache() = default;
+template <class T>
+StageCache<T>::~StageCache() = default;
+template <class T>
+StageCache<T>::StageCache(StageCache&&) noexcept = default;
+template <class T>
+StageCache<T>& StageCache<T>::operator=(StageCache&&) noexcept = default;
+template <class T>
+void StageCache<T>::clear() {
+  impl_.reset();
+}
+template <class T>
+bool StageCache<T>::empty() const {
+  return !impl_;
+}
 
 namespace {
 
@@ -222,7 +255,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const SeqShape& shape, const std::vector<Segment>& segments,
                      const std::vector<Segment>& balance_segments, const T* x_in,
                      const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
-                     BlockCache<T>& bc, T* x_out) {
+                     double gradient_weight, BlockCache<T>& bc, T* x_out) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -241,7 +274,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   AttentionOptions ao;
   ao.fixed_selection = step.fixed_selection;
   ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
-  ao.indexer_loss_weight = loss.indexer_loss_weight;
+  ao.indexer_loss_weight = loss.indexer_loss_weight * gradient_weight;  // its gradient seed
+  bc.gradient_weight = gradient_weight;
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
   bc.segments = segments;
   bc.balance_segments = balance_segments;
@@ -299,7 +333,8 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   {
     TREX_PROFILE(profile::Op::kMoeOther);
     moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
-                 w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+                 w.moe, bc.moe, dy.data(), static_cast<T>(bc.gradient_weight), w.moe_g,
+                 dnormed.data());
   }
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
@@ -433,6 +468,18 @@ MtpSegments mtp_segments(const std::vector<Segment>& segments, int64_t S) {
   return out;
 }
 
+// Segment of every token (unpacked: its row).
+std::vector<int64_t> segment_index(const std::vector<Segment>& segments, int64_t B, int64_t S) {
+  std::vector<int64_t> segment_of(static_cast<size_t>(B * S));
+  if (segments.empty()) {
+    for (int64_t r = 0; r < B * S; ++r) segment_of[r] = r / S;
+  } else {
+    for (size_t i = 0; i < segments.size(); ++i)
+      std::fill_n(segment_of.begin() + segments[i].row, segments[i].len, static_cast<int64_t>(i));
+  }
+  return segment_of;
+}
+
 }  // namespace
 
 template <class T>
@@ -508,61 +555,123 @@ void Model<T>::init_random(uint64_t seed) {
   }
 }
 
+StageSpec whole_model_stage(const ModelConfig& config) {
+  return StageSpec{0, config.num_hidden_layers, true, true};
+}
+
+template <class T>
+void Model<T>::check_stage(const StageSpec& stage) const {
+  if (stage.first_layer < 0 || stage.last_layer < stage.first_layer ||
+      stage.last_layer > config_.num_hidden_layers)
+    throw Error("stage: layers [" + std::to_string(stage.first_layer) + ", " +
+                std::to_string(stage.last_layer) + ") are not a range inside [0, " +
+                std::to_string(config_.num_hidden_layers) + ")")
+        .field("stage");
+}
+
+template <class T>
+int64_t Model<T>::count_lm_targets(const Batch& batch) const {
+  check_batch(config_, batch);
+  const std::vector<Segment> segments = packed_segments(batch);
+  const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
+  const std::vector<int64_t> segment_of = segment_index(segments, batch.B, batch.S);
+  int64_t count = 0;
+  for (int64_t b = 0; b < batch.B; ++b)
+    for (int64_t t = 0; t + 1 < batch.S; ++t) {
+      const int64_t r = b * batch.S + t;
+      if (labels[r + 1] >= 0 && segment_of[r] == segment_of[r + 1]) ++count;
+    }
+  return count;
+}
+
+template <class T>
+int64_t Model<T>::stage_activation_size(const Batch& batch) const {
+  return batch.B * batch.S * config_.hc_mult * config_.hidden_size;
+}
+
 template <class T>
 LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss,
                                          const StepOptions& step, T* logits, T* mtp_logits) {
+  StageCache<T>& cache = state_->whole;
+  const LossBreakdown out = forward_stage(whole_model_stage(config_), batch, loss, step, 1.0,
+                                          nullptr, nullptr, cache, logits, mtp_logits);
+  if (step.backward) backward_stage(cache, nullptr, nullptr);
+  return out;
+}
+
+template <class T>
+LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch,
+                                      const LossOptions& loss, const StepOptions& step,
+                                      double gradient_weight, const T* x_in, T* x_out,
+                                      StageCache<T>& cache, T* logits, T* mtp_logits) {
   const ModelConfig& c = config_;
   const profile::PhaseScope forward_phase(profile::Phase::kForward);
+  check_stage(stage);
   check_batch(c, batch);
+  require(stage.has_embedding || x_in, "forward_stage: a stage without the embedding needs x_in");
+  require(stage.has_head || x_out, "forward_stage: a stage without the head needs x_out");
   const std::vector<Segment> segments = packed_segments(batch);
-  State& st = *state_;
   const int64_t B = batch.B, S = batch.S, N = B * S, d = c.hidden_size, n = c.hc_mult,
                 V = c.vocab_size;
-  const int64_t L = c.num_hidden_layers;
+  const int64_t L = c.num_hidden_layers, first = stage.first_layer,
+                layers = stage.last_layer - stage.first_layer;
   const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
-  const bool run_mtp =
-      c.num_nextn_predict_layers > 0 && (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
+  const bool run_mtp = stage.has_head && c.num_nextn_predict_layers > 0 &&
+                       (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection)
-    require(st.blocks.size() == static_cast<size_t>(L) && st.blocks[0].shape.B == B &&
-                st.blocks[0].shape.S == S && st.segments == segments,
-            "fixed_selection needs a previous forward of the same batch shape and segments");
-  st.blocks.resize(static_cast<size_t>(L));
+    require(cache.impl_ && cache.impl_->stage == stage &&
+                cache.impl_->blocks.size() == static_cast<size_t>(layers) && cache.impl_->B == B &&
+                cache.impl_->S == S && cache.impl_->segments == segments,
+            "fixed_selection needs a previous forward of the same stage, batch shape and segments");
+  if (!cache.impl_) cache.impl_ = std::make_unique<typename StageCache<T>::Impl>();
+  typename StageCache<T>::Impl& st = *cache.impl_;
+  st.stage = stage;
+  st.loss = loss;
+  st.step = step;
+  st.backward = step.backward;
+  st.gradient_weight = gradient_weight;
+  st.B = B;
+  st.S = S;
+  st.blocks.resize(static_cast<size_t>(layers));
   st.ids = batch.input_ids;
   st.segments = segments;
   LossBreakdown out;
-  // Segment of every token (unpacked: its row). No target, attention or MTP input
-  // crosses a segment boundary.
-  std::vector<int64_t> segment_of(static_cast<size_t>(N));
-  if (segments.empty()) {
-    for (int64_t r = 0; r < N; ++r) segment_of[r] = r / S;
-  } else {
-    for (size_t i = 0; i < segments.size(); ++i)
-      std::fill_n(segment_of.begin() + segments[i].row, segments[i].len, static_cast<int64_t>(i));
-  }
+  out.expert_load.resize(static_cast<size_t>(L));
 
-  // Embedding and stream expansion.
   const T* embed = params_.value("embed.weight");
   std::vector<T> x(N * n * d), x_next(N * n * d);
-  {
+  if (stage.has_embedding) {
+    // Embedding and stream expansion.
     TREX_PROFILE(profile::Op::kEmbedding);
     for (int64_t r = 0; r < N; ++r)
       for (int64_t j = 0; j < n; ++j)
         std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
                   x.data() + (r * n + j) * d);
+  } else {
+    std::copy(x_in, x_in + N * n * d, x.data());
   }
   const SeqShape shape{B, S};
-  std::vector<BlockBinding<T>> bindings;
-  for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
-  for (int64_t l = 0; l < L; ++l) {
-    out.indexer += block_forward(c, bindings[l], l, shape, segments, segments, x.data(),
-                                 batch.input_ids.data(), loss, step, st.blocks[l], x_next.data());
+  for (int64_t l = first; l < stage.last_layer; ++l) {
+    const BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
+    BlockCache<T>& bc = st.blocks[static_cast<size_t>(l - first)];
+    out.indexer +=
+        block_forward(c, binding, l, shape, segments, segments, x.data(), batch.input_ids.data(),
+                      loss, step, gradient_weight, bc, x_next.data());
     std::swap(x, x_next);
-    out.expert_load.push_back(st.blocks[l].moe.expert_load);
-    if (st.blocks[l].moe.balance_loss_active) out.balance += st.blocks[l].moe.balance_loss;
+    out.expert_load[l] = bc.moe.expert_load;
+    if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
   }
-  st.x_final = x;
+  if (!stage.has_head) {
+    std::copy(x.begin(), x.end(), x_out);
+    st.mtp.clear();
+    return out;
+  }
+  st.x_final = std::move(x);
+  // Segment of every token (unpacked: its row). No target, attention or MTP input
+  // crosses a segment boundary.
+  const std::vector<int64_t> segment_of = segment_index(segments, B, S);
 
-  // Main head.
+  // Main head. The LM loss gradient is seeded here (fused with the loss).
   const MhcDims md = mhc_dims(c, N);
   const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
                                 params_.value("hc_head_scale")};
@@ -583,23 +692,29 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     }
   const LmLossDims ld{N, d, V, 0};
   out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V);
-  std::vector<T> d_final(step.backward ? N * d : 0);
+  // A zero weight contributes no gradient: the loss is then computed as a plain mean.
+  const bool weighted = step.backward && gradient_weight != 0.0;
+  const double weight = weighted ? gradient_weight : 1.0;
+  st.d_final.assign(step.backward ? N * d : 0, T(0));
   {
     LmLossOutputs<T> o;
     o.logits = logits;
-    if (step.backward) {
-      o.dh = d_final.data();
+    if (weighted) {
+      o.dh = st.d_final.data();
       o.dhead = params_.grad("head.weight");
     }
-    const double scale = out.lm_tokens > 0 ? 1.0 / static_cast<double>(out.lm_tokens) : 0.0;
+    const double scale = out.lm_tokens > 0 ? weight / static_cast<double>(out.lm_tokens) : 0.0;
     out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"),
                                    st.targets.data(), scale, o)
-                 .loss;
+                 .loss /
+             weight;
   }
 
   // MTP block(s) (depth 1 in V4; each further depth would chain on the previous one).
-  std::vector<T> dx_final(step.backward ? N * n * d : 0, T(0));
+  // Its forward and loss (with the seeded gradient) run here, its backward in
+  // backward_stage.
   st.mtp.resize(run_mtp ? 1 : 0);
+  st.mtp_backward = false;
   if (run_mtp) {
     MtpCache<T>& mc = st.mtp[0];
     const int64_t layer = L, S1 = S - 1, M = B * S1;
@@ -638,12 +753,13 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     for (int64_t r = 0; r < M; ++r)
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < d; ++i) xm[(r * n + j) * d + i] += mc.e_proj[r * d + i];
-    BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
+    const BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
     const MtpSegments mseg = mtp_segments(segments, S);
-    out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
-                                 mc.next_ids.data(), loss, step, mc.block, mc.x_out.data());
+    out.indexer +=
+        block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
+                      mc.next_ids.data(), loss, step, gradient_weight, mc.block, mc.x_out.data());
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -670,27 +786,58 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V);
     // λ goes into the loss scale so that dhead and dh carry it; λ = 0 (logits
     // only) skips the MTP backward.
-    const bool mtp_backward = step.backward && loss.mtp_weight != 0.0;
+    st.mtp_backward = weighted && loss.mtp_weight != 0.0;
     const double lambda = loss.mtp_weight != 0.0 ? loss.mtp_weight : 1.0;
-    std::vector<T> d_mfinal(mtp_backward ? M * d : 0);
+    st.d_mfinal.assign(st.mtp_backward ? M * d : 0, T(0));
     LmLossOutputs<T> o;
     o.logits = mtp_logits;
-    if (mtp_backward) {
-      o.dh = d_mfinal.data();
+    if (st.mtp_backward) {
+      o.dh = st.d_mfinal.data();
       o.dhead = params_.grad("head.weight");
     }
-    const double scale = out.mtp_tokens > 0 ? lambda / static_cast<double>(out.mtp_tokens) : 0.0;
+    const double mtp_weight = st.mtp_backward ? lambda * weight : lambda;
+    const double scale =
+        out.mtp_tokens > 0 ? mtp_weight / static_cast<double>(out.mtp_tokens) : 0.0;
     const LmLossDims mld{M, d, V, 0};
     out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"),
                                     mc.targets.data(), scale, o)
                   .loss /
-              lambda;
-    if (mtp_backward) {
-      const profile::PhaseScope backward_phase(profile::Phase::kBackward);
+              mtp_weight;
+  }
+  out.total =
+      out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
+  return out;
+}
+
+template <class T>
+void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
+  require(cache.impl_ && cache.impl_->backward,
+          "backward_stage needs a forward_stage with backward into the same cache");
+  typename StageCache<T>::Impl& st = *cache.impl_;
+  const StageSpec& stage = st.stage;
+  require(stage.has_head || d_out, "backward_stage: a stage without the head needs d_out");
+  require(stage.has_embedding || d_in, "backward_stage: a stage without the embedding needs d_in");
+  const ModelConfig& c = config_;
+  const profile::PhaseScope backward_phase(profile::Phase::kBackward);
+  const int64_t B = st.B, S = st.S, N = B * S, d = c.hidden_size, n = c.hc_mult;
+  const int64_t L = c.num_hidden_layers;
+  std::vector<T> dx(N * n * d, T(0));
+  if (!stage.has_head) {
+    std::copy(d_out, d_out + N * n * d, dx.data());
+  } else {
+    if (st.mtp_backward) {
+      // MTP block backward, from the gradient its loss seeded in the forward.
+      MtpCache<T>& mc = st.mtp[0];
+      const int64_t layer = L, S1 = S - 1, M = mc.M;
+      const std::string p = block_prefix(c, layer);
       TREX_PROFILE(profile::Op::kMtpOther);
+      const MhcDims mmd = mhc_dims(c, M);
+      const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
+                                 params_.value(p + "hc_head_scale")};
+      BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
       std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
       kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"),
-                                mc.inv_final.data(), d_mfinal.data(), dhc.data(),
+                                mc.inv_final.data(), st.d_mfinal.data(), dhc.data(),
                                 params_.grad(p + "norm.weight"), M, d);
       HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
                          params_.grad(p + "hc_head_scale")};
@@ -698,7 +845,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
         TREX_PROFILE(profile::Op::kMhcHead);
         hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
       }
-      block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data());
+      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data());
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
           de(M * d);
@@ -718,48 +865,50 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
                                 d);
       kernels::rmsnorm_backward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
                                 de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
+      // The MTP block's use of the embedding (shared with the first stage's).
       T* dembed = params_.grad("embed.weight");
       for (int64_t b = 0; b < B; ++b)
         for (int64_t t = 0; t < S1; ++t) {
           const int64_t r = b * S1 + t;
           T* row = dembed + mc.next_ids[r] * d;
           for (int64_t i = 0; i < d; ++i) row[i] += de[r * d + i];
-          T* dst = dx_final.data() + (b * S + t) * n * d;
+          T* dst = dx.data() + (b * S + t) * n * d;
           const T* src = dh.data() + r * n * d;
           for (int64_t i = 0; i < n * d; ++i) dst[i] += src[i];
         }
     }
-  }
-  out.total =
-      out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
-  if (!step.backward) return out;
-  const profile::PhaseScope backward_phase(profile::Phase::kBackward);
-
-  // Main head backward.
-  {
+    // Main head backward.
+    const MhcDims md = mhc_dims(c, N);
+    const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
+                                  params_.value("hc_head_scale")};
     std::vector<T> dhc(N * d), dxh(N * n * d);
     kernels::rmsnorm_backward(st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
-                              d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
+                              st.d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
     HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
                       params_.grad("hc_head_scale")};
     TREX_PROFILE(profile::Op::kMhcHead);
     hc_head_backward(md, head_w, st.head, st.x_final.data(), dhc.data(), hg, dxh.data());
-    for (int64_t i = 0; i < N * n * d; ++i) dx_final[i] += dxh[i];
+    for (int64_t i = 0; i < N * n * d; ++i) dx[i] += dxh[i];
   }
   std::vector<T> dx_prev(N * n * d);
-  for (int64_t l = L - 1; l >= 0; --l) {
-    block_backward(c, bindings[l], l, loss, st.blocks[l], dx_final.data(), dx_prev.data());
-    std::swap(dx_final, dx_prev);
+  for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {
+    BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
+    block_backward(c, binding, l, st.loss, st.blocks[static_cast<size_t>(l - stage.first_layer)],
+                   dx.data(), dx_prev.data());
+    std::swap(dx, dx_prev);
+  }
+  if (!stage.has_embedding) {
+    std::copy(dx.begin(), dx.end(), d_in);
+    return;
   }
   // Embedding: the four streams are copies of the same row.
   TREX_PROFILE(profile::Op::kEmbedding);
   T* dembed = params_.grad("embed.weight");
   for (int64_t r = 0; r < N; ++r) {
-    T* row = dembed + batch.input_ids[r] * d;
+    T* row = dembed + st.ids[r] * d;
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < d; ++i) row[i] += dx_final[(r * n + j) * d + i];
+      for (int64_t i = 0; i < d; ++i) row[i] += dx[(r * n + j) * d + i];
   }
-  return out;
 }
 
 template <class T>
@@ -772,6 +921,8 @@ void Model<T>::update_router_biases(const LossBreakdown& last, double speed) {
   }
 }
 
+template class StageCache<float>;
+template class StageCache<double>;
 template class Model<float>;
 template class Model<double>;
 

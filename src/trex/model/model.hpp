@@ -55,6 +55,44 @@ struct LossBreakdown {
   std::vector<std::vector<int64_t>> expert_load;
 };
 
+// One pipeline stage (docs/pipeline-parallel.md): the main layers
+// [first_layer, last_layer), optionally preceded by the embedding and followed
+// by the head — HC head → final norm → LM head + loss, and the MTP block (which
+// reads the embedding too: a tied use, both uses add into its gradient). An
+// empty layer range is allowed (the stage passes its input through).
+struct StageSpec {
+  int64_t first_layer = 0;
+  int64_t last_layer = 0;  // exclusive
+  bool has_embedding = false;
+  bool has_head = false;
+  bool operator==(const StageSpec&) const = default;
+};
+
+// The whole model as one stage (what forward_backward runs).
+StageSpec whole_model_stage(const ModelConfig& config);
+
+template <class T>
+class Model;
+
+// What one stage keeps of one micro-batch between its forward and its backward
+// (activations, selections, the head's loss gradient). One cache per
+// (micro-batch, stage) in flight; reusable after the backward.
+template <class T>
+class StageCache {
+ public:
+  StageCache();
+  ~StageCache();
+  StageCache(StageCache&&) noexcept;
+  StageCache& operator=(StageCache&&) noexcept;
+  void clear();  // frees the activations
+  bool empty() const;
+
+ private:
+  friend class Model<T>;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 template <class T>
 class Model {
  public:
@@ -84,12 +122,47 @@ class Model {
                                  const StepOptions& step = {}, T* logits = nullptr,
                                  T* mtp_logits = nullptr);
 
+  // Stage-wise execution (pipeline parallelism, docs/pipeline-parallel.md).
+  // Running the stages of a partition in order, forward then backward in
+  // reverse, is forward_backward (same operations in the same order).
+  //
+  // forward_stage: x_in [B·S, hc_mult, hidden] is the previous stage's output
+  // (ignored, may be null, when the stage has the embedding); x_out receives this
+  // stage's output (ignored, may be null, when it has the head). The returned
+  // breakdown holds this stage's part: balance / indexer losses of its layers,
+  // expert_load indexed by block (num_hidden_layers entries, empty outside the
+  // stage; the head stage appends the MTP block's), and on the head stage lm,
+  // mtp and the token counts. logits / mtp_logits as in forward_backward (head
+  // stage only).
+  //
+  // gradient_weight w scales every loss of this micro-batch in its gradient:
+  // the gradient is w · ∇(mean loss of the micro-batch). w = 1 is
+  // forward_backward; the pipeline passes w = count_lm_targets(batch), so that
+  // micro-batches accumulate Σ n_i g_i and the trainer divides by Σ n_i. It is
+  // known at forward time on every stage (it depends only on the labels), and
+  // the head stage seeds its LM / MTP gradients with it during the forward.
+  LossBreakdown forward_stage(const StageSpec& stage, const Batch& batch, const LossOptions& loss,
+                              const StepOptions& step, double gradient_weight, const T* x_in,
+                              T* x_out, StageCache<T>& cache, T* logits = nullptr,
+                              T* mtp_logits = nullptr);
+  // d_out [B·S, hc_mult, hidden] = dLoss/d(x_out) (ignored on the head stage,
+  // which starts from its own loss); d_in receives dLoss/d(x_in) (ignored on the
+  // embedding stage). Parameter gradients of the stage accumulate into
+  // params().grads(). Needs a forward_stage with step.backward into `cache`.
+  void backward_stage(StageCache<T>& cache, const T* d_out, T* d_in);
+
+  // LM targets of the batch (what LossBreakdown::lm_tokens will be): n_i.
+  int64_t count_lm_targets(const Batch& batch) const;
+  // Elements of the hidden streams passed between stages: B·S·hc_mult·hidden.
+  int64_t stage_activation_size(const Batch& batch) const;
+
   // Aux-loss-free router-bias update (spec §3.3) from the loads of the last
   // forward_backward, on every score-routed block.
   void update_router_biases(const LossBreakdown& last, double speed);
 
  private:
   struct State;
+  void check_stage(const StageSpec& stage) const;
   ModelConfig config_;
   ParamStore<T> params_;
   HashTables hash_tables_;
