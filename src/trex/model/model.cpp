@@ -14,6 +14,7 @@
 #include "trex/model/lm_loss.hpp"
 #include "trex/model/mhc.hpp"
 #include "trex/model/moe.hpp"
+#include "trex/model/moe_parallel.hpp"
 
 namespace trex::model {
 namespace {
@@ -222,7 +223,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const SeqShape& shape, const std::vector<Segment>& segments,
                      const std::vector<Segment>& balance_segments, const T* x_in,
                      const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
-                     BlockCache<T>& bc, T* x_out) {
+                     BlockCache<T>& bc, T* x_out, ExpertParallel* ep = nullptr) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -274,8 +275,10 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                            c.rms_norm_eps);
   {
     TREX_PROFILE(profile::Op::kMoeOther);
+    const MoeParallel parallel = ep ? ep->block(layer, c.n_routed_experts) : MoeParallel{};
     moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
-                w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection);
+                w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection,
+                ep ? &parallel : nullptr);
   }
   TREX_PROFILE(profile::Op::kMhcPost);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
@@ -285,7 +288,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
 // dx_out [N, n, d] → dx_in [N, n, d] (written). Parameter gradients accumulate.
 template <class T>
 void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
-                    const LossOptions& loss, const BlockCache<T>& bc, const T* dx_out, T* dx_in) {
+                    const LossOptions& loss, const BlockCache<T>& bc, const T* dx_out, T* dx_in,
+                    ExpertParallel* ep = nullptr) {
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
@@ -298,8 +302,9 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   }
   {
     TREX_PROFILE(profile::Op::kMoeOther);
+    const MoeParallel parallel = ep ? ep->block(layer, c.n_routed_experts) : MoeParallel{};
     moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
-                 w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data());
+                 w.moe, bc.moe, dy.data(), T(1), w.moe_g, dnormed.data(), ep ? &parallel : nullptr);
   }
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
@@ -555,7 +560,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   for (int64_t l = 0; l < L; ++l) bindings.push_back(bind_block(c, params_, hash_tables_, l));
   for (int64_t l = 0; l < L; ++l) {
     out.indexer += block_forward(c, bindings[l], l, shape, segments, segments, x.data(),
-                                 batch.input_ids.data(), loss, step, st.blocks[l], x_next.data());
+                                 batch.input_ids.data(), loss, step, st.blocks[l], x_next.data(),
+                                 expert_parallel_);
     std::swap(x, x_next);
     out.expert_load.push_back(st.blocks[l].moe.expert_load);
     if (st.blocks[l].moe.balance_loss_active) out.balance += st.blocks[l].moe.balance_loss;
@@ -642,8 +648,9 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
     const MtpSegments mseg = mtp_segments(segments, S);
-    out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
-                                 mc.next_ids.data(), loss, step, mc.block, mc.x_out.data());
+    out.indexer +=
+        block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
+                      mc.next_ids.data(), loss, step, mc.block, mc.x_out.data(), expert_parallel_);
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -698,7 +705,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
         TREX_PROFILE(profile::Op::kMhcHead);
         hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
       }
-      block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data());
+      block_backward(c, bw, layer, loss, mc.block, dxo.data(), dxm.data(), expert_parallel_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
           de(M * d);
@@ -748,7 +755,8 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   }
   std::vector<T> dx_prev(N * n * d);
   for (int64_t l = L - 1; l >= 0; --l) {
-    block_backward(c, bindings[l], l, loss, st.blocks[l], dx_final.data(), dx_prev.data());
+    block_backward(c, bindings[l], l, loss, st.blocks[l], dx_final.data(), dx_prev.data(),
+                   expert_parallel_);
     std::swap(dx_final, dx_prev);
   }
   // Embedding: the four streams are copies of the same row.
