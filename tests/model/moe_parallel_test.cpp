@@ -433,9 +433,10 @@ void check_expert_parallel(const EpCase& ec) {
     for (int dest = 0; dest < R; ++dest) sent += pairs[r][dest];
     EXPECT_EQ(sent, micro[r].dims.tokens() * K);
     // A rank's gradient of an expert it does not own stays zero.
-    for (int64_t e = 0; e < E; ++e)
-      if (owner[e] != r)
-        for (float v : grads[r].w1[e]) ASSERT_EQ(v, 0.f) << "expert " << e;
+    for (int64_t e = 0; e < E; ++e) {
+      if (owner[e] == r) continue;
+      for (float v : grads[r].w1[e]) ASSERT_EQ(v, 0.f) << "expert " << e;
+    }
   }
   // Σ_r EP grads == Σ_r local grads.
   Grads summed(layer.dims);

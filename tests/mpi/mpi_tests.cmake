@@ -26,3 +26,6 @@ endfunction()
 
 trex_add_mpi_test(communicator_2 2 "Communicator*")
 trex_add_mpi_test(communicator_4 4 "Communicator*:ProcessGridMpi*")
+trex_add_mpi_test(expert_parallel_2 2 "ExpertParallelMpi.Matches*:ExpertParallelMpi.Overlap*:ExpertParallelMpi.Rejects*")
+trex_add_mpi_test(expert_parallel_4 4 "ExpertParallelMpi.Matches*:ExpertParallelMpi.Overlap*:ExpertParallelMpi.Rejects*")
+trex_add_mpi_test(expert_parallel_overlap_2 2 "ExpertParallelMpi.ExposedCommunication")
