@@ -57,6 +57,13 @@ TEST(MoeParallelPlan, ValidateOwnerNamesTheField) {
   EXPECT_NO_THROW(validate_expert_owner(ok, 3, 2, "f"));
 }
 
+TEST(MoeParallelPlan, MapFingerprintTellsMapsApart) {
+  const std::vector<int> a{0, 0, 1, 1}, b{0, 1, 0, 1}, c{0, 0, 1}, a2{0, 0, 1, 1};
+  EXPECT_EQ(expert_map_fingerprint(a), expert_map_fingerprint(a2));
+  EXPECT_NE(expert_map_fingerprint(a), expert_map_fingerprint(b));
+  EXPECT_NE(expert_map_fingerprint(a), expert_map_fingerprint(c));
+}
+
 TEST(MoeParallelPlan, ChunkBounds) {
   EXPECT_EQ(chunk_bounds(7, false), (std::vector<int64_t>{0, 7}));
   EXPECT_EQ(chunk_bounds(7, true), (std::vector<int64_t>{0, 3, 7}));
@@ -497,6 +504,40 @@ TEST(MoeParallelThreads, UnbalancedMapAllExpertsOnOneRank) {
   for (int64_t e = 0; e < E; ++e) {
     EXPECT_LE(max_rel(grads[0].w2[e], ref.w2[e]), 1e-5);
     for (float v : grads[1].w2[e]) ASSERT_EQ(v, 0.f);
+  }
+}
+
+// Ranks that disagree on the map or on overlap all throw after the count
+// exchange (none is left waiting for rows).
+TEST(MoeParallelThreads, DisagreeingRanksAllFail) {
+  const Layer layer = make_layer(false);
+  const int64_t E = layer.dims.n_experts;
+  for (int variant = 0; variant < 2; ++variant) {
+    ThreadGroup group(3);
+    std::vector<std::vector<int>> owner(3, contiguous_expert_owner(E, 3));
+    if (variant == 0) std::swap(owner[2][0], owner[2][E - 1]);  // rank 2's map differs
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        ThreadComm comm(group, r);
+        MoeParallel view;
+        view.comm = &comm;
+        view.owner = owner[r].data();
+        view.overlap = variant == 0 || r != 1;  // variant 1: rank 1 runs without overlap
+        Grads grads(layer.dims);
+        try {
+          run_rank(layer, micro_batch(layer, r), grads, &view);
+        } catch (const Error& e) {
+          errors[r] = e.field_name() + ": " + e.what();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_NE(errors[r].find("expert_parallel.owner"), std::string::npos) << errors[r];
+      EXPECT_NE(errors[r].find(variant == 0 ? "expert map" : "overlap setting"), std::string::npos)
+          << errors[r];
+    }
   }
 }
 

@@ -296,16 +296,43 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
   cache.ep_rows = plan.rows;
   cache.ep_chunk_row = plan.chunk_row;
 
-  // Per-expert counts of every chunk (C·E per rank): sizes and expert ids of the rows.
-  std::vector<int64_t> recv_counts(static_cast<size_t>(R * C * E));
-  const std::vector<int64_t> count_block(static_cast<size_t>(R), C * E);
-  comm.all_to_all(plan.counts.data(), count_block, recv_counts.data(), count_block,
+  // Per-expert counts of every chunk: the sizes and expert ids of the rows.
+  // Every rank's block has the same size whatever the chunking (up to two
+  // chunks, unused ones zero) and starts with a header that every rank checks,
+  // so ranks whose maps or overlap settings differ all fail here together
+  // instead of exchanging rows of mismatched sizes.
+  constexpr int64_t kHeader = 3;  // map fingerprint, chunks, experts
+  const int64_t block = kHeader + 2 * E;
+  const int64_t fingerprint = static_cast<int64_t>(
+      expert_map_fingerprint(std::span<const int>(par.owner, static_cast<size_t>(E))));
+  std::vector<int64_t> send_counts(static_cast<size_t>(R * block), 0),
+      recv_counts(static_cast<size_t>(R * block), 0);
+  for (int r = 0; r < R; ++r) {
+    int64_t* out = send_counts.data() + r * block;
+    out[0] = fingerprint;
+    out[1] = C;
+    out[2] = E;
+    std::copy_n(plan.counts.begin() + r * C * E, C * E, out + kHeader);
+  }
+  const std::vector<int64_t> count_block(static_cast<size_t>(R), block);
+  const double exposed_before = comm.stats().exposed_seconds;
+  comm.all_to_all(send_counts.data(), count_block, recv_counts.data(), count_block,
                   dist::DType::kI64);
+  const double exposed_rows = comm.stats().exposed_seconds;
+  if (par.count_exchange_seconds) *par.count_exchange_seconds += exposed_rows - exposed_before;
+  for (int s = 0; s < R; ++s) {
+    const int64_t* in = recv_counts.data() + s * block;
+    if (in[0] != fingerprint || in[1] != C || in[2] != E)
+      throw moe_error("EP rank " + std::to_string(s) + " runs this MoE block with another " +
+                          (in[1] != C ? std::string("overlap setting") : "expert map") +
+                          " than rank " + std::to_string(self),
+                      "expert_parallel.owner");
+  }
   cache.ep_chunks.assign(static_cast<size_t>(C), {});
   std::vector<int64_t> slice(static_cast<size_t>(R * E));
   for (int64_t c = 0; c < C; ++c) {
     for (int s = 0; s < R; ++s)
-      std::copy_n(recv_counts.begin() + (s * C + c) * E, E, slice.begin() + s * E);
+      std::copy_n(recv_counts.begin() + s * block + kHeader + c * E, E, slice.begin() + s * E);
     cache.ep_chunks[c].recv = plan_receive(slice, R, E, par.owner, self);
   }
 
@@ -386,6 +413,8 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
     flight.wait(returned[c]);
     combine(cache.ep_bounds[c], cache.ep_bounds[c + 1]);
   }
+  if (par.row_exchange_seconds)
+    *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_rows;
 }
 
 // Expert-parallel routed experts, backward: dy rows to the owners, expert
@@ -412,6 +441,7 @@ void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePar
   dscale.assign(static_cast<size_t>(P), T(0));
 
   std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
+  const double exposed_before = comm.stats().exposed_seconds;
   std::vector<T> send(static_cast<size_t>(P * d));
 #pragma omp parallel for schedule(static) if (P * d > (1 << 14))
   for (int64_t row = 0; row < P; ++row)
@@ -482,6 +512,8 @@ void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePar
     section.reset();
     finish(cache.ep_bounds[c], cache.ep_bounds[c + 1]);
   }
+  if (par.row_exchange_seconds)
+    *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_before;
 }
 
 }  // namespace

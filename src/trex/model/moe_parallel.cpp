@@ -22,6 +22,8 @@ void ExpertTraffic::reset(size_t blocks, int ranks) {
   pairs.assign(blocks, zeros);
   dispatch_bytes.assign(blocks, zeros);
   total_bytes.assign(blocks, zeros);
+  count_exchange_seconds = 0.0;
+  row_exchange_seconds = 0.0;
 }
 
 MoeParallel ExpertParallel::block(int64_t block, int64_t n_experts) {
@@ -44,6 +46,8 @@ MoeParallel ExpertParallel::block(int64_t block, int64_t n_experts) {
   view.pairs = traffic.pairs[static_cast<size_t>(block)].data();
   view.dispatch_bytes = traffic.dispatch_bytes[static_cast<size_t>(block)].data();
   view.total_bytes = traffic.total_bytes[static_cast<size_t>(block)].data();
+  view.count_exchange_seconds = &traffic.count_exchange_seconds;
+  view.row_exchange_seconds = &traffic.row_exchange_seconds;
   return view;
 }
 
@@ -73,6 +77,19 @@ void validate_expert_owner(std::span<const int> owner, int64_t n_experts, int ra
       throw ep_error("expert " + std::to_string(e) + " mapped to rank " + std::to_string(owner[e]) +
                          " outside [0, " + std::to_string(ranks) + ")",
                      field);
+}
+
+uint64_t expert_map_fingerprint(std::span<const int> owner) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto mix = [&](uint64_t v) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (v >> (8 * byte)) & 0xffu;
+      hash *= 0x100000001b3ull;
+    }
+  };
+  mix(owner.size());
+  for (int rank : owner) mix(static_cast<uint64_t>(static_cast<uint32_t>(rank)));
+  return hash;
 }
 
 ExpertParallel make_expert_parallel(const ModelConfig& config, dist::Communicator& comm,

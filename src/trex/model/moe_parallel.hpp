@@ -49,6 +49,11 @@ struct ExpertTraffic {
   std::vector<std::vector<int64_t>> pairs;           // [block][rank] (token, slot) rows dispatched
   std::vector<std::vector<int64_t>> dispatch_bytes;  // [block][rank] forward token-row payload
   std::vector<std::vector<int64_t>> total_bytes;     // [block][rank] all four exchanges
+  // Time blocked on the EP communicator (its stats().exposed_seconds), split
+  // into the per-expert count exchange, a synchronisation point that also
+  // absorbs the ranks' skew, and the waits for token rows, which overlap hides.
+  double count_exchange_seconds = 0.0;
+  double row_exchange_seconds = 0.0;
   void reset(size_t blocks, int ranks);
 };
 
@@ -57,9 +62,11 @@ struct MoeParallel {
   dist::Communicator* comm = nullptr;  // the EP group
   const int* owner = nullptr;          // [n_experts] expert -> EP rank
   bool overlap = true;
-  int64_t* pairs = nullptr;           // [ranks] accumulated (nullable)
-  int64_t* dispatch_bytes = nullptr;  // [ranks] accumulated (nullable)
-  int64_t* total_bytes = nullptr;     // [ranks] accumulated (nullable)
+  int64_t* pairs = nullptr;                  // [ranks] accumulated (nullable)
+  int64_t* dispatch_bytes = nullptr;         // [ranks] accumulated (nullable)
+  int64_t* total_bytes = nullptr;            // [ranks] accumulated (nullable)
+  double* count_exchange_seconds = nullptr;  // accumulated (nullable), see ExpertTraffic
+  double* row_exchange_seconds = nullptr;    // accumulated (nullable)
 };
 
 // What a Model needs to run its MoE blocks expert-parallel.
@@ -81,6 +88,9 @@ std::vector<int> contiguous_expert_owner(int64_t n_experts, int ranks);
 // Throws trex::Error (field `field`) unless owner has n_experts entries in [0, ranks).
 void validate_expert_owner(std::span<const int> owner, int64_t n_experts, int ranks,
                            const std::string& field);
+
+// A fingerprint (FNV-1a) of an expert map: EP ranks compare theirs on every call.
+uint64_t expert_map_fingerprint(std::span<const int> owner);
 
 // A context over `comm` with the contiguous map on every MoE block of `config`
 // (num_hidden_layers + num_nextn_predict_layers blocks) and zeroed traffic.
