@@ -434,7 +434,9 @@ void check_expert_parallel(const EpCase& ec) {
         if (owner[e] == dest) expected += local[r].load[e];
       EXPECT_EQ(pairs[r][dest], expected);
       EXPECT_EQ(dispatch[r][dest], expected * (d + 1) * static_cast<int64_t>(sizeof(float)));
-      EXPECT_GE(total[r][dest], 2 * dispatch[r][dest]);
+      // Rows out and dx back (d + 1 values), outputs back and dy out (d), the count block.
+      const int64_t received = pairs[dest][r];
+      EXPECT_EQ(total[r][dest], ((expected + received) * (2 * d + 1)) * 4 + (3 + 2 * E) * 8);
     }
     int64_t sent = 0;
     for (int dest = 0; dest < R; ++dest) sent += pairs[r][dest];

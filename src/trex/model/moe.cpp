@@ -356,15 +356,15 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
     recv[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * wx));
     back[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * d));
     for (int r = 0; r < R; ++r) {
-      const auto row_bytes = static_cast<int64_t>(sizeof(T));
+      const auto value_bytes = static_cast<int64_t>(sizeof(T));
       if (par.pairs) par.pairs[r] += to[r];
-      if (par.dispatch_bytes) par.dispatch_bytes[r] += to[r] * wx * row_bytes;
-      // Forward: rows out, outputs back; backward: dy rows out, dx rows back.
-      if (par.total_bytes)
-        par.total_bytes[r] += (to[r] * (wx + d) + from[r] * (d + wx)) * row_bytes +
-                              C * E * static_cast<int64_t>(sizeof(int64_t));
+      if (par.dispatch_bytes) par.dispatch_bytes[r] += to[r] * wx * value_bytes;
+      // Token rows out, the owner's outputs back to their sources.
+      if (par.total_bytes) par.total_bytes[r] += (to[r] * wx + from[r] * d) * value_bytes;
     }
   }
+  if (par.total_bytes)
+    for (int r = 0; r < R; ++r) par.total_bytes[r] += block * static_cast<int64_t>(sizeof(int64_t));
   InFlight flight;  // declared after the buffers: destroyed (waited) first
   std::vector<size_t> dispatch(static_cast<size_t>(C)), returned(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c)
@@ -458,6 +458,10 @@ void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePar
     recv_d[c] = scaled_counts(from, R, d);
     recv[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * d));
     back[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * wx));
+    // dy rows out, dx rows (and d weight) back to their sources.
+    if (par.total_bytes)
+      for (int r = 0; r < R; ++r)
+        par.total_bytes[r] += (to[r] * d + from[r] * wx) * static_cast<int64_t>(sizeof(T));
   }
   InFlight flight;  // declared after the buffers: destroyed (waited) first
   std::vector<size_t> dispatch(static_cast<size_t>(C)), returned(static_cast<size_t>(C));

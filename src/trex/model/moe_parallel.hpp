@@ -48,7 +48,8 @@ struct ModelConfig;
 struct ExpertTraffic {
   std::vector<std::vector<int64_t>> pairs;           // [block][rank] (token, slot) rows dispatched
   std::vector<std::vector<int64_t>> dispatch_bytes;  // [block][rank] forward token-row payload
-  std::vector<std::vector<int64_t>> total_bytes;     // [block][rank] all four exchanges
+  std::vector<std::vector<int64_t>> total_bytes;     // [block][rank] all exchanges of the
+                                                     // forward and backward, counts included
   // Time blocked on the EP communicator (its stats().exposed_seconds), split
   // into the per-expert count exchange, a synchronisation point that also
   // absorbs the ranks' skew, and the waits for token rows, which overlap hides.
