@@ -13,6 +13,8 @@
 
 namespace trex::model {
 
+struct ExpertParallel;  // moe_parallel.hpp
+
 // B sequences of S tokens. labels follow the HF convention: labels[b, t] is the
 // token expected at position t (so position t is trained to predict
 // labels[b, t+1]); -100 (any negative) masks a target. Empty labels = input_ids.
@@ -160,6 +162,14 @@ class Model {
   // forward_backward, on every score-routed block.
   void update_router_biases(const LossBreakdown& last, double speed);
 
+  // Expert parallelism (moe_parallel.hpp): every MoE block runs its routed
+  // experts over ep->comm with the block's expert map (blocks: main layers,
+  // then MTP). Not owned; must outlive its use; null (default) runs locally.
+  // forward_backward is then collective over the EP group: all its ranks call
+  // it with the same options and sequence length.
+  void set_expert_parallel(ExpertParallel* ep) { expert_parallel_ = ep; }
+  ExpertParallel* expert_parallel() const { return expert_parallel_; }
+
  private:
   struct State;
   void check_stage(const StageSpec& stage) const;
@@ -167,6 +177,7 @@ class Model {
   ParamStore<T> params_;
   HashTables hash_tables_;
   std::unique_ptr<State> state_;
+  ExpertParallel* expert_parallel_ = nullptr;
 };
 
 }  // namespace trex::model

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/dist/communicator.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
 
@@ -220,6 +222,304 @@ void balance_frequencies(const MoeDims& dims, const std::vector<MoeSequence>& se
   }
 }
 
+// Requests in flight on the EP communicator. Waits for every one still running
+// on scope exit, so an exception never frees a buffer a transfer still uses
+// (errors on that path are dropped in favour of the one propagating).
+class InFlight {
+ public:
+  InFlight() = default;
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() {
+    for (dist::Request& r : requests_) {
+      try {
+        r.wait();
+      } catch (...) {
+      }
+    }
+  }
+  // Starts tracking `request`; with `immediately` (no overlap) waits for it now.
+  size_t add(dist::Request request, bool immediately) {
+    requests_.push_back(std::move(request));
+    const size_t id = requests_.size() - 1;
+    if (immediately) wait(id);
+    return id;
+  }
+  void wait(size_t id) {
+    dist::Request done;  // a default Request is complete: waiting on it again is free
+    std::swap(done, requests_[id]);
+    done.wait();
+  }
+
+ private:
+  std::vector<dist::Request> requests_;
+};
+
+// rows[r]·width elements per rank.
+std::vector<int64_t> scaled_counts(const int64_t* rows, int ranks, int64_t width) {
+  std::vector<int64_t> out(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) out[r] = rows[r] * width;
+  return out;
+}
+
+// Expert-parallel routed experts, forward (moe_parallel.hpp). Routing is done
+// (cache.expert_index, cache.combine); fills cache's send order and EP chunks,
+// writes the w-scaled expert output of pair p to outs[cache.pair_row[p]], runs
+// local_work() while the last transfers are in flight and combine(t0, t1) for
+// each chunk's tokens once its outputs are back.
+template <class T, class Local, class Combine>
+void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeParallel& par,
+                const T* x, MoeCache<T>& cache, std::vector<T>& outs, Local&& local_work,
+                Combine&& combine) {
+  if (!par.comm) throw moe_error("expert-parallel call without a communicator", "moe.parallel");
+  dist::Communicator& comm = *par.comm;
+  const int R = comm.size(), self = comm.rank();
+  const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
+                I = dims.inter;
+  const int64_t wx = d + 1;  // a token row and its combine weight
+  const dist::DType type = dist::dtype_of<T>();
+  if (!par.owner) throw moe_error("expert-parallel call without an expert map", "moe.parallel");
+  validate_expert_owner(std::span<const int>(par.owner, static_cast<size_t>(E)), E, R,
+                        "expert_parallel.owner");
+
+  std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
+  cache.expert_parallel = true;
+  cache.offsets.clear();
+  cache.gate_pre.clear();
+  cache.up_pre.clear();
+  cache.ep_bounds = chunk_bounds(N, par.overlap);
+  const int64_t C = static_cast<int64_t>(cache.ep_bounds.size()) - 1;
+  DispatchPlan plan =
+      plan_dispatch(cache.expert_index.data(), N, K, E, par.owner, R, cache.ep_bounds);
+  cache.pair_row = std::move(plan.pair_row);
+  cache.sorted_pair = std::move(plan.sorted_pair);
+  cache.ep_rows = plan.rows;
+  cache.ep_chunk_row = plan.chunk_row;
+
+  // Per-expert counts of every chunk: the sizes and expert ids of the rows.
+  // Every rank's block has the same size whatever the chunking (up to two
+  // chunks, unused ones zero) and starts with a header that every rank checks,
+  // so ranks whose maps or overlap settings differ all fail here together
+  // instead of exchanging rows of mismatched sizes.
+  constexpr int64_t kHeader = 3;  // map fingerprint, chunks, experts
+  const int64_t block = kHeader + 2 * E;
+  const int64_t fingerprint = static_cast<int64_t>(
+      expert_map_fingerprint(std::span<const int>(par.owner, static_cast<size_t>(E))));
+  std::vector<int64_t> send_counts(static_cast<size_t>(R * block), 0),
+      recv_counts(static_cast<size_t>(R * block), 0);
+  for (int r = 0; r < R; ++r) {
+    int64_t* out = send_counts.data() + r * block;
+    out[0] = fingerprint;
+    out[1] = C;
+    out[2] = E;
+    std::copy_n(plan.counts.begin() + r * C * E, C * E, out + kHeader);
+  }
+  const std::vector<int64_t> count_block(static_cast<size_t>(R), block);
+  const double exposed_before = comm.stats().exposed_seconds;
+  comm.all_to_all(send_counts.data(), count_block, recv_counts.data(), count_block,
+                  dist::DType::kI64);
+  const double exposed_rows = comm.stats().exposed_seconds;
+  if (par.count_exchange_seconds) *par.count_exchange_seconds += exposed_rows - exposed_before;
+  for (int s = 0; s < R; ++s) {
+    const int64_t* in = recv_counts.data() + s * block;
+    if (in[0] != fingerprint || in[1] != C || in[2] != E)
+      throw moe_error("EP rank " + std::to_string(s) + " runs this MoE block with another " +
+                          (in[1] != C ? std::string("overlap setting") : "expert map") +
+                          " than rank " + std::to_string(self),
+                      "expert_parallel.owner");
+  }
+  cache.ep_chunks.assign(static_cast<size_t>(C), {});
+  std::vector<int64_t> slice(static_cast<size_t>(R * E));
+  for (int64_t c = 0; c < C; ++c) {
+    for (int s = 0; s < R; ++s)
+      std::copy_n(recv_counts.begin() + s * block + kHeader + c * E, E, slice.begin() + s * E);
+    cache.ep_chunks[c].recv = plan_receive(slice, R, E, par.owner, self);
+  }
+
+  // Token rows in send order: x, then the combine weight.
+  std::vector<T> send(static_cast<size_t>(N * K * wx));
+#pragma omp parallel for schedule(static) if (N * K * d > (1 << 14))
+  for (int64_t row = 0; row < N * K; ++row) {
+    const int64_t p = cache.sorted_pair[row];
+    std::copy_n(x + (p / K) * d, d, send.data() + row * wx);
+    send[row * wx + d] = cache.combine[p];
+  }
+  std::vector<std::vector<T>> recv(static_cast<size_t>(C)), back(static_cast<size_t>(C));
+  std::vector<std::vector<int64_t>> send_wx(C), recv_wx(C), send_d(C), recv_d(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t* to = cache.ep_rows.data() + c * R;
+    const int64_t* from = cache.ep_chunks[c].recv.from_rank.data();
+    send_wx[c] = scaled_counts(to, R, wx);
+    recv_wx[c] = scaled_counts(from, R, wx);
+    send_d[c] = scaled_counts(to, R, d);
+    recv_d[c] = scaled_counts(from, R, d);
+    recv[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * wx));
+    back[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * d));
+    for (int r = 0; r < R; ++r) {
+      const auto value_bytes = static_cast<int64_t>(sizeof(T));
+      if (par.pairs) par.pairs[r] += to[r];
+      if (par.dispatch_bytes) par.dispatch_bytes[r] += to[r] * wx * value_bytes;
+      // Token rows out, the owner's outputs back to their sources.
+      if (par.total_bytes) par.total_bytes[r] += (to[r] * wx + from[r] * d) * value_bytes;
+    }
+  }
+  if (par.total_bytes)
+    for (int r = 0; r < R; ++r) par.total_bytes[r] += block * static_cast<int64_t>(sizeof(int64_t));
+  InFlight flight;  // declared after the buffers: destroyed (waited) first
+  std::vector<size_t> dispatch(static_cast<size_t>(C)), returned(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c)
+    dispatch[c] = flight.add(comm.iall_to_all(send.data() + cache.ep_chunk_row[c] * wx, send_wx[c],
+                                              recv[c].data(), recv_wx[c], type),
+                             !par.overlap);
+
+  // Owner side, chunk by chunk: group the received rows by expert, run the
+  // experts, send the outputs back while the next chunk computes.
+  for (int64_t c = 0; c < C; ++c) {
+    section.emplace(profile::Op::kDispatch);
+    flight.wait(dispatch[c]);
+    typename MoeCache<T>::EpChunk& ch = cache.ep_chunks[c];
+    const ReceivePlan& rp = ch.recv;
+    const int64_t n = rp.total();
+    ch.xs.resize(static_cast<size_t>(n * d));
+    ch.scale.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = rp.grouped_row[i];
+      std::copy_n(recv[c].data() + i * wx, d, ch.xs.data() + g * d);
+      ch.scale[g] = recv[c][i * wx + d];
+    }
+    section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_flops(n, I, d));
+    ch.gate_pre.assign(static_cast<size_t>(n * I), T(0));
+    ch.up_pre.assign(static_cast<size_t>(n * I), T(0));
+    std::vector<T> h(static_cast<size_t>(n * I)), out(static_cast<size_t>(n * d));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = rp.offsets[e], count = rp.offsets[e + 1] - begin;
+      expert_forward(ch.xs.data() + begin * d, count, d, I, weights.w1[e], weights.w2[e],
+                     weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit,
+                     ch.gate_pre.data() + begin * I, ch.up_pre.data() + begin * I,
+                     h.data() + begin * I, out.data() + begin * d);
+    }
+    section.emplace(profile::Op::kCombine);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(out.data() + rp.grouped_row[i] * d, d, back[c].data() + i * d);
+    returned[c] =
+        flight.add(comm.iall_to_all(back[c].data(), recv_d[c],
+                                    outs.data() + cache.ep_chunk_row[c] * d, send_d[c], type),
+                   !par.overlap);
+  }
+  section.reset();
+  local_work();
+  for (int64_t c = 0; c < C; ++c) {
+    TREX_PROFILE(profile::Op::kCombine);
+    flight.wait(returned[c]);
+    combine(cache.ep_bounds[c], cache.ep_bounds[c + 1]);
+  }
+  if (par.row_exchange_seconds)
+    *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_rows;
+}
+
+// Expert-parallel routed experts, backward: dy rows to the owners, expert
+// backward there (weight gradients of owned experts), dx rows and d(combine
+// weight) back into dxs [P, d] / dscale [P] at cache.pair_row. local_work()
+// runs while the dy rows travel; finish(t0, t1) for each chunk once it is back.
+template <class T, class Grad, class Local, class Finish>
+void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeParallel& par,
+                 const MoeCache<T>& cache, const T* dy, const Grad& expert_grad,
+                 std::vector<T>& dxs, std::vector<T>& dscale, Local&& local_work, Finish&& finish) {
+  if (!par.comm) throw moe_error("expert-parallel call without a communicator", "moe.parallel");
+  dist::Communicator& comm = *par.comm;
+  const int R = comm.size();
+  const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
+                I = dims.inter;
+  const int64_t P = N * K, wx = d + 1;
+  const dist::DType type = dist::dtype_of<T>();
+  const int64_t C = static_cast<int64_t>(cache.ep_chunks.size());
+  if (C != (par.overlap ? 2 : 1) || static_cast<int64_t>(cache.ep_rows.size()) != C * R ||
+      static_cast<int64_t>(cache.ep_bounds.size()) != C + 1)
+    throw moe_error("expert-parallel backward does not match its forward (group or overlap)",
+                    "moe.parallel");
+  dxs.assign(static_cast<size_t>(P * d), T(0));
+  dscale.assign(static_cast<size_t>(P), T(0));
+
+  std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
+  const double exposed_before = comm.stats().exposed_seconds;
+  std::vector<T> send(static_cast<size_t>(P * d));
+#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
+  for (int64_t row = 0; row < P; ++row)
+    std::copy_n(dy + (cache.sorted_pair[row] / K) * d, d, send.data() + row * d);
+  std::vector<T> result(static_cast<size_t>(P * wx));
+  std::vector<std::vector<T>> recv(static_cast<size_t>(C)), back(static_cast<size_t>(C));
+  std::vector<std::vector<int64_t>> send_wx(C), recv_wx(C), send_d(C), recv_d(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t* to = cache.ep_rows.data() + c * R;
+    const int64_t* from = cache.ep_chunks[c].recv.from_rank.data();
+    send_wx[c] = scaled_counts(to, R, wx);
+    recv_wx[c] = scaled_counts(from, R, wx);
+    send_d[c] = scaled_counts(to, R, d);
+    recv_d[c] = scaled_counts(from, R, d);
+    recv[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * d));
+    back[c].resize(static_cast<size_t>(cache.ep_chunks[c].recv.total() * wx));
+    // dy rows out, dx rows (and d weight) back to their sources.
+    if (par.total_bytes)
+      for (int r = 0; r < R; ++r)
+        par.total_bytes[r] += (to[r] * d + from[r] * wx) * static_cast<int64_t>(sizeof(T));
+  }
+  InFlight flight;  // declared after the buffers: destroyed (waited) first
+  std::vector<size_t> dispatch(static_cast<size_t>(C)), returned(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c)
+    dispatch[c] = flight.add(comm.iall_to_all(send.data() + cache.ep_chunk_row[c] * d, send_d[c],
+                                              recv[c].data(), recv_d[c], type),
+                             !par.overlap);
+  section.reset();
+  local_work();
+
+  for (int64_t c = 0; c < C; ++c) {
+    section.emplace(profile::Op::kDispatch);
+    flight.wait(dispatch[c]);
+    const typename MoeCache<T>::EpChunk& ch = cache.ep_chunks[c];
+    const ReceivePlan& rp = ch.recv;
+    const int64_t n = rp.total();
+    std::vector<T> dys(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(recv[c].data() + i * d, d, dys.data() + rp.grouped_row[i] * d);
+    section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_backward_flops(n, I, d));
+    std::vector<T> h(static_cast<size_t>(n * I)), dh(static_cast<size_t>(n * I)),
+        dg(static_cast<size_t>(n * I)), dv(static_cast<size_t>(n * I));
+    std::vector<T> dxg(static_cast<size_t>(n * d)), dsg(static_cast<size_t>(n), T(0));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = rp.offsets[e], count = rp.offsets[e + 1] - begin;
+      if (count == 0) continue;
+      expert_backward(ch.xs.data() + begin * d, count, d, I, weights.w1[e], weights.w2[e],
+                      weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit,
+                      ch.gate_pre.data() + begin * I, ch.up_pre.data() + begin * I,
+                      dys.data() + begin * d, h.data() + begin * I, dh.data() + begin * I,
+                      dg.data() + begin * I, dv.data() + begin * I, dxg.data() + begin * d,
+                      expert_grad(0, e), expert_grad(1, e), expert_grad(2, e), dsg.data() + begin);
+    }
+    section.emplace(profile::Op::kCombine);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = rp.grouped_row[i];
+      std::copy_n(dxg.data() + g * d, d, back[c].data() + i * wx);
+      back[c][i * wx + d] = dsg[g];
+    }
+    returned[c] =
+        flight.add(comm.iall_to_all(back[c].data(), recv_wx[c],
+                                    result.data() + cache.ep_chunk_row[c] * wx, send_wx[c], type),
+                   !par.overlap);
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    section.emplace(profile::Op::kCombine);
+    flight.wait(returned[c]);
+    for (int64_t row = cache.ep_chunk_row[c]; row < cache.ep_chunk_row[c + 1]; ++row) {
+      std::copy_n(result.data() + row * wx, d, dxs.data() + row * d);
+      dscale[row] = result[row * wx + d];
+    }
+    section.reset();
+    finish(cache.ep_bounds[c], cache.ep_bounds[c + 1]);
+  }
+  if (par.row_exchange_seconds)
+    *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_before;
+}
+
 }  // namespace
 
 MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_t seq,
@@ -265,7 +565,8 @@ SqrtSoftplus sqrt_softplus(double logit) {
 
 template <class T>
 void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
-                 const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection) {
+                 const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection,
+                 const MoeParallel* parallel) {
   validate_dims(dims);
   validate_weights(dims, weights);
   if (!x || !y) throw moe_error("null input or output", "moe.x");
@@ -344,66 +645,87 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
           denom > 0.0 ? static_cast<T>(gamma * static_cast<double>(s[idx[k]]) / denom) : T(0);
   }
 
-  // Stable counting sort of the pairs by expert.
+  // Tokens routed to each expert by this call's routing (summed by the trainer).
   section.emplace(profile::Op::kDispatch);
   cache.expert_load.assign(static_cast<size_t>(E), 0);
   for (int64_t p = 0; p < P; ++p) ++cache.expert_load[cache.expert_index[p]];
-  cache.offsets.assign(static_cast<size_t>(E + 1), 0);
-  for (int64_t e = 0; e < E; ++e) cache.offsets[e + 1] = cache.offsets[e] + cache.expert_load[e];
-  cache.sorted_pair.assign(static_cast<size_t>(P), 0);
-  cache.pair_row.assign(static_cast<size_t>(P), 0);
-  {
-    std::vector<int64_t> cursor(cache.offsets.begin(), cache.offsets.end() - 1);
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t row = cursor[cache.expert_index[p]]++;
-      cache.sorted_pair[row] = p;
-      cache.pair_row[p] = row;
+
+  // outs: the w-scaled output of pair p's expert at row cache.pair_row[p].
+  std::vector<T> outs(static_cast<size_t>(P * d));
+  // y = Shared(x) first; the routed outputs are added per token in slot order.
+  const auto shared_forward = [&] {
+    if (shared) {
+      TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_flops(N, I, d));
+      cache.shared_gate_pre.assign(static_cast<size_t>(N * I), T(0));
+      cache.shared_up_pre.assign(static_cast<size_t>(N * I), T(0));
+      std::vector<T> hs(static_cast<size_t>(N * I));
+      expert_forward(cache.x.data(), N, d, I, weights.shared_w1, weights.shared_w2,
+                     weights.shared_w3, static_cast<const T*>(nullptr), dims.swiglu_limit,
+                     cache.shared_gate_pre.data(), cache.shared_up_pre.data(), hs.data(), y);
+    } else {
+      cache.shared_gate_pre.clear();
+      cache.shared_up_pre.clear();
+      std::fill_n(y, N * d, T(0));
     }
-  }
+  };
+  const auto combine_tokens = [&](int64_t begin, int64_t end) {
+    TREX_PROFILE(profile::Op::kCombine);
+#pragma omp parallel for schedule(static) if ((end - begin) * d > (1 << 14))
+    for (int64_t t = begin; t < end; ++t) {
+      T* yt = y + t * d;
+      for (int64_t k = 0; k < K; ++k) {
+        const T* o = outs.data() + cache.pair_row[t * K + k] * d;
+        for (int64_t i = 0; i < d; ++i) yt[i] += o[i];
+      }
+    }
+  };
 
-  // Gather rows and combine weights in sorted order.
-  std::vector<T> xs(static_cast<size_t>(P * d)), scale(static_cast<size_t>(P));
-#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
-  for (int64_t row = 0; row < P; ++row) {
-    const int64_t p = cache.sorted_pair[row];
-    std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
-    scale[row] = cache.combine[p];
-  }
-
-  section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_flops(P, I, d));
-  cache.gate_pre.assign(static_cast<size_t>(P * I), T(0));
-  cache.up_pre.assign(static_cast<size_t>(P * I), T(0));
-  std::vector<T> h(static_cast<size_t>(P * I)), outs(static_cast<size_t>(P * d));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
-    expert_forward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                   scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
-                   cache.up_pre.data() + begin * I, h.data() + begin * I, outs.data() + begin * d);
-  }
-
-  // y = Shared(x) + Σ_k (w_k Expert_k(x)), summed per token in slot order.
-  section.reset();
-  if (shared) {
-    TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_flops(N, I, d));
-    cache.shared_gate_pre.assign(static_cast<size_t>(N * I), T(0));
-    cache.shared_up_pre.assign(static_cast<size_t>(N * I), T(0));
-    std::vector<T> hs(static_cast<size_t>(N * I));
-    expert_forward(cache.x.data(), N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
-                   static_cast<const T*>(nullptr), dims.swiglu_limit, cache.shared_gate_pre.data(),
-                   cache.shared_up_pre.data(), hs.data(), y);
+  if (parallel) {
+    section.reset();
+    ep_forward(dims, weights, *parallel, x, cache, outs, shared_forward, combine_tokens);
   } else {
-    cache.shared_gate_pre.clear();
-    cache.shared_up_pre.clear();
-    std::fill_n(y, N * d, T(0));
-  }
-  section.emplace(profile::Op::kCombine);
-#pragma omp parallel for schedule(static) if (N * d > (1 << 14))
-  for (int64_t t = 0; t < N; ++t) {
-    T* yt = y + t * d;
-    for (int64_t k = 0; k < K; ++k) {
-      const T* o = outs.data() + cache.pair_row[t * K + k] * d;
-      for (int64_t i = 0; i < d; ++i) yt[i] += o[i];
+    cache.expert_parallel = false;
+    cache.ep_rows.clear();
+    cache.ep_chunk_row.clear();
+    cache.ep_bounds.clear();
+    cache.ep_chunks.clear();
+    // Stable counting sort of the pairs by expert.
+    cache.offsets.assign(static_cast<size_t>(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e) cache.offsets[e + 1] = cache.offsets[e] + cache.expert_load[e];
+    cache.sorted_pair.assign(static_cast<size_t>(P), 0);
+    cache.pair_row.assign(static_cast<size_t>(P), 0);
+    {
+      std::vector<int64_t> cursor(cache.offsets.begin(), cache.offsets.end() - 1);
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t row = cursor[cache.expert_index[p]]++;
+        cache.sorted_pair[row] = p;
+        cache.pair_row[p] = row;
+      }
     }
+
+    // Gather rows and combine weights in sorted order.
+    std::vector<T> xs(static_cast<size_t>(P * d)), scale(static_cast<size_t>(P));
+#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
+    for (int64_t row = 0; row < P; ++row) {
+      const int64_t p = cache.sorted_pair[row];
+      std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
+      scale[row] = cache.combine[p];
+    }
+
+    section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_flops(P, I, d));
+    cache.gate_pre.assign(static_cast<size_t>(P * I), T(0));
+    cache.up_pre.assign(static_cast<size_t>(P * I), T(0));
+    std::vector<T> h(static_cast<size_t>(P * I));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
+      expert_forward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
+                     scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
+                     cache.up_pre.data() + begin * I, h.data() + begin * I,
+                     outs.data() + begin * d);
+    }
+    section.reset();
+    shared_forward();
+    combine_tokens(0, N);
   }
 
   // Sequence-wise balance loss (mean over the B sequences).
@@ -440,7 +762,8 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
 
 template <class T>
 void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCache<T>& cache,
-                  const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx) {
+                  const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx,
+                  const MoeParallel* parallel) {
   validate_dims(dims);
   validate_weights(dims, weights);
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
@@ -449,79 +772,32 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   if (!dy) throw moe_error("null output gradient", "moe.dy");
   if (static_cast<int64_t>(cache.expert_index.size()) != P ||
       static_cast<int64_t>(cache.x.size()) != N * d ||
-      static_cast<int64_t>(cache.gate_pre.size()) != P * I)
+      static_cast<int64_t>(cache.pair_row.size()) != P ||
+      (!cache.expert_parallel && static_cast<int64_t>(cache.gate_pre.size()) != P * I))
     throw moe_error("cache does not match the dims (run moe_forward first)", "moe.cache");
-  const auto expert_grad = [&](const std::vector<T*>& v, int64_t e) -> T* {
+  if (cache.expert_parallel != (parallel != nullptr))
+    throw moe_error(parallel ? "expert-parallel backward of a local forward"
+                             : "local backward of an expert-parallel forward",
+                    "moe.parallel");
+  const auto expert_grad_of = [&](const std::vector<T*>& v, int64_t e) -> T* {
     if (v.empty()) return nullptr;
     if (static_cast<int64_t>(v.size()) != E)
       throw moe_error("expert gradient vector must be empty or have n_experts entries",
                       "moe.grads");
     return v[e];
   };
+  const auto expert_grad = [&](int which, int64_t e) -> T* {
+    return expert_grad_of(which == 0 ? grads.w1 : which == 1 ? grads.w2 : grads.w3, e);
+  };
   const T* x = cache.x.data();
   const bool shared = has_shared(weights);
 
-  // Routed experts, grouped: gather x and dy rows in sorted order.
-  std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
-  std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
-      scale(static_cast<size_t>(P));
-#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
-  for (int64_t row = 0; row < P; ++row) {
-    const int64_t p = cache.sorted_pair[row];
-    std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
-    std::copy_n(dy + (p / K) * d, d, dys.data() + row * d);
-    scale[row] = cache.combine[p];
-  }
-  section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_backward_flops(P, I, d));
-  std::vector<T> h(static_cast<size_t>(P * I)), dh(static_cast<size_t>(P * I)),
-      dg(static_cast<size_t>(P * I)), dv(static_cast<size_t>(P * I));
-  std::vector<T> dxs(dx ? static_cast<size_t>(P * d) : 0);
-  std::vector<T> dscale(static_cast<size_t>(P), T(0));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
-    expert_backward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                    scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
-                    cache.up_pre.data() + begin * I, dys.data() + begin * d, h.data() + begin * I,
-                    dh.data() + begin * I, dg.data() + begin * I, dv.data() + begin * I,
-                    dx ? dxs.data() + begin * d : nullptr, expert_grad(grads.w1, e),
-                    expert_grad(grads.w2, e), expert_grad(grads.w3, e), dscale.data() + begin);
-  }
-
-  // Shared expert writes dx first; routed contributions are added per token in slot order.
-  section.reset();
-  if (shared) {
-    TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_backward_flops(N, I, d));
-    std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
-        dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
-    expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
-                    static_cast<const T*>(nullptr), dims.swiglu_limit, cache.shared_gate_pre.data(),
-                    cache.shared_up_pre.data(), dy, hs.data(), dhs.data(), dgs.data(), dvs.data(),
-                    dx, grads.shared_w1, grads.shared_w2, grads.shared_w3,
-                    static_cast<T*>(nullptr));
-  } else if (dx) {
-    std::fill_n(dx, N * d, T(0));
-  }
-  if (dx) {
-    TREX_PROFILE(profile::Op::kCombine);
-#pragma omp parallel for schedule(static) if (N * d > (1 << 14))
-    for (int64_t t = 0; t < N; ++t) {
-      T* dxt = dx + t * d;
-      for (int64_t k = 0; k < K; ++k) {
-        const T* src = dxs.data() + cache.pair_row[t * K + k] * d;
-        for (int64_t i = 0; i < d; ++i) dxt[i] += src[i];
-      }
-    }
-  }
-
-  // Router: dw -> ds (selected experts, through the normalisation), plus the
-  // balance loss -> ds (all experts), then dℓ = ds·σ(ℓ)/(2s).
-  section.emplace(profile::Op::kRouter);
+  // Router gradient inputs: the balance-loss frequencies and every token's sequence.
   std::vector<double> freq;
   const bool balance = cache.balance_loss_active && d_balance_loss != T(0);
   const std::vector<MoeSequence> sequences =
       balance ? balance_ranges(dims) : std::vector<MoeSequence>{};
-  // Sequence of every token (−1: in none).
-  std::vector<int64_t> sequence_of(balance ? static_cast<size_t>(N) : 0, -1);
+  std::vector<int64_t> sequence_of(balance ? static_cast<size_t>(N) : 0, -1);  // −1: in none
   if (balance) {
     balance_frequencies(dims, sequences, cache.expert_index.data(), freq);
     for (size_t i = 0; i < sequences.size(); ++i)
@@ -530,55 +806,125 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   }
   const double gamma = dims.routed_scaling;
   std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
-#pragma omp parallel if (N * E > (1 << 12))
-  {
-    std::vector<double> ds(static_cast<size_t>(E));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < N; ++t) {
-      std::fill(ds.begin(), ds.end(), 0.0);
-      const T* s = cache.scores.data() + t * E;
-      const int32_t* idx = cache.expert_index.data() + t * K;
-      double dw[64];
-      std::vector<double> dw_big;
-      double* dwp = dw;
-      if (K > 64) {
-        dw_big.resize(static_cast<size_t>(K));
-        dwp = dw_big.data();
-      }
-      for (int64_t k = 0; k < K; ++k)
-        dwp[k] = static_cast<double>(dscale[cache.pair_row[t * K + k]]);
-      if (dims.norm_topk_prob) {
-        double denom = 0.0, dot = 0.0;
+  // dxs [P, d] / dscale [P]: gradients w.r.t. each pair's input row and combine
+  // weight, at row cache.pair_row[p].
+  std::vector<T> dxs, dscale;
+
+  // Shared expert writes dx first; routed contributions are added per token in slot order.
+  const auto shared_backward = [&] {
+    if (shared) {
+      TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_backward_flops(N, I, d));
+      std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
+          dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
+      expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
+                      static_cast<const T*>(nullptr), dims.swiglu_limit,
+                      cache.shared_gate_pre.data(), cache.shared_up_pre.data(), dy, hs.data(),
+                      dhs.data(), dgs.data(), dvs.data(), dx, grads.shared_w1, grads.shared_w2,
+                      grads.shared_w3, static_cast<T*>(nullptr));
+    } else if (dx) {
+      std::fill_n(dx, N * d, T(0));
+    }
+  };
+  // Tokens [begin, end): routed dx rows in slot order, then dw -> ds (selected
+  // experts, through the normalisation) plus the balance loss -> ds (all
+  // experts), then dℓ = ds·σ(ℓ)/(2s).
+  const auto finish_tokens = [&](int64_t begin, int64_t end) {
+    if (dx) {
+      TREX_PROFILE(profile::Op::kCombine);
+#pragma omp parallel for schedule(static) if ((end - begin) * d > (1 << 14))
+      for (int64_t t = begin; t < end; ++t) {
+        T* dxt = dx + t * d;
         for (int64_t k = 0; k < K; ++k) {
-          denom += static_cast<double>(s[idx[k]]);
-          dot += dwp[k] * static_cast<double>(cache.combine[t * K + k]);
+          const T* src = dxs.data() + cache.pair_row[t * K + k] * d;
+          for (int64_t i = 0; i < d; ++i) dxt[i] += src[i];
         }
-        if (denom > 0.0)
-          for (int64_t k = 0; k < K; ++k) ds[idx[k]] += (gamma * dwp[k] - dot) / denom;
-      } else {
-        for (int64_t k = 0; k < K; ++k) ds[idx[k]] += gamma * dwp[k];
-      }
-      const int64_t b = balance ? sequence_of[t] : -1;
-      if (b >= 0) {
-        double total = 0.0;
-        for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
-        if (total > 0.0) {
-          // dL/ds'_{e,t} = α f_{b,e} / (T_b·B) · dL_bal; s' = s/Σs.
-          const double coef = dims.balance_loss_weight * static_cast<double>(d_balance_loss) /
-                              (static_cast<double>(sequences[static_cast<size_t>(b)].len) *
-                               static_cast<double>(sequences.size()));
-          double dot = 0.0;
-          for (int64_t e = 0; e < E; ++e)
-            dot += coef * freq[b * E + e] * static_cast<double>(s[e]) / total;
-          for (int64_t e = 0; e < E; ++e) ds[e] += (coef * freq[b * E + e] - dot) / total;
-        }
-      }
-      for (int64_t e = 0; e < E; ++e) {
-        if (ds[e] == 0.0) continue;
-        dlogits[t * E + e] = static_cast<T>(
-            ds[e] * sqrt_softplus(static_cast<double>(cache.logits[t * E + e])).derivative);
       }
     }
+    TREX_PROFILE(profile::Op::kRouter);
+#pragma omp parallel if ((end - begin) * E > (1 << 12))
+    {
+      std::vector<double> ds(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+      for (int64_t t = begin; t < end; ++t) {
+        std::fill(ds.begin(), ds.end(), 0.0);
+        const T* s = cache.scores.data() + t * E;
+        const int32_t* idx = cache.expert_index.data() + t * K;
+        double dw[64];
+        std::vector<double> dw_big;
+        double* dwp = dw;
+        if (K > 64) {
+          dw_big.resize(static_cast<size_t>(K));
+          dwp = dw_big.data();
+        }
+        for (int64_t k = 0; k < K; ++k)
+          dwp[k] = static_cast<double>(dscale[cache.pair_row[t * K + k]]);
+        if (dims.norm_topk_prob) {
+          double denom = 0.0, dot = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            denom += static_cast<double>(s[idx[k]]);
+            dot += dwp[k] * static_cast<double>(cache.combine[t * K + k]);
+          }
+          if (denom > 0.0)
+            for (int64_t k = 0; k < K; ++k) ds[idx[k]] += (gamma * dwp[k] - dot) / denom;
+        } else {
+          for (int64_t k = 0; k < K; ++k) ds[idx[k]] += gamma * dwp[k];
+        }
+        const int64_t b = balance ? sequence_of[t] : -1;
+        if (b >= 0) {
+          double total = 0.0;
+          for (int64_t e = 0; e < E; ++e) total += static_cast<double>(s[e]);
+          if (total > 0.0) {
+            // dL/ds'_{e,t} = α f_{b,e} / (T_b·B) · dL_bal; s' = s/Σs.
+            const double coef = dims.balance_loss_weight * static_cast<double>(d_balance_loss) /
+                                (static_cast<double>(sequences[static_cast<size_t>(b)].len) *
+                                 static_cast<double>(sequences.size()));
+            double dot = 0.0;
+            for (int64_t e = 0; e < E; ++e)
+              dot += coef * freq[b * E + e] * static_cast<double>(s[e]) / total;
+            for (int64_t e = 0; e < E; ++e) ds[e] += (coef * freq[b * E + e] - dot) / total;
+          }
+        }
+        for (int64_t e = 0; e < E; ++e) {
+          if (ds[e] == 0.0) continue;
+          dlogits[t * E + e] = static_cast<T>(
+              ds[e] * sqrt_softplus(static_cast<double>(cache.logits[t * E + e])).derivative);
+        }
+      }
+    }
+  };
+
+  if (parallel) {
+    ep_backward(dims, weights, *parallel, cache, dy, expert_grad, dxs, dscale, shared_backward,
+                finish_tokens);
+  } else {
+    // Routed experts, grouped: gather x and dy rows in sorted order.
+    std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
+    std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
+        scale(static_cast<size_t>(P));
+#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
+    for (int64_t row = 0; row < P; ++row) {
+      const int64_t p = cache.sorted_pair[row];
+      std::copy_n(x + (p / K) * d, d, xs.data() + row * d);
+      std::copy_n(dy + (p / K) * d, d, dys.data() + row * d);
+      scale[row] = cache.combine[p];
+    }
+    section.emplace(profile::Op::kGemmExpert, 3 * profile::linear_backward_flops(P, I, d));
+    std::vector<T> h(static_cast<size_t>(P * I)), dh(static_cast<size_t>(P * I)),
+        dg(static_cast<size_t>(P * I)), dv(static_cast<size_t>(P * I));
+    dxs.assign(dx ? static_cast<size_t>(P * d) : 0, T(0));
+    dscale.assign(static_cast<size_t>(P), T(0));
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
+      expert_backward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
+                      scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
+                      cache.up_pre.data() + begin * I, dys.data() + begin * d, h.data() + begin * I,
+                      dh.data() + begin * I, dg.data() + begin * I, dv.data() + begin * I,
+                      dx ? dxs.data() + begin * d : nullptr, expert_grad(0, e), expert_grad(1, e),
+                      expert_grad(2, e), dscale.data() + begin);
+    }
+    section.reset();
+    shared_backward();
+    finish_tokens(0, N);
   }
   {
     TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_backward_flops(N, E, d));
@@ -605,9 +951,9 @@ void update_router_bias(T* bias, const int64_t* load, int64_t n_experts, double 
 
 #define TREX_MOE_INSTANTIATE(T)                                                                \
   template void moe_forward<T>(const MoeDims&, const MoeWeights<T>&, const T*, const int64_t*, \
-                               MoeCache<T>&, T*, bool);                                        \
+                               MoeCache<T>&, T*, bool, const MoeParallel*);                    \
   template void moe_backward<T>(const MoeDims&, const MoeWeights<T>&, const MoeCache<T>&,      \
-                                const T*, T, MoeGrads<T>&, T*);                                \
+                                const T*, T, MoeGrads<T>&, T*, const MoeParallel*);            \
   template void update_router_bias<T>(T*, const int64_t*, int64_t, double);
 
 TREX_MOE_INSTANTIATE(float)

@@ -36,6 +36,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/model/moe_parallel.hpp"
+
 namespace trex::model {
 
 struct ModelConfig;
@@ -117,21 +119,43 @@ struct MoeCache {
   std::vector<T> up_pre;             // [N·K, I] x W3ᵀ before the clamp, sorted rows
   std::vector<T> shared_gate_pre;    // [N, I]
   std::vector<T> shared_up_pre;      // [N, I]
+
+  // Expert-parallel calls: sorted_pair / pair_row then describe the send order
+  // (DispatchPlan), offsets, gate_pre and up_pre stay empty, and the rows this
+  // rank computed for its experts are kept per chunk (ReceivePlan layout).
+  struct EpChunk {
+    ReceivePlan recv;
+    std::vector<T> xs;                // [rows, d] grouped input rows
+    std::vector<T> scale;             // [rows] their combine weights
+    std::vector<T> gate_pre, up_pre;  // [rows, I]
+  };
+  bool expert_parallel = false;
+  std::vector<int64_t> ep_rows;       // [chunks][ranks] pairs sent per chunk and rank
+  std::vector<int64_t> ep_chunk_row;  // [chunks + 1] first send row of each chunk
+  std::vector<int64_t> ep_bounds;     // [chunks + 1] first token of each chunk
+  std::vector<EpChunk> ep_chunks;
 };
 
 // x [N, d] (the ffn_norm output), token_ids [N] (hash layers only; may be null
 // otherwise), y [N, d] written. With fixed_selection the expert indices already
 // in cache.expert_index are reused (finite-difference checks, anticipatory
 // routing); they must have the shape [N, K] and valid values.
+// parallel (nullable): run the routed experts expert-parallel over
+// parallel->comm (moe_parallel.hpp); collective over that group.
 template <class T>
 void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
-                 const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection = false);
+                 const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection = false,
+                 const MoeParallel* parallel = nullptr);
 
 // dy [N, d]; d_balance_loss = dLoss/dL_bal (normally 1; ignored when the
 // forward did not compute the balance loss). dx [N, d] written (nullable).
+// parallel: as in the forward (the same group and map; required exactly when
+// the forward ran expert-parallel). Only the experts this rank owns receive
+// weight gradients.
 template <class T>
 void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCache<T>& cache,
-                  const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx);
+                  const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx,
+                  const MoeParallel* parallel = nullptr);
 
 // Aux-loss-free bias update (DeepSeek-V3 rule, spec §3.3): with mean load
 // m = Σ load / E, b_e −= speed if load_e > m, b_e += speed if load_e < m,
