@@ -728,6 +728,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
           const T* src = dh.data() + r * n * d;
           for (int64_t i = 0; i < n * d; ++i) dst[i] += src[i];
         }
+      if (step.on_gradients_ready) step.on_gradients_ready(layer);
     }
   }
   out.total =
@@ -750,6 +751,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
   for (int64_t l = L - 1; l >= 0; --l) {
     block_backward(c, bindings[l], l, loss, st.blocks[l], dx_final.data(), dx_prev.data());
     std::swap(dx_final, dx_prev);
+    if (step.on_gradients_ready) step.on_gradients_ready(l);
   }
   // Embedding: the four streams are copies of the same row.
   TREX_PROFILE(profile::Op::kEmbedding);
@@ -759,6 +761,7 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < d; ++i) row[i] += dx_final[(r * n + j) * d + i];
   }
+  if (step.on_gradients_ready) step.on_gradients_ready(-1);
   return out;
 }
 
