@@ -170,4 +170,8 @@ std::shared_ptr<Communicator> mpi_world();
 // The world of this process: mpi_world() under mpirun, else a 1-rank communicator.
 std::shared_ptr<Communicator> world();
 
+// Ends every rank (MPI_Abort under mpirun, exit otherwise): a rank that fails
+// must not leave its peers waiting in a collective forever.
+[[noreturn]] void abort_world(int code);
+
 }  // namespace trex::dist

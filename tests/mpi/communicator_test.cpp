@@ -1,0 +1,157 @@
+// The MPI communicator on 2 and 4 ranks: every operation's values, the
+// sub-communicators of the process grid, and progress during compute.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <numeric>
+#include <thread>
+
+#include "trex/core/error.hpp"
+#include "trex/dist/communicator.hpp"
+#include "trex/dist/process_grid.hpp"
+
+namespace trex::dist {
+namespace {
+
+TEST(Communicator, AllReduceSumMaxMin) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  ASSERT_GE(n, 2);
+  std::vector<double> v = {1.0 * r, 0.5, -1.0 * r};
+  w->all_reduce(std::span<double>(v));
+  EXPECT_DOUBLE_EQ(v[0], n * (n - 1) / 2.0);
+  EXPECT_DOUBLE_EQ(v[1], 0.5 * n);
+  EXPECT_EQ(w->all_reduce_value<int64_t>(r, ReduceOp::kMax), n - 1);
+  EXPECT_EQ(w->all_reduce_value<int64_t>(r + 7, ReduceOp::kMin), 7);
+  std::vector<float> f(1000, static_cast<float>(r + 1));
+  w->all_reduce(std::span<float>(f));
+  for (float x : f) ASSERT_EQ(x, n * (n + 1) / 2.0f);
+}
+
+TEST(Communicator, ReduceScatterUnevenBlocks) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) counts[static_cast<size_t>(i)] = i + 1;  // rank i gets i+1 values
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<int64_t> send(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) send[static_cast<size_t>(i)] = i * 10 + r;
+  std::vector<int64_t> recv(static_cast<size_t>(r + 1), -1);
+  w->reduce_scatter(send.data(), recv.data(), counts, DType::kI64, ReduceOp::kSum);
+  const int64_t offset = static_cast<int64_t>(r) * (r + 1) / 2;
+  for (int64_t j = 0; j <= r; ++j)
+    EXPECT_EQ(recv[static_cast<size_t>(j)], n * (offset + j) * 10 + n * (n - 1) / 2);
+}
+
+TEST(Communicator, AllGatherVariableCounts) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) counts[static_cast<size_t>(i)] = 2 * i;  // rank 0 sends nothing
+  std::vector<float> mine(static_cast<size_t>(2 * r), static_cast<float>(r));
+  std::vector<float> all(static_cast<size_t>(n * (n - 1)), -1.0f);
+  w->all_gather(mine.data(), all.data(), counts, DType::kF32);
+  size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < 2 * i; ++j) EXPECT_EQ(all[at++], static_cast<float>(i));
+}
+
+TEST(Communicator, AllToAllV) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  // Rank r sends (r + d + 1) values to rank d, each encoding (source, dest, index).
+  std::vector<int64_t> send_counts(static_cast<size_t>(n)), recv_counts(static_cast<size_t>(n));
+  std::vector<int64_t> send;
+  for (int d = 0; d < n; ++d) {
+    send_counts[static_cast<size_t>(d)] = r + d + 1;
+    recv_counts[static_cast<size_t>(d)] = d + r + 1;
+    for (int k = 0; k < r + d + 1; ++k) send.push_back(r * 10000 + d * 100 + k);
+  }
+  std::vector<int64_t> recv(
+      static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0})));
+  w->all_to_all(send.data(), send_counts, recv.data(), recv_counts, DType::kI64);
+  size_t at = 0;
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < s + r + 1; ++k) EXPECT_EQ(recv[at++], s * 10000 + r * 100 + k);
+  EXPECT_GT(w->stats().bytes_sent, 0);
+}
+
+TEST(Communicator, BroadcastAndRing) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  std::vector<double> b(5, r == n - 1 ? 3.25 : 0.0);
+  w->broadcast(b.data(), 5, DType::kF64, n - 1);
+  for (double x : b) EXPECT_EQ(x, 3.25);
+  // Ring: post the receive first, then send; both non-blocking.
+  std::vector<int32_t> out = {r, r * r}, in(2, -1);
+  Request rx = w->irecv(in.data(), 2, DType::kI32, (r + n - 1) % n, 7);
+  Request tx = w->isend(out.data(), 2, DType::kI32, (r + 1) % n, 7);
+  tx.wait();
+  rx.wait();
+  const int left = (r + n - 1) % n;
+  EXPECT_EQ(in[0], left);
+  EXPECT_EQ(in[1], left * left);
+  w->barrier();
+}
+
+TEST(Communicator, BadArgumentsAreErrors) {
+  auto w = world();
+  std::vector<int64_t> wrong(static_cast<size_t>(w->size() + 1), 0);
+  float x = 0;
+  EXPECT_THROW(w->all_gather(&x, &x, wrong, DType::kF32), Error);
+  EXPECT_THROW(w->isend(&x, 1, DType::kF32, w->size(), 0), Error);
+  EXPECT_THROW(w->broadcast(&x, 1, DType::kF32, -1), Error);
+  w->barrier();  // the communicator is still usable
+}
+
+TEST(Communicator, RequestProgressesWhileCallerComputes) {
+  // A request started before a "compute phase" completes during it: waiting
+  // afterwards is (almost) free. This is what overlap relies on.
+  auto w = world();
+  std::vector<float> big(1 << 18, 1.0f);
+  w->barrier();
+  const double before = w->stats().exposed_seconds;
+  Request req =
+      w->iall_reduce(big.data(), static_cast<int64_t>(big.size()), DType::kF32, ReduceOp::kSum);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (!req.done() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_TRUE(req.done()) << "the all-reduce did not progress without a wait()";
+  req.wait();
+  EXPECT_LT(w->stats().exposed_seconds - before, 0.05);
+  EXPECT_EQ(big[12345], static_cast<float>(w->size()));
+}
+
+TEST(ProcessGridMpi, GroupsHaveTheDocumentedMembers) {
+  auto w = world();
+  if (w->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (GridShape shape : {GridShape{2, 2, 1}, GridShape{1, 2, 2}, GridShape{2, 1, 2},
+                          GridShape{4, 1, 1}, GridShape{1, 1, 4}}) {
+    ProcessGrid g(w, shape);
+    const GridCoords c = g.coords();
+    EXPECT_EQ(grid_rank(shape, c), w->rank());
+    EXPECT_EQ(g.data().size(), shape.dp * shape.ep);
+    EXPECT_EQ(g.ep().size(), shape.ep);
+    EXPECT_EQ(g.dp().size(), shape.dp);
+    EXPECT_EQ(g.pp().size(), shape.pp);
+    EXPECT_EQ(g.ep().rank(), c.ep);
+    EXPECT_EQ(g.dp().rank(), c.dp);
+    EXPECT_EQ(g.pp().rank(), c.pp);
+    EXPECT_EQ(g.data().rank(), g.data_rank());
+    // Each group sums the world ranks of exactly its members.
+    auto members_sum = [&](Communicator& comm, auto same) {
+      int64_t expected = 0;
+      for (int r = 0; r < shape.size(); ++r)
+        if (same(grid_coords(shape, r))) expected += r;
+      EXPECT_EQ(comm.all_reduce_value<int64_t>(w->rank()), expected) << comm.name();
+    };
+    members_sum(g.data(), [&](GridCoords o) { return o.pp == c.pp; });
+    members_sum(g.ep(), [&](GridCoords o) { return o.pp == c.pp && o.dp == c.dp; });
+    members_sum(g.dp(), [&](GridCoords o) { return o.pp == c.pp && o.ep == c.ep; });
+    members_sum(g.pp(), [&](GridCoords o) { return o.dp == c.dp && o.ep == c.ep; });
+  }
+  EXPECT_THROW(ProcessGrid(w, GridShape{3, 1, 1}), Error);
+}
+
+}  // namespace
+}  // namespace trex::dist
