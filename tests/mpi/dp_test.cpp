@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -98,12 +99,17 @@ const std::vector<double>& one_rank_losses(RunConfig c) {
 void expect_losses_match(const std::vector<double>& got, const std::vector<double>& want,
                          size_t first_step, const std::string& what) {
   ASSERT_EQ(got.size() + first_step, want.size()) << what;
+  double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double reference = want[first_step + i];
+    worst = std::max(worst, std::abs(got[i] - reference) / std::abs(reference));
     ASSERT_TRUE(std::isfinite(got[i])) << what << " step " << first_step + i + 1;
     EXPECT_LE(std::abs(got[i] - reference), kRelativeTolerance * std::abs(reference))
         << what << " step " << first_step + i + 1 << ": " << got[i] << " vs 1-rank " << reference;
   }
+  if (trex::dist::world()->rank() == 0)
+    std::printf("[ dp ] %s: steps %zu..%zu, max relative loss difference to 1 rank %.2e\n",
+                what.c_str(), first_step + 1, first_step + got.size(), worst);
 }
 
 // Every rank holds the same parameters, bit for bit, as world rank 0.

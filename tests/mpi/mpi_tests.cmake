@@ -26,3 +26,5 @@ endfunction()
 
 trex_add_mpi_test(communicator_2 2 "Communicator*")
 trex_add_mpi_test(communicator_4 4 "Communicator*:ProcessGridMpi*")
+trex_add_mpi_test(dp_2 2 "*DataParallel2.*:DataParallelResume.*")
+trex_add_mpi_test(dp_4 4 "DataParallel4*")

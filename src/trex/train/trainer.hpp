@@ -32,7 +32,7 @@ struct TrainerOptions {
   // The ranks to train on (their count must equal parallel.dp·ep·pp); null:
   // dist::world() (every rank under mpirun, else this process alone). Tests
   // pass dist::make_self_communicator() for a 1-rank run inside an MPI job.
-  std::shared_ptr<dist::Communicator> world;
+  std::shared_ptr<dist::Communicator> world = nullptr;
 };
 
 struct TrainSummary {
