@@ -678,6 +678,17 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.summary.tokens = 0;
   s.step_flops = 0;
   s.summary.interrupted = false;
+  if (!s.options.quiet && s.grid->world().size() > 1) {
+    const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
+    log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
+              " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",
+              c.parallel.zero, ", optimizer state ",
+              fmt(mib * static_cast<double>(s.optimizer.shard().size()), "%.1f"),
+              " MiB per rank (whole model ",
+              fmt(mib * static_cast<double>(s.optimizer.param_count()), "%.1f"), " MiB), ",
+              s.reducer.bucket_count(), " gradient buckets",
+              c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
+  }
   std::optional<Progress> progress;
   if (!s.options.quiet) progress.emplace("train", s.total_steps);
 
