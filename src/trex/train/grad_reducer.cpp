@@ -100,6 +100,8 @@ void GradReducer::start(Group& group) {
 
 void GradReducer::finish(float scale) {
   if (grads_ == nullptr) throw Error("gradient reducer: finish() without begin_step()");
+  done_before_finish_ = 0;
+  for (const dist::Request& r : pending_) done_before_finish_ += r.done() ? 1 : 0;
   for (Group& g : groups_)
     if (!g.started) start(g);
   dist::wait_all(pending_);

@@ -57,6 +57,9 @@ class GradReducer {
   Range reduced_range() const { return reduced_; }
   int64_t bucket_count() const;
   int64_t groups_started_early() const { return started_early_; }  // of the last step
+  // Of the last step: buckets whose reduction had already completed when
+  // finish() was called (communication fully hidden behind backward).
+  int64_t buckets_done_before_finish() const { return done_before_finish_; }
 
  private:
   struct Group {
@@ -80,6 +83,7 @@ class GradReducer {
   std::vector<dist::Request> pending_;
   std::vector<std::vector<int64_t>> pending_counts_;  // alive until the requests complete
   int64_t started_early_ = 0;
+  int64_t done_before_finish_ = 0;
 };
 
 // Σ g² over the trained tensors of `shard` (in double, in buffer order): the

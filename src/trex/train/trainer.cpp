@@ -201,6 +201,12 @@ struct Trainer::Impl {
       options.quiet = true;
       options.write_metrics = false;
     }
+    // Every stage would run the whole model on the same micro-batches and the
+    // pp reduction would count each gradient pp times: refuse until the
+    // pipeline runner replaces compute_local_gradients for pp > 1.
+    if (grid->shape().pp > 1)
+      throw Error("pipeline parallelism (parallel.pp > 1) is not available in the trainer yet")
+          .field("parallel.pp");
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -494,6 +500,9 @@ struct Trainer::Impl {
       rec.set("comm_exposed_s", exposed_seconds(*grid) - exposed_before);
       rec.set("grad_reduce_wait_s", reduce_seconds);
       rec.set("grad_groups_overlapped", static_cast<double>(early));
+      rec.set("grad_buckets", static_cast<double>(reducer.bucket_count()));
+      rec.set("grad_buckets_done_in_backward",
+              static_cast<double>(reducer.buckets_done_before_finish()));
     }
     summary.tokens += tokens;
     summary.seconds += seconds;
