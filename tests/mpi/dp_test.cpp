@@ -63,6 +63,8 @@ RunConfig base_config(int64_t steps) {
   c.global_batch = 4;
   c.steps = steps;
   c.warmup_steps = 2;
+  c.validation_file = shared_dir() + "/cpt.jsonl";
+  c.eval_batches = 4;
   return c;
 }
 
@@ -83,17 +85,40 @@ std::vector<double> train_losses(const RunConfig& c, std::shared_ptr<Communicato
   return losses;
 }
 
+struct OneRankRun {
+  std::vector<double> losses;
+  double final_validation_loss = 0;
+};
+
 // The 1-rank run of `c` (same data, seeds and batch geometry), computed once
 // per process and configuration.
-const std::vector<double>& one_rank_losses(RunConfig c) {
-  static std::map<std::string, std::vector<double>> cache;
+const OneRankRun& one_rank_run(RunConfig c) {
+  static std::map<std::string, OneRankRun> cache;
   c.parallel = {};
   c.out_dir = shared_dir() + "/reference-" + std::to_string(trex::dist::world()->rank());
   const std::string key = c.to_json().dump();
   auto it = cache.find(key);
-  if (it == cache.end())
-    it = cache.emplace(key, train_losses(c, trex::dist::make_self_communicator())).first;
+  if (it == cache.end()) {
+    OneRankRun run;
+    std::unique_ptr<Trainer> trainer;
+    run.losses = train_losses(c, trex::dist::make_self_communicator(), &trainer);
+    run.final_validation_loss = trainer->validation_loss();
+    it = cache.emplace(key, std::move(run)).first;
+  }
   return it->second;
+}
+
+const std::vector<double>& one_rank_losses(const RunConfig& c) {
+  return one_rank_run(c).losses;
+}
+
+// The validation loss (micro-batches split over the data ranks) equals 1 rank's.
+void expect_validation_matches(Trainer& trainer, const RunConfig& c) {
+  const double reference = one_rank_run(c).final_validation_loss;
+  const double got = trainer.validation_loss();
+  EXPECT_GT(reference, 0.0);
+  EXPECT_LE(std::abs(got - reference), kRelativeTolerance * reference)
+      << got << " vs 1-rank " << reference;
 }
 
 void expect_losses_match(const std::vector<double>& got, const std::vector<double>& want,
@@ -138,6 +163,7 @@ TEST_P(DataParallel2, TwentyStepsMatchOneRank) {
   expect_losses_match(losses, one_rank_losses(c), 0,
                       "DP=2 zero " + std::to_string(zero) + (overlap ? " overlap" : ""));
   expect_replicas_identical(*trainer);
+  expect_validation_matches(*trainer, c);
   // ZeRO: this rank holds the optimizer state of about half the model.
   const double state_share = static_cast<double>(trainer->optimizer().first_moment().size()) /
                              static_cast<double>(trainer->model().params().size());
@@ -164,6 +190,7 @@ TEST(DataParallel4, TwentyStepsZero1MatchOneRank) {
   const std::vector<double> losses = train_losses(c, trex::dist::world(), &trainer);
   expect_losses_match(losses, one_rank_losses(c), 0, "DP=4 zero 1");
   expect_replicas_identical(*trainer);
+  expect_validation_matches(*trainer, c);
 }
 
 // Max |a − b| over max |b| of two optimizer-state files.

@@ -529,7 +529,8 @@ struct Trainer::Impl {
   }
   double step_flops = 0;  // model FLOPs of the steps of this run() call
 
-  // Every rank evaluates the same batches with the same (replicated) weights.
+  // The validation micro-batches are split over the data ranks like a step's
+  // (every rank reads them all) and the token-weighted sums reduced.
   double validation_loss() {
     if (config.validation_file.empty())
       throw Error("the run config has no validation file").field("data.validation");
@@ -548,9 +549,16 @@ struct Trainer::Impl {
     int64_t count = 0;
     for (int64_t i = 0; i < batches; ++i) {
       const model::Batch batch = to_model_batch(validation.next_batch());
+      if (i % grid->data_size() != grid->data_rank()) continue;
       const model::LossBreakdown r = model.forward_backward(batch, loss_options, forward_only);
       sum += r.lm * static_cast<double>(r.lm_tokens);
       count += r.lm_tokens;
+    }
+    if (grid->data_size() > 1) {
+      std::vector<double> totals = {sum, static_cast<double>(count)};
+      grid->data().all_reduce(std::span<double>(totals));
+      sum = totals[0];
+      count = static_cast<int64_t>(totals[1]);
     }
     last_validation_loss = count > 0 ? sum / static_cast<double>(count) : NAN;
     return last_validation_loss;
