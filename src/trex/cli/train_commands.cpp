@@ -1,4 +1,4 @@
-// `trex train --config RUN.json [--resume] [--steps N] [--out-dir D]` and
+// `[mpirun -np N] trex train --config RUN.json [--resume] [--steps N] [--out-dir D]` and
 // `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype bf16|fp32]`.
 #include <filesystem>
 #include <iostream>
@@ -29,12 +29,18 @@ int run_train(const TrainCliOptions& o) {
   train::TrainerOptions options;
   options.resume = o.resume;
   options.quiet = o.quiet;
+  // Under mpirun every rank runs this; the grid comes from dist::world() and
+  // only world rank 0 prints, logs and writes (docs/distributed.md).
   train::Trainer trainer(config, options);
-  std::cerr << "training " << trainer.total_steps() << " steps"
-            << (o.resume ? " (resumed at step " + std::to_string(trainer.step()) + ")" : "")
-            << " into " << config.out_dir << "\n";
+  if (trainer.is_root())
+    std::cerr << "training " << trainer.total_steps() << " steps"
+              << (o.resume ? " (resumed at step " + std::to_string(trainer.step()) + ")" : "")
+              << " into " << config.out_dir << " on "
+              << trainer.grid().shape().to_string() + " = " +
+                     std::to_string(trainer.grid().shape().size()) + " rank(s)"
+              << "\n";
   const train::TrainSummary summary = trainer.run();
-  std::cout << train::format_summary(summary);
+  if (trainer.is_root()) std::cout << train::format_summary(summary);
   return 0;
 }
 

@@ -883,6 +883,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
           const T* src = dh.data() + r * n * d;
           for (int64_t i = 0; i < n * d; ++i) dst[i] += src[i];
         }
+      if (st.step.on_gradients_ready) st.step.on_gradients_ready(layer);
     }
     // Main head backward.
     const MhcDims md = mhc_dims(c, N);
@@ -903,6 +904,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     block_backward(c, binding, l, st.loss, st.blocks[static_cast<size_t>(l - stage.first_layer)],
                    dx.data(), dx_prev.data(), expert_parallel_);
     std::swap(dx, dx_prev);
+    if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
   }
   if (!stage.has_embedding) {
     std::copy(dx.begin(), dx.end(), d_in);
@@ -916,6 +918,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     for (int64_t j = 0; j < n; ++j)
       for (int64_t i = 0; i < d; ++i) row[i] += dx[(r * n + j) * d + i];
   }
+  if (st.step.on_gradients_ready) st.step.on_gradients_ready(-1);
 }
 
 template <class T>

@@ -4,6 +4,7 @@
 // training loss (spec §2, §3) and its exact backward. Blocks are driven
 // explicitly in order (docs/engine.md); this file only wires them together.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct StepOptions {
   // Reuse the router / indexer selections of the previous call (same batch
   // shape): finite-difference checks hold discrete choices fixed (spec §3.1).
   bool fixed_selection = false;
+  // Called during backward when the gradients of a group of parameters are
+  // final for this call: each MTP block (layer num_hidden_layers + j), then
+  // blocks L−1..0, then -1 for the globals (embedding, heads, final norm).
+  // Distributed training starts reducing those gradients while backward goes on.
+  std::function<void(int64_t layer)> on_gradients_ready = {};
 };
 
 struct LossBreakdown {

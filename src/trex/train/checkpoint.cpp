@@ -27,7 +27,8 @@ std::string checkpoint_name(int64_t step) {
 std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
                                       const model::Model<float>& model,
                                       const io::Tokenizer& tokenizer, const Optimizer& optimizer,
-                                      const nlohmann::json& trainer_state, int64_t keep) {
+                                      const nlohmann::json& trainer_state, int64_t keep,
+                                      const GatheredOptimizerState* gathered) {
   const fs::path root = checkpoints_dir(out_dir);
   fs::create_directories(root);
   const fs::path final_dir = root / checkpoint_name(step);
@@ -40,7 +41,11 @@ std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
   model::save_checkpoint(temp_dir.string(), model.config(), model.params(), model.hash_tables(),
                          model::NamingScheme::kReleased, DType::kF32);
   tokenizer.save((temp_dir / "tokenizer.json").string());
-  optimizer.save_state((temp_dir / "optimizer.safetensors").string());
+  if (gathered)
+    optimizer.save_state((temp_dir / "optimizer.safetensors").string(), gathered->first_moment,
+                         gathered->second_moment);
+  else
+    optimizer.save_state((temp_dir / "optimizer.safetensors").string());
   write_file_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
   // A checkpoint of the same step (a rerun) is replaced whole.
   fs::remove_all(final_dir);

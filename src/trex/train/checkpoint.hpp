@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,11 +24,19 @@ namespace trex::train {
 std::string checkpoints_dir(const std::string& out_dir);
 std::string checkpoint_name(int64_t step);  // "step-00000042"
 
-// Writes a complete checkpoint for `step` and returns its directory.
+// The whole model's optimizer state gathered from the shards of a ZeRO run.
+struct GatheredOptimizerState {
+  std::vector<float> first_moment, second_moment;
+};
+
+// Writes a complete checkpoint for `step` and returns its directory. A sharded
+// optimizer (ZeRO) passes its state gathered from every shard, so the files
+// are the same whatever the parallel layout.
 std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
                                       const model::Model<float>& model,
                                       const io::Tokenizer& tokenizer, const Optimizer& optimizer,
-                                      const nlohmann::json& trainer_state, int64_t keep);
+                                      const nlohmann::json& trainer_state, int64_t keep,
+                                      const GatheredOptimizerState* gathered = nullptr);
 
 // The directory OUT/checkpoints/latest points to, or nullopt when there is none.
 // Throws trex::Error when the pointer names a missing directory.

@@ -1,5 +1,7 @@
 #include "trex/train/optimizer.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -29,13 +31,68 @@ const char* kind_of(const OptimizerOptions& options) {
 
 }  // namespace
 
+OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs) {
+  OptimizerShard shard;
+  shard.end_spec = specs.size();
+  for (const model::ParamSpec& spec : specs) shard.end += spec.numel();
+  return shard;
+}
+
+std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
+                                               int64_t parts) {
+  if (parts < 1) throw Error("ZeRO partition: parts must be >= 1").field("parallel.zero");
+  std::vector<int64_t> offset(specs.size() + 1, 0);  // offset[i] = start of spec i
+  for (size_t i = 0; i < specs.size(); ++i) offset[i + 1] = offset[i] + specs[i].numel();
+  const int64_t total = offset.back();
+  // Boundary k is the spec boundary nearest to k·total/parts (never behind the previous one).
+  std::vector<size_t> boundary(static_cast<size_t>(parts) + 1, 0);
+  boundary.back() = specs.size();
+  for (int64_t k = 1; k < parts; ++k) {
+    const double target =
+        static_cast<double>(total) * static_cast<double>(k) / static_cast<double>(parts);
+    size_t j = static_cast<size_t>(
+        std::lower_bound(offset.begin(), offset.end(), static_cast<int64_t>(std::ceil(target))) -
+        offset.begin());
+    if (j > 0 && j <= specs.size() &&
+        target - static_cast<double>(offset[j - 1]) < static_cast<double>(offset[j]) - target)
+      j -= 1;
+    j = std::min(j, specs.size());
+    boundary[static_cast<size_t>(k)] = std::max(j, boundary[static_cast<size_t>(k) - 1]);
+  }
+  std::vector<OptimizerShard> shards(static_cast<size_t>(parts));
+  for (size_t k = 0; k < shards.size(); ++k) {
+    shards[k].first_spec = boundary[k];
+    shards[k].end_spec = std::max(boundary[k], boundary[k + 1]);
+    shards[k].begin = offset[shards[k].first_spec];
+    shards[k].end = offset[shards[k].end_spec];
+  }
+  return shards;
+}
+
 Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions options)
+    : Optimizer(params, options, whole_shard(params.specs())) {}
+
+Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
+                     OptimizerShard shard)
     : options_(options),
       specs_(params.specs()),
       layout_hash_(layout_hash_of(params.specs())),
       size_(params.size()),
-      first_moment_(static_cast<size_t>(params.size()), 0.0f),
-      second_moment_(static_cast<size_t>(params.size()), 0.0f) {
+      shard_(shard),
+      first_moment_(static_cast<size_t>(shard.size()), 0.0f),
+      second_moment_(static_cast<size_t>(shard.size()), 0.0f) {
+  {
+    int64_t begin = 0;
+    for (size_t i = 0; i < std::min(shard_.first_spec, specs_.size()); ++i)
+      begin += specs_[i].numel();
+    int64_t end = begin;
+    for (size_t i = shard_.first_spec; i < std::min(shard_.end_spec, specs_.size()); ++i)
+      end += specs_[i].numel();
+    if (shard_.first_spec > shard_.end_spec || shard_.end_spec > specs_.size() ||
+        shard_.begin != begin || shard_.end != end)
+      throw Error("optimizer shard does not cover whole parameter tensors of this model")
+          .field("parallel.zero");
+  }
   for (const model::ParamSpec& spec : specs_)
     if (options_.use_muon && spec.group == model::OptimizerGroup::kMuon && spec.shape.size() < 2)
       throw Error("Muon needs a matrix, got a tensor of rank " + std::to_string(spec.shape.size()))
@@ -50,19 +107,21 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   const profile::PhaseScope phase(profile::Phase::kOptimizer);
   float* w = params.values().data();
   const float* g = params.grads().data();
-  int64_t offset = 0;
-  for (const model::ParamSpec& spec : specs_) {
+  int64_t offset = shard_.begin;
+  for (size_t i = shard_.first_spec; i < shard_.end_spec; ++i) {
+    const model::ParamSpec& spec = specs_[i];
     const int64_t n = spec.numel();
+    const int64_t local = offset - shard_.begin;  // index into the shard's state
     if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
       // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
       const int64_t rows = spec.shape[0];
       TREX_PROFILE(profile::Op::kMuonOther);
-      muon_update(w + offset, g + offset, first_moment_.data() + offset, rows, n / rows, lr,
+      muon_update(w + offset, g + offset, first_moment_.data() + local, rows, n / rows, lr,
                   options_.muon, workspace_);
     } else if (spec.group != model::OptimizerGroup::kNotTrained) {
       TREX_PROFILE(profile::Op::kAdamW);
-      adamw_update(w + offset, g + offset, first_moment_.data() + offset,
-                   second_moment_.data() + offset, n, lr, step_, options_.adamw);
+      adamw_update(w + offset, g + offset, first_moment_.data() + local,
+                   second_moment_.data() + local, n, lr, step_, options_.adamw);
     }
     offset += n;
   }
@@ -71,21 +130,42 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
 void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
                           std::vector<float> second_moment) {
   if (step < 0) throw Error("optimizer state: negative step");
-  if (static_cast<int64_t>(first_moment.size()) != size_ ||
-      static_cast<int64_t>(second_moment.size()) != size_)
+  const auto length = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size()); };
+  if (length(first_moment) == size_ && length(second_moment) == size_ && sharded()) {
+    // The whole model's state: keep this shard's slice.
+    first_moment =
+        std::vector<float>(first_moment.begin() + shard_.begin, first_moment.begin() + shard_.end);
+    second_moment = std::vector<float>(second_moment.begin() + shard_.begin,
+                                       second_moment.begin() + shard_.end);
+  }
+  if (length(first_moment) != shard_.size() || length(second_moment) != shard_.size())
     throw Error("optimizer state: buffers of " + std::to_string(first_moment.size()) + " / " +
                 std::to_string(second_moment.size()) + " values, expected " +
-                std::to_string(size_));
+                std::to_string(size_) +
+                (sharded() ? " (or the shard's " + std::to_string(shard_.size()) + ")" : ""));
   step_ = step;
   first_moment_ = std::move(first_moment);
   second_moment_ = std::move(second_moment);
 }
 
 void Optimizer::save_state(const std::string& path) const {
-  const size_t bytes = first_moment_.size() * sizeof(float);
+  if (sharded())
+    throw Error("a sharded (ZeRO) optimizer saves the state gathered from every shard").file(path);
+  save_state(path, first_moment_, second_moment_);
+}
+
+void Optimizer::save_state(const std::string& path, std::span<const float> whole_first_moment,
+                           std::span<const float> whole_second_moment) const {
+  if (static_cast<int64_t>(whole_first_moment.size()) != size_ ||
+      static_cast<int64_t>(whole_second_moment.size()) != size_)
+    throw Error("optimizer state to save: buffers of " + std::to_string(whole_first_moment.size()) +
+                " / " + std::to_string(whole_second_moment.size()) + " values, expected " +
+                std::to_string(size_))
+        .file(path);
+  const size_t bytes = whole_first_moment.size() * sizeof(float);
   std::vector<TensorToWrite> tensors = {
-      {"first_moment", DType::kF32, {size_}, first_moment_.data(), bytes},
-      {"second_moment", DType::kF32, {size_}, second_moment_.data(), bytes},
+      {"first_moment", DType::kF32, {size_}, whole_first_moment.data(), bytes},
+      {"second_moment", DType::kF32, {size_}, whole_second_moment.data(), bytes},
   };
   std::map<std::string, std::string> metadata = {
       {"trex_optimizer", kind_of(options_)},
@@ -128,8 +208,10 @@ void Optimizer::load_state(const std::string& path) {
       throw Error("optimizer state: expected F32 [" + std::to_string(size_) + "]")
           .file(path)
           .field(name);
-    std::vector<float> values(static_cast<size_t>(size_));
-    std::memcpy(values.data(), view->data, view->nbytes);
+    // Only this optimizer's shard of the (whole-model) state is kept.
+    std::vector<float> values(static_cast<size_t>(shard_.size()));
+    std::memcpy(values.data(), view->data + static_cast<size_t>(shard_.begin) * sizeof(float),
+                values.size() * sizeof(float));
     return values;
   };
   set_state(step, read("first_moment"), read("second_moment"));

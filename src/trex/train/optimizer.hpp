@@ -5,6 +5,7 @@
 // such as the router bias is never touched), with flat state buffers aligned
 // with the parameter buffer so a checkpoint saves them as two tensors.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,32 @@ struct OptimizerOptions {
   bool use_muon = true;
 };
 
+// A contiguous range of whole ParamSpecs, [first_spec, end_spec) = flat
+// values [begin, end): the part of the model one rank updates under ZeRO.
+struct OptimizerShard {
+  size_t first_spec = 0, end_spec = 0;
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const OptimizerShard&) const = default;
+};
+
+// The whole store as one shard.
+OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs);
+
+// Splits the specs into `parts` contiguous shards of whole specs (Muon needs
+// whole matrices) whose sizes are as close to size/parts as spec boundaries
+// allow; shard r goes to rank r. Deterministic; shards may be empty when
+// parts exceeds the number of specs.
+std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
+                                               int64_t parts);
+
 class Optimizer {
  public:
+  // Unsharded: state for every parameter.
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options);
+  // ZeRO: state only for `shard` (the buffers are shard.size() long); step()
+  // updates only the shard's parameters.
+  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options, OptimizerShard shard);
 
   // One update from params.grads() at learning rate `lr` (the caller clips and
   // zeroes gradients). Increments step_count() first, so the first update uses
@@ -34,18 +58,28 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   const OptimizerOptions& options() const { return options_; }
 
-  // State, indexed like ParamStore::values(): first_moment holds AdamW's m and
-  // Muon's momentum buffer; second_moment holds AdamW's v (zero elsewhere).
+  // State of the shard, indexed like ParamStore::values() minus shard().begin
+  // (unsharded: exactly like values()): first_moment holds AdamW's m and Muon's
+  // momentum buffer; second_moment holds AdamW's v (zero elsewhere).
   const std::vector<float>& first_moment() const { return first_moment_; }
   const std::vector<float>& second_moment() const { return second_moment_; }
+  const OptimizerShard& shard() const { return shard_; }
+  bool sharded() const { return shard_.size() != size_; }
+  int64_t param_count() const { return size_; }
 
   // safetensors file with tensors "first_moment" and "second_moment" (F32, [N])
   // and metadata {"trex_optimizer": "adamw+muon"|"adamw", "step", "param_count",
-  // "layout_hash"} (written atomically). load_state checks that the file matches
-  // this optimizer's layout and options and throws trex::Error naming the file.
+  // "layout_hash"} (written atomically). The file always holds the whole
+  // model's state (layout-free): a sharded optimizer saves through the
+  // second form with the state gathered from every shard. load_state checks
+  // that the file matches this optimizer's layout and options (throws
+  // trex::Error naming the file) and keeps this optimizer's shard of it.
   void save_state(const std::string& path) const;
+  void save_state(const std::string& path, std::span<const float> whole_first_moment,
+                  std::span<const float> whole_second_moment) const;
   void load_state(const std::string& path);
-  // The same state in memory (for tests / in-process resume).
+  // The same state in memory (for tests / in-process resume): buffers of the
+  // whole model (a sharded optimizer keeps its slice) or of the shard.
   void set_state(int64_t step, std::vector<float> first_moment, std::vector<float> second_moment);
 
  private:
@@ -53,6 +87,7 @@ class Optimizer {
   std::vector<model::ParamSpec> specs_;
   uint64_t layout_hash_ = 0;
   int64_t size_ = 0;
+  OptimizerShard shard_;
   int64_t step_ = 0;
   std::vector<float> first_moment_;
   std::vector<float> second_moment_;

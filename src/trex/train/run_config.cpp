@@ -180,6 +180,25 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
     g.read("z_threshold", c.spike_z_threshold);
     g.reject_unknown();
   }
+  {
+    Section p = root.child("parallel");
+    p.read("dp", c.parallel.dp);
+    p.read("ep", c.parallel.ep);
+    p.read("pp", c.parallel.pp);
+    std::string schedule = "1f1b";
+    p.read("pipeline_schedule", schedule);
+    if (schedule == "1f1b")
+      c.parallel.pipeline_schedule = PipelineSchedule::k1F1B;
+    else if (schedule == "dualpipev")
+      c.parallel.pipeline_schedule = PipelineSchedule::kDualPipeV;
+    else
+      p.fail("pipeline_schedule", "must be \"1f1b\" or \"dualpipev\", got \"" + schedule + "\"");
+    p.read("zero", c.parallel.zero);
+    p.read("bucket_mb", c.parallel.bucket_mb);
+    p.read("overlap_grad_reduce", c.parallel.overlap_grad_reduce);
+    p.read("ep_overlap", c.parallel.ep_overlap);
+    p.reject_unknown();
+  }
   root.reject_unknown();
 
   c.model_config = resolve(base_dir, c.model_config);
@@ -291,6 +310,19 @@ void RunConfig::validate(const std::string& origin) const {
   if (!(peak_gflops >= 0)) fail("peak_gflops", "must be >= 0 (0 = measure)");
   if (spike_window < 2) fail("spike.window", "must be at least 2");
   if (!(spike_z_threshold > 0)) fail("spike.z_threshold", "must be > 0");
+  for (const auto& [key, degree] : {std::pair<const char*, int64_t>{"parallel.dp", parallel.dp},
+                                    {"parallel.ep", parallel.ep},
+                                    {"parallel.pp", parallel.pp}})
+    if (degree < 1 || degree > 65536) fail(key, "must be in [1, 65536]");
+  if (parallel.zero < 0 || parallel.zero > 2) fail("parallel.zero", "must be 0, 1 or 2");
+  if (!(parallel.bucket_mb > 0) || parallel.bucket_mb > 1e6)
+    fail("parallel.bucket_mb", "must be > 0 (MiB)");
+  if (accumulation_steps() % parallel.data_size() != 0)
+    fail("parallel.dp",
+         "global_batch / micro_batch = " + std::to_string(accumulation_steps()) +
+             " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
+             std::to_string(parallel.data_size()) +
+             " (each data-parallel rank takes an equal share)");
 }
 
 nlohmann::json RunConfig::to_json() const {
@@ -338,6 +370,16 @@ nlohmann::json RunConfig::to_json() const {
       {"out_dir", out_dir},
       {"peak_gflops", peak_gflops},
       {"spike", {{"window", spike_window}, {"z_threshold", spike_z_threshold}}},
+      {"parallel",
+       {{"dp", parallel.dp},
+        {"ep", parallel.ep},
+        {"pp", parallel.pp},
+        {"pipeline_schedule",
+         parallel.pipeline_schedule == PipelineSchedule::k1F1B ? "1f1b" : "dualpipev"},
+        {"zero", parallel.zero},
+        {"bucket_mb", parallel.bucket_mb},
+        {"overlap_grad_reduce", parallel.overlap_grad_reduce},
+        {"ep_overlap", parallel.ep_overlap}}},
   };
 }
 

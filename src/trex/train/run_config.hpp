@@ -16,6 +16,25 @@ namespace trex::train {
 
 enum class DataMode { kCpt, kSft };
 enum class TrainPrecision { kFp32, kBf16 };
+enum class PipelineSchedule { k1F1B, kDualPipeV };
+
+// The `parallel` section (docs/distributed.md): the DP × EP × PP process grid
+// (world size = dp · ep · pp, launched with `mpirun -np N trex train ...`) and
+// how gradients and optimizer state are distributed.
+struct ParallelConfig {
+  int64_t dp = 1;
+  int64_t ep = 1;
+  int64_t pp = 1;
+  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  // 0: replicated optimizer; 1: optimizer state sharded over the data group;
+  // 2: gradients too (reduce-scatter instead of all-reduce).
+  int64_t zero = 0;
+  double bucket_mb = 25.0;          // gradient-reduction bucket cap (MiB)
+  bool overlap_grad_reduce = true;  // reduce buckets while backward runs
+  bool ep_overlap = true;           // two-half dispatch/compute overlap in EP
+  int64_t world_size() const { return dp * ep * pp; }
+  int64_t data_size() const { return dp * ep; }  // ranks that take different micro-batches
+};
 
 struct RunConfig {
   // Start from random init of `model_config` (with `init_seed`) or from the
@@ -58,6 +77,8 @@ struct RunConfig {
   double peak_gflops = 0.0;  // > 0: given; 0 = measured at start (bench peak, short budget)
   int64_t spike_window = 20;
   double spike_z_threshold = 4.0;
+
+  ParallelConfig parallel;
 
   int64_t accumulation_steps() const { return global_batch / micro_batch; }
   LrSchedule schedule(int64_t total_steps) const {

@@ -17,6 +17,7 @@
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/data_sft.hpp"
+#include "trex/train/grad_reducer.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
@@ -93,6 +94,53 @@ model::Model<float> build_model(const RunConfig& c) {
   return m;
 }
 
+// The targets the engine trains on in `b` (model.cpp: a label >= 0 at t+1 in
+// the same row and segment as t): the weight nᵢ of the micro-batch, known on
+// every rank before any backward runs.
+int64_t count_trained_tokens(const model::Batch& b) {
+  const std::vector<int64_t>& labels = b.labels.empty() ? b.input_ids : b.labels;
+  const bool has_doc = !b.document_ids.empty(), has_pos = !b.position_ids.empty();
+  int64_t count = 0;
+  for (int64_t row = 0; row < b.B; ++row)
+    for (int64_t t = 0; t + 1 < b.S; ++t) {
+      const size_t next = static_cast<size_t>(row * b.S + t + 1);
+      const bool boundary = has_doc   ? b.document_ids[next] != b.document_ids[next - 1]
+                            : has_pos ? b.position_ids[next] == 0
+                                      : false;
+      if (!boundary && labels[next] >= 0) ++count;
+    }
+  return count;
+}
+
+std::unique_ptr<dist::ProcessGrid> make_grid(const RunConfig& c,
+                                             std::shared_ptr<dist::Communicator> world) {
+  if (!world) world = dist::world();
+  const ParallelConfig& p = c.parallel;
+  const dist::GridShape shape{static_cast<int>(p.dp), static_cast<int>(p.ep),
+                              static_cast<int>(p.pp)};
+  if (world->size() != shape.size())
+    throw Error("the run config asks for " + shape.to_string() + " = " +
+                std::to_string(shape.size()) + " ranks but " + std::to_string(world->size()) +
+                (world->size() == 1 ? " process is" : " processes are") +
+                " running; launch it with `mpirun -np " + std::to_string(shape.size()) +
+                " trex train --config RUN` (or set parallel.dp / ep / pp to match)")
+        .field("parallel");
+  return std::make_unique<dist::ProcessGrid>(std::move(world), shape);
+}
+
+Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
+                         const std::vector<OptimizerShard>& shards, const dist::ProcessGrid& grid) {
+  if (c.parallel.zero == 0) return Optimizer(params, c.optimizer);
+  return Optimizer(params, c.optimizer, shards[static_cast<size_t>(grid.data_rank())]);
+}
+
+// Exposed communication of every communicator of the grid (seconds blocked in wait).
+double exposed_seconds(dist::ProcessGrid& grid) {
+  return grid.world().stats().exposed_seconds + grid.data().stats().exposed_seconds +
+         grid.ep().stats().exposed_seconds + grid.dp().stats().exposed_seconds +
+         grid.pp().stats().exposed_seconds;
+}
+
 std::string fmt(double v, const char* spec = "%.4g") {
   char buf[64];
   std::snprintf(buf, sizeof(buf), spec, v);
@@ -101,12 +149,24 @@ std::string fmt(double v, const char* spec = "%.4g") {
 
 }  // namespace
 
+// What this rank's micro-batches contributed to a step (before reduction).
+struct LocalStep {
+  double lm_sum = 0, mtp_sum = 0, balance_sum = 0;  // token-weighted sums, Σ balance
+  int64_t lm_tokens = 0, mtp_tokens = 0;
+  bool finite = true;
+  std::vector<std::vector<int64_t>> expert_load;  // summed over the micro-batches
+};
+
 struct Trainer::Impl {
   RunConfig config;
   TrainerOptions options;
+  std::unique_ptr<dist::ProcessGrid> grid;
+  bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
   model::Model<float> model;
+  std::vector<OptimizerShard> shards;  // ZeRO partition over the data ranks
   Optimizer optimizer;
+  GradReducer reducer;
   DataSource data;
   int64_t total_steps = 0;
   int64_t step = 0;
@@ -117,19 +177,36 @@ struct Trainer::Impl {
   double last_validation_loss = -1.0;
   SpikeDetector spike_detector;
   GradientHook gradient_hook;
-  std::vector<float> accumulated;  // Σ nᵢ gᵢ over micro-batches (accumulation > 1)
+  std::vector<float> accumulated;  // Σ nᵢ gᵢ over this rank's earlier micro-batches
   TrainSummary summary;
   std::unique_ptr<MetricsWriter> metrics;
   int64_t last_checkpoint_step = -1;
 
   Impl(RunConfig c, TrainerOptions o)
       : config(std::move(c)),
-        options(o),
+        options(std::move(o)),
+        grid(make_grid(config, options.world)),
+        root(grid->world().rank() == 0),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
         model(build_model(config)),
-        optimizer(model.params(), config.optimizer),
+        shards(partition_for_zero(model.params().specs(), grid->data_size())),
+        optimizer(make_optimizer(config, model.params(), shards, *grid)),
+        reducer(model.params().specs(), &grid->data(), &grid->pp(), shards,
+                {.bucket_bytes = std::max<int64_t>(
+                     4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
+                 .scatter = config.parallel.zero == 2}),
         data(config, tokenizer, config.train_file, config.shuffle),
         spike_detector(config.spike_window, config.spike_z_threshold) {
+    if (!root) {
+      options.quiet = true;
+      options.write_metrics = false;
+    }
+    // Every stage would run the whole model on the same micro-batches and the
+    // pp reduction would count each gradient pp times: refuse until the
+    // pipeline runner replaces compute_local_gradients for pp > 1.
+    if (grid->shape().pp > 1)
+      throw Error("pipeline parallelism (parallel.pp > 1) is not available in the trainer yet")
+          .field("parallel.pp");
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -145,9 +222,10 @@ struct Trainer::Impl {
     }
   }
 
+  // Every rank reads the (layout-free) checkpoint and keeps its shard of the optimizer state.
   void restore_from(const std::string& dir) {
     model = model::Model<float>::from_checkpoint(dir);
-    optimizer = Optimizer(model.params(), config.optimizer);
+    optimizer = make_optimizer(config, model.params(), shards, *grid);
     optimizer.load_state((std::filesystem::path(dir) / "optimizer.safetensors").string());
     const nlohmann::json state = read_trainer_state(dir);
     const std::string origin = (std::filesystem::path(dir) / "trainer_state.json").string();
@@ -159,7 +237,7 @@ struct Trainer::Impl {
       spikes = state.at("spikes").get<int64_t>();
       spike_detector.restore(state.at("spike_window"));
       last_validation_loss = state.value("last_validation_loss", -1.0);
-      if (state.at("total_steps").get<int64_t>() != total_steps)
+      if (state.at("total_steps").get<int64_t>() != total_steps && root)
         log::warn("resuming ", dir, ": the checkpoint planned ",
                   state.at("total_steps").get<int64_t>(), " steps, this run plans ", total_steps,
                   " (the schedule follows this run)");
@@ -186,67 +264,188 @@ struct Trainer::Impl {
             {"run_config", config.to_json()}};
   }
 
+  model::LossOptions loss_options() const {
+    model::LossOptions o;
+    o.mtp_weight = config.mtp_weight;
+    o.balance_loss_weight = config.balance_weight;
+    return o;
+  }
+
+  // This rank's share of the step: micro-batch i goes to data rank i mod data_size.
+  std::vector<size_t> my_micro_batches(size_t count) const {
+    std::vector<size_t> mine;
+    for (size_t i = static_cast<size_t>(grid->data_rank()); i < count;
+         i += static_cast<size_t>(grid->data_size()))
+      mine.push_back(i);
+    return mine;
+  }
+
+  // Forward and backward of this rank's micro-batches `mine`. Leaves
+  // Σ wᵢ gᵢ (gᵢ the engine's per-micro-batch mean gradient, wᵢ = weights[i])
+  // in params.grads(), folded range by range by the reducer's prepare step;
+  // with overlap, the last micro-batch's backward hands each finished layer
+  // to the reducer, which starts reducing it at once. (The pipeline runner
+  // replaces this function when pp > 1.)
+  LocalStep compute_local_gradients(const std::vector<model::Batch>& batches,
+                                    const std::vector<int64_t>& trained,
+                                    const std::vector<size_t>& mine,
+                                    const std::vector<float>& weights) {
+    model::ParamStore<float>& params = model.params();
+    const model::LossOptions loss = loss_options();
+    LocalStep local;
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t i = mine[k];
+      const bool last = k + 1 == mine.size();
+      params.zero_grads();
+      model::StepOptions step_options;
+      if (last) {
+        // Fold the earlier micro-batches in just before a range is reduced.
+        const float w = weights[i];
+        const bool earlier = k > 0;
+        reducer.begin_step(params.grads().data(), [this, w, earlier](int64_t b, int64_t e) {
+          float* g = model.params().grads().data();
+          if (earlier) {
+            for (int64_t j = b; j < e; ++j) g[j] = accumulated[static_cast<size_t>(j)] + w * g[j];
+          } else if (w != 1.0f) {
+            for (int64_t j = b; j < e; ++j) g[j] = w * g[j];
+          }
+        });
+        if (config.parallel.overlap_grad_reduce)
+          step_options.on_gradients_ready = [this](int64_t layer) {
+            reducer.on_gradients_ready(layer);
+          };
+      }
+      const model::LossBreakdown r = model.forward_backward(batches[i], loss, step_options);
+      if (r.lm_tokens != trained[i])
+        throw Error("internal: micro-batch " + std::to_string(i) + " trained " +
+                    std::to_string(r.lm_tokens) + " tokens, the step planned " +
+                    std::to_string(trained[i]));
+      local.finite = local.finite && std::isfinite(r.total);
+      local.lm_sum += r.lm * static_cast<double>(r.lm_tokens);
+      local.mtp_sum += r.mtp * static_cast<double>(r.mtp_tokens);
+      local.balance_sum += r.balance;
+      local.lm_tokens += r.lm_tokens;
+      local.mtp_tokens += r.mtp_tokens;
+      if (local.expert_load.empty()) {
+        local.expert_load = r.expert_load;
+      } else {
+        for (size_t l = 0; l < local.expert_load.size(); ++l)
+          for (size_t e = 0; e < local.expert_load[l].size(); ++e)
+            local.expert_load[l][e] += r.expert_load[l][e];
+      }
+      if (!last) {
+        const float w = weights[i];
+        const std::vector<float>& g = params.grads();
+        if (k == 0) accumulated.assign(g.size(), 0.0f);
+        for (size_t j = 0; j < accumulated.size(); ++j) accumulated[j] += w * g[j];
+      }
+    }
+    return local;
+  }
+
+  // Sums the ranks' contributions (data group, then pipeline stages, whose
+  // non-owning stages contribute zeros) so every rank sees the step's totals.
+  void reduce_step_totals(LocalStep& local) {
+    std::vector<double> totals = {local.lm_sum,
+                                  local.mtp_sum,
+                                  local.balance_sum,
+                                  static_cast<double>(local.lm_tokens),
+                                  static_cast<double>(local.mtp_tokens),
+                                  local.finite ? 0.0 : 1.0};
+    for (const auto& layer : local.expert_load)
+      for (int64_t v : layer) totals.push_back(static_cast<double>(v));  // exact below 2⁵³
+    for (dist::Communicator* comm : {&grid->data(), &grid->pp()})
+      if (comm->size() > 1) comm->all_reduce(std::span<double>(totals));
+    local.lm_sum = totals[0];
+    local.mtp_sum = totals[1];
+    local.balance_sum = totals[2];
+    local.lm_tokens = static_cast<int64_t>(totals[3]);
+    local.mtp_tokens = static_cast<int64_t>(totals[4]);
+    local.finite = totals[5] == 0.0;
+    size_t at = 6;
+    for (auto& layer : local.expert_load)
+      for (int64_t& v : layer) v = static_cast<int64_t>(totals[at++]);
+  }
+
+  // Global-norm clipping; under ZeRO-2 each rank holds only its shard of the
+  // gradient, so the squared norms of the shards are summed over the data group.
+  double clip_gradients() {
+    model::ParamStore<float>& params = model.params();
+    if (config.parallel.zero < 2 || grid->data_size() == 1)
+      return clip_grad_norm(params, config.clip);
+    const OptimizerShard& mine = shards[static_cast<size_t>(grid->data_rank())];
+    const double squared = grid->data().all_reduce_value(
+        shard_grad_norm_squared(params.specs(), mine, params.grads().data()));
+    const double norm = std::sqrt(squared);
+    if (std::isfinite(norm) && config.clip > 0.0 && norm > config.clip)
+      scale_shard_grads(params.specs(), mine, params.grads().data(),
+                        static_cast<float>(config.clip / norm));
+    return norm;
+  }
+
+  // ZeRO: each data rank updated its shard; everyone gets the whole model back.
+  void gather_parameters() {
+    if (config.parallel.zero == 0 || grid->data_size() == 1) return;
+    std::vector<float>& values = model.params().values();
+    const OptimizerShard& mine = shards[static_cast<size_t>(grid->data_rank())];
+    const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
+    std::vector<int64_t> counts;
+    for (const OptimizerShard& s : shards) counts.push_back(s.size());
+    grid->data().all_gather(own.data(), values.data(), counts, dist::DType::kF32);
+  }
+
   MetricsRecord train_step() {
     kernels::ScopedGemmPrecision precision(config.precision == TrainPrecision::kBf16
                                                ? kernels::Precision::kBF16
                                                : kernels::Precision::kF32);
     const auto start = Clock::now();
+    const double exposed_before = exposed_seconds(*grid);
     step += 1;
     const double lr = learning_rate(config.schedule(total_steps), step);
     model::ParamStore<float>& params = model.params();
-    const int64_t accumulation = config.accumulation_steps();
-    model::LossOptions loss_options;
-    loss_options.mtp_weight = config.mtp_weight;
-    loss_options.balance_loss_weight = config.balance_weight;
-
-    double lm_sum = 0, mtp_sum = 0, balance_sum = 0;
-    int64_t lm_tokens = 0, mtp_tokens = 0, tokens = 0;
-    double flops = 0;
-    bool finite_loss = true;
-    model::LossBreakdown loads;  // expert loads summed over the micro-batches
-    if (accumulation > 1) accumulated.assign(static_cast<size_t>(params.size()), 0.0f);
+    const size_t accumulation = static_cast<size_t>(config.accumulation_steps());
     const int64_t mtp_counted = config.mtp_weight > 0 ? model.config().num_nextn_predict_layers : 0;
-    for (int64_t micro = 0; micro < accumulation; ++micro) {
-      const model::Batch batch = to_model_batch(data.next_batch());
-      params.zero_grads();
-      const model::LossBreakdown r = model.forward_backward(batch, loss_options);
-      finite_loss = finite_loss && std::isfinite(r.total);
-      lm_sum += r.lm * static_cast<double>(r.lm_tokens);
-      mtp_sum += r.mtp * static_cast<double>(r.mtp_tokens);
-      balance_sum += r.balance;
-      lm_tokens += r.lm_tokens;
-      mtp_tokens += r.mtp_tokens;
-      tokens += batch.B * batch.S;
-      flops += model::training_step_flops(model.config(), sequence_stats(batch), mtp_counted);
-      if (loads.expert_load.empty()) {
-        loads.expert_load = r.expert_load;
-      } else {
-        for (size_t l = 0; l < loads.expert_load.size(); ++l)
-          for (size_t e = 0; e < loads.expert_load[l].size(); ++e)
-            loads.expert_load[l][e] += r.expert_load[l][e];
-      }
-      if (accumulation > 1) {
-        // The engine's gradient is that of the micro-batch's mean; weighting by
-        // its trained tokens and dividing by the step's total makes the step's
-        // gradient that of the mean over every trained token of the step.
-        const float weight = static_cast<float>(r.lm_tokens);
-        const std::vector<float>& g = params.grads();
-        for (size_t i = 0; i < accumulated.size(); ++i) accumulated[i] += weight * g[i];
-      }
+
+    // Every rank reads every micro-batch of the step (loaders stay identical on
+    // all ranks) and so knows each one's trained tokens nᵢ and the step's N.
+    std::vector<model::Batch> batches;
+    std::vector<int64_t> trained;
+    int64_t tokens = 0, step_trained = 0;
+    double flops = 0;
+    for (size_t i = 0; i < accumulation; ++i) {
+      batches.push_back(to_model_batch(data.next_batch()));
+      const model::Batch& b = batches.back();
+      trained.push_back(count_trained_tokens(b));
+      step_trained += trained.back();
+      tokens += b.B * b.S;
+      flops += model::training_step_flops(model.config(), sequence_stats(b), mtp_counted);
     }
-    if (accumulation > 1) {
-      std::vector<float>& g = params.grads();
-      const float inv = lm_tokens > 0 ? 1.0f / static_cast<float>(lm_tokens) : 0.0f;
-      for (size_t i = 0; i < g.size(); ++i) g[i] = accumulated[i] * inv;
-    }
+    // Step gradient = Σᵢ nᵢ gᵢ / N: the mean over every trained token of the
+    // step. A step of one micro-batch uses the engine's gradient as it is.
+    std::vector<float> weights(accumulation, 1.0f);
+    if (accumulation > 1)
+      for (size_t i = 0; i < accumulation; ++i) weights[i] = static_cast<float>(trained[i]);
+    const float scale =
+        accumulation > 1 && step_trained > 0 ? 1.0f / static_cast<float>(step_trained) : 1.0f;
+
+    LocalStep totals =
+        compute_local_gradients(batches, trained, my_micro_batches(accumulation), weights);
+    const auto reduce_start = Clock::now();
+    const int64_t early = reducer.groups_started_early();
+    reducer.finish(scale);
+    const double reduce_seconds = seconds_since(reduce_start);
+    reduce_step_totals(totals);
     if (gradient_hook) gradient_hook(step, params);
 
     MetricsRecord rec;
     rec.step = step;
-    const double lm = lm_tokens > 0 ? lm_sum / static_cast<double>(lm_tokens) : 0.0;
-    const double mtp = mtp_tokens > 0 ? mtp_sum / static_cast<double>(mtp_tokens) : 0.0;
-    const double balance = balance_sum / static_cast<double>(accumulation);
+    const double lm =
+        totals.lm_tokens > 0 ? totals.lm_sum / static_cast<double>(totals.lm_tokens) : 0.0;
+    const double mtp =
+        totals.mtp_tokens > 0 ? totals.mtp_sum / static_cast<double>(totals.mtp_tokens) : 0.0;
+    const double balance = totals.balance_sum / static_cast<double>(accumulation);
     const double loss = lm + config.mtp_weight * mtp + balance;
+    const bool finite_loss = totals.finite;
     rec.set("loss", finite_loss ? loss : NAN);
     rec.set("loss_lm", lm);
     rec.set("loss_mtp", mtp);
@@ -257,20 +456,23 @@ struct Trainer::Impl {
     double grad_norm = NAN;
     if (!finite_loss) {
       skip_reason = "non-finite loss";
-    } else if (lm_tokens == 0) {
+    } else if (totals.lm_tokens == 0) {
       skip_reason = "no trained tokens in the step";
     } else {
-      grad_norm = clip_grad_norm(params, config.clip);
+      grad_norm = clip_gradients();
       if (!std::isfinite(grad_norm)) skip_reason = "non-finite gradient norm";
     }
     rec.set("grad_norm", grad_norm);
     if (skip_reason.empty()) {
       optimizer.step(params, lr);
+      gather_parameters();
+      model::LossBreakdown loads;
+      loads.expert_load = totals.expert_load;
       model.update_router_biases(loads, config.router_bias_speed);
     } else {
       skipped_steps += 1;
       summary.skip_reasons.push_back("step " + std::to_string(step) + ": " + skip_reason);
-      log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
+      if (root) log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
     }
     params.zero_grads();
     rec.set("skipped", skip_reason.empty() ? 0.0 : 1.0);
@@ -280,24 +482,34 @@ struct Trainer::Impl {
     rec.set("spike", spike.spike ? 1.0 : 0.0);
     if (spike.spike) {
       spikes += 1;
-      log::warn("step ", step, ": loss spike ", fmt(loss), " (z = ", fmt(spike.z, "%.1f"), ")");
+      if (root)
+        log::warn("step ", step, ": loss spike ", fmt(loss), " (z = ", fmt(spike.z, "%.1f"), ")");
     }
 
     consumed_tokens += tokens;
-    trained_tokens += lm_tokens;
+    trained_tokens += totals.lm_tokens;
     const double seconds = std::max(seconds_since(start), 1e-9);
+    const double world_peak = config.peak_gflops * 1e9 * grid->world().size();
     rec.set("tokens", static_cast<double>(tokens));
     rec.set("consumed_tokens", static_cast<double>(consumed_tokens));
     rec.set("step_seconds", seconds);
     rec.set("tokens_per_s", static_cast<double>(tokens) / seconds);
     rec.set("model_tflops", flops / seconds / 1e12);
-    rec.set("mfu", config.peak_gflops > 0 ? flops / seconds / (config.peak_gflops * 1e9) : 0.0);
+    rec.set("mfu", world_peak > 0 ? flops / seconds / world_peak : 0.0);
+    if (grid->world().size() > 1) {
+      rec.set("comm_exposed_s", exposed_seconds(*grid) - exposed_before);
+      rec.set("grad_reduce_wait_s", reduce_seconds);
+      rec.set("grad_groups_overlapped", static_cast<double>(early));
+      rec.set("grad_buckets", static_cast<double>(reducer.bucket_count()));
+      rec.set("grad_buckets_done_in_backward",
+              static_cast<double>(reducer.buckets_done_before_finish()));
+    }
     summary.tokens += tokens;
     summary.seconds += seconds;
     step_flops += flops;
     double worst = 0;
-    for (size_t l = 0; l < loads.expert_load.size(); ++l) {
-      const auto& load = loads.expert_load[l];
+    for (size_t l = 0; l < totals.expert_load.size(); ++l) {
+      const auto& load = totals.expert_load[l];
       if (load.empty()) continue;
       int64_t total = 0, most = 0;
       for (int64_t v : load) {
@@ -317,6 +529,8 @@ struct Trainer::Impl {
   }
   double step_flops = 0;  // model FLOPs of the steps of this run() call
 
+  // The validation micro-batches are split over the data ranks like a step's
+  // (every rank reads them all) and the token-weighted sums reduced.
   double validation_loss() {
     if (config.validation_file.empty())
       throw Error("the run config has no validation file").field("data.validation");
@@ -335,18 +549,67 @@ struct Trainer::Impl {
     int64_t count = 0;
     for (int64_t i = 0; i < batches; ++i) {
       const model::Batch batch = to_model_batch(validation.next_batch());
+      if (i % grid->data_size() != grid->data_rank()) continue;
       const model::LossBreakdown r = model.forward_backward(batch, loss_options, forward_only);
       sum += r.lm * static_cast<double>(r.lm_tokens);
       count += r.lm_tokens;
+    }
+    if (grid->data_size() > 1) {
+      std::vector<double> totals = {sum, static_cast<double>(count)};
+      grid->data().all_reduce(std::span<double>(totals));
+      sum = totals[0];
+      count = static_cast<int64_t>(totals[1]);
     }
     last_validation_loss = count > 0 ? sum / static_cast<double>(count) : NAN;
     return last_validation_loss;
   }
 
+  // The whole optimizer state on world rank 0 (ZeRO: every data rank of the
+  // first stage sends its shard); null elsewhere and when unsharded.
+  std::unique_ptr<GatheredOptimizerState> gather_optimizer_state() {
+    if (!optimizer.sharded() || grid->coords().pp != 0) return nullptr;
+    dist::Communicator& data_comm = grid->data();
+    constexpr int kFirstMomentTag = 7101, kSecondMomentTag = 7102;
+    if (data_comm.rank() != 0) {
+      std::vector<dist::Request> sends = {
+          data_comm.isend(optimizer.first_moment().data(), optimizer.shard().size(),
+                          dist::DType::kF32, 0, kFirstMomentTag),
+          data_comm.isend(optimizer.second_moment().data(), optimizer.shard().size(),
+                          dist::DType::kF32, 0, kSecondMomentTag)};
+      dist::wait_all(sends);
+      return nullptr;
+    }
+    auto whole = std::make_unique<GatheredOptimizerState>();
+    whole->first_moment.assign(static_cast<size_t>(optimizer.param_count()), 0.0f);
+    whole->second_moment.assign(static_cast<size_t>(optimizer.param_count()), 0.0f);
+    std::vector<dist::Request> receives;
+    for (size_t r = 0; r < shards.size(); ++r) {
+      const OptimizerShard& s = shards[r];
+      if (r == 0) {
+        std::copy(optimizer.first_moment().begin(), optimizer.first_moment().end(),
+                  whole->first_moment.begin() + s.begin);
+        std::copy(optimizer.second_moment().begin(), optimizer.second_moment().end(),
+                  whole->second_moment.begin() + s.begin);
+        continue;
+      }
+      receives.push_back(data_comm.irecv(whole->first_moment.data() + s.begin, s.size(),
+                                         dist::DType::kF32, static_cast<int>(r), kFirstMomentTag));
+      receives.push_back(data_comm.irecv(whole->second_moment.data() + s.begin, s.size(),
+                                         dist::DType::kF32, static_cast<int>(r), kSecondMomentTag));
+    }
+    dist::wait_all(receives);
+    return whole;
+  }
+
+  // Collective: world rank 0 writes; every rank returns once the files exist.
   std::string save_checkpoint() {
-    const std::string dir =
-        write_training_checkpoint(config.out_dir, step, model, tokenizer, optimizer,
-                                  trainer_state(), config.keep_checkpoints);
+    const std::unique_ptr<GatheredOptimizerState> gathered = gather_optimizer_state();
+    std::string dir =
+        (std::filesystem::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
+    if (root)
+      dir = write_training_checkpoint(config.out_dir, step, model, tokenizer, optimizer,
+                                      trainer_state(), config.keep_checkpoints, gathered.get());
+    if (grid->world().size() > 1) grid->world().barrier();
     last_checkpoint_step = step;
     summary.last_checkpoint = dir;
     return dir;
@@ -392,6 +655,12 @@ int64_t Trainer::total_steps() const {
 const TrainSummary& Trainer::summary() const {
   return impl_->summary;
 }
+dist::ProcessGrid& Trainer::grid() {
+  return *impl_->grid;
+}
+bool Trainer::is_root() const {
+  return impl_->root;
+}
 void Trainer::set_gradient_hook(GradientHook hook) {
   impl_->gradient_hook = std::move(hook);
 }
@@ -409,12 +678,16 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   Impl& s = *impl_;
   RunConfig& c = s.config;
   if (c.peak_gflops <= 0) {
-    // The same measurement as `trex bench peak`, on a short budget.
-    const auto peak = kernels::measure_peak(c.precision == TrainPrecision::kBf16, {512, 1024}, 3);
-    c.peak_gflops = peak.peak_gflops;
+    // The same measurement as `trex bench peak`, on a short budget, on rank 0
+    // (MFU is reported against world size × this per-rank peak).
+    if (s.root)
+      c.peak_gflops =
+          kernels::measure_peak(c.precision == TrainPrecision::kBf16, {512, 1024}, 3).peak_gflops;
+    if (s.grid->world().size() > 1)
+      s.grid->world().broadcast(&c.peak_gflops, 1, dist::DType::kF64, 0);
     if (!s.options.quiet)
       log::info("measured peak (", c.precision == TrainPrecision::kBf16 ? "bf16" : "f32",
-                "): ", fmt(c.peak_gflops, "%.1f"), " GFLOP/s");
+                "): ", fmt(c.peak_gflops, "%.1f"), " GFLOP/s per rank");
   }
   if (s.options.write_metrics && !s.metrics)
     s.metrics = std::make_unique<MetricsWriter>(c.out_dir, s.options.resume ? s.step : -1);
@@ -422,6 +695,17 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.summary.tokens = 0;
   s.step_flops = 0;
   s.summary.interrupted = false;
+  if (!s.options.quiet && s.grid->world().size() > 1) {
+    const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
+    log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
+              " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",
+              c.parallel.zero, ", optimizer state ",
+              fmt(mib * static_cast<double>(s.optimizer.shard().size()), "%.1f"),
+              " MiB per rank (whole model ",
+              fmt(mib * static_cast<double>(s.optimizer.param_count()), "%.1f"), " MiB), ",
+              s.reducer.bucket_count(), " gradient buckets",
+              c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
+  }
   std::optional<Progress> progress;
   if (!s.options.quiet) progress.emplace("train", s.total_steps);
 
@@ -469,7 +753,7 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   out.tokens_per_second = out.seconds > 0 ? static_cast<double>(out.tokens) / out.seconds : 0.0;
   out.model_tflops = out.seconds > 0 ? s.step_flops / out.seconds / 1e12 : 0.0;
   out.mfu = out.seconds > 0 && c.peak_gflops > 0
-                ? s.step_flops / out.seconds / (c.peak_gflops * 1e9)
+                ? s.step_flops / out.seconds / (c.peak_gflops * 1e9 * s.grid->world().size())
                 : 0.0;
   out.final_validation_loss = s.last_validation_loss;
   if (s.metrics) {
@@ -490,7 +774,7 @@ std::string format_summary(const TrainSummary& s) {
     << " trained in total)\n";
   o << "throughput       " << fmt(s.tokens_per_second, "%.1f") << " tokens/s, "
     << fmt(s.model_tflops * 1e3, "%.3f") << " model GFLOP/s, MFU " << fmt(100 * s.mfu, "%.2f")
-    << "% of " << fmt(s.peak_gflops, "%.1f") << " GFLOP/s\n";
+    << "% of " << fmt(s.peak_gflops, "%.1f") << " GFLOP/s per rank\n";
   o << "final loss       " << fmt(s.final_loss) << " (lm " << fmt(s.final_lm_loss) << ", mtp "
     << fmt(s.final_mtp_loss) << ")";
   if (s.final_validation_loss >= 0) o << ", validation " << fmt(s.final_validation_loss);

@@ -5,12 +5,17 @@
 // of the whole step), clips, applies the scheduled AdamW/Muon update and the
 // aux-loss-free router-bias rule, and records metrics; non-finite steps are
 // skipped, loss spikes reported; checkpoints are atomic and resumable bitwise.
+// Under mpirun the step's micro-batches are split over the data-parallel ranks
+// and the gradients reduced in buckets (docs/distributed.md); checkpoints do
+// not depend on the parallel layout.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "trex/dist/communicator.hpp"
+#include "trex/dist/process_grid.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
 #include "trex/train/metrics.hpp"
@@ -24,6 +29,10 @@ struct TrainerOptions {
   bool quiet = false;            // no progress bar and no per-interval log lines
   int64_t stop_after_step = -1;  // >= 0: run() checkpoints and returns after this step
   bool write_metrics = true;     // metrics.jsonl + TensorBoard under out_dir
+  // The ranks to train on (their count must equal parallel.dp·ep·pp); null:
+  // dist::world() (every rank under mpirun, else this process alone). Tests
+  // pass dist::make_self_communicator() for a 1-rank run inside an MPI job.
+  std::shared_ptr<dist::Communicator> world = nullptr;
 };
 
 struct TrainSummary {
@@ -36,7 +45,7 @@ struct TrainSummary {
   double seconds = 0.0;  // wall time of this run() call
   double tokens_per_second = 0.0;
   double model_tflops = 0.0;  // model FLOP/s of this run() call, in TFLOP/s
-  double mfu = 0.0;           // against peak_gflops
+  double mfu = 0.0;           // against world size × peak_gflops (a per-rank peak)
   double peak_gflops = 0.0;
   double final_loss = 0.0, final_lm_loss = 0.0, final_mtp_loss = 0.0;
   double final_validation_loss = -1.0;  // < 0: never evaluated
@@ -79,6 +88,10 @@ class Trainer {
   int64_t step() const;
   int64_t total_steps() const;
   const TrainSummary& summary() const;
+  // The DP × EP × PP grid this trainer runs on; rank 0 of its world writes
+  // the metrics, logs and checkpoints.
+  dist::ProcessGrid& grid();
+  bool is_root() const;
   void set_gradient_hook(GradientHook hook);
 
  private:

@@ -1,0 +1,273 @@
+// Single-process pieces of distributed training: the `parallel` run-config
+// section, the world-size check, the ZeRO partition and sharded optimizer, the
+// gradient reducer's bucketing and the model's gradients-ready hook.
+// (Multi-rank runs are in tests/mpi/dp_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "test_paths.hpp"
+#include "trainer_fixtures.hpp"
+#include "trex/core/error.hpp"
+#include "trex/core/rng.hpp"
+#include "trex/model/model.hpp"
+#include "trex/train/grad_reducer.hpp"
+#include "trex/train/optimizer.hpp"
+#include "trex/train/trainer.hpp"
+
+namespace {
+
+using trex::test::TempDir;
+using trex::train::DataMode;
+using trex::train::Optimizer;
+using trex::train::OptimizerShard;
+using trex::train::RunConfig;
+
+nlohmann::json minimal_config() {
+  return nlohmann::json::parse(R"({
+    "model": {"config": "tiny.json"}, "tokenizer": "tokenizer.json",
+    "data": {"train": "train.jsonl"}, "micro_batch": 1, "global_batch": 8, "steps": 2
+  })");
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    RunConfig::from_json(j, "run.json", "/base");
+  } catch (const trex::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+trex::model::ModelConfig tiny_model_config() {
+  return trex::model::ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
+}
+
+TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
+  nlohmann::json j = minimal_config();
+  const RunConfig defaults = RunConfig::from_json(j, "run.json", "/base");
+  EXPECT_EQ(defaults.parallel.dp, 1);
+  EXPECT_EQ(defaults.parallel.zero, 0);
+  EXPECT_TRUE(defaults.parallel.overlap_grad_reduce);
+  j["parallel"] = {{"dp", 2},
+                   {"ep", 2},
+                   {"pp", 2},
+                   {"pipeline_schedule", "dualpipev"},
+                   {"zero", 2},
+                   {"bucket_mb", 0.5},
+                   {"overlap_grad_reduce", false},
+                   {"ep_overlap", false}};
+  const RunConfig c = RunConfig::from_json(j, "run.json", "/base");
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.parallel.ep, 2);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.world_size(), 8);
+  EXPECT_EQ(c.parallel.data_size(), 4);
+  EXPECT_EQ(c.parallel.pipeline_schedule, trex::train::PipelineSchedule::kDualPipeV);
+  EXPECT_EQ(c.parallel.zero, 2);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.5);
+  EXPECT_FALSE(c.parallel.overlap_grad_reduce);
+  EXPECT_FALSE(c.parallel.ep_overlap);
+  EXPECT_EQ(RunConfig::from_json(c.to_json(), "again.json").to_json(), c.to_json());
+}
+
+TEST(TrainParallelConfig, ErrorsNameTheParallelKey) {
+  auto with = [](nlohmann::json parallel) {
+    nlohmann::json j = minimal_config();
+    j["parallel"] = std::move(parallel);
+    return error_of(j);
+  };
+  EXPECT_NE(with({{"zero", 3}}).find("parallel.zero"), std::string::npos);
+  EXPECT_NE(with({{"dp", 0}}).find("parallel.dp"), std::string::npos);
+  EXPECT_NE(with({{"pp", -1}}).find("parallel.pp"), std::string::npos);
+  EXPECT_NE(with({{"bucket_mb", 0}}).find("parallel.bucket_mb"), std::string::npos);
+  EXPECT_NE(with({{"pipeline_schedule", "gpipe"}}).find("parallel.pipeline_schedule"),
+            std::string::npos);
+  EXPECT_NE(with({{"overlap", true}}).find("parallel.overlap"), std::string::npos);
+  // 8 micro-batches cannot be split evenly over dp·ep = 3 ranks.
+  const std::string uneven = with({{"dp", 3}});
+  EXPECT_NE(uneven.find("parallel.dp"), std::string::npos) << uneven;
+  EXPECT_NE(uneven.find("multiple of parallel.dp x parallel.ep = 3"), std::string::npos) << uneven;
+  EXPECT_EQ(with({{"dp", 2}, {"ep", 2}}), "");
+}
+
+TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.parallel.dp = 2;
+  try {
+    trex::train::Trainer t(
+        c, {.quiet = true, .write_metrics = false, .world = trex::dist::make_self_communicator()});
+    FAIL() << "no error";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.field_name(), "parallel");
+    EXPECT_NE(std::string(e.what()).find("mpirun -np 2 trex train"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainZero, PartitionIsContiguousWholeSpecsAndBalanced) {
+  const auto specs = trex::model::parameter_specs(tiny_model_config());
+  int64_t total = 0, largest = 0;
+  for (const auto& s : specs) {
+    total += s.numel();
+    largest = std::max(largest, s.numel());
+  }
+  for (int64_t parts : {1, 2, 3, 4, 7, 8}) {
+    const auto shards = trex::train::partition_for_zero(specs, parts);
+    ASSERT_EQ(static_cast<int64_t>(shards.size()), parts);
+    EXPECT_EQ(shards.front().first_spec, 0u);
+    EXPECT_EQ(shards.front().begin, 0);
+    EXPECT_EQ(shards.back().end_spec, specs.size());
+    EXPECT_EQ(shards.back().end, total);
+    for (size_t r = 0; r < shards.size(); ++r) {
+      if (r > 0) {
+        EXPECT_EQ(shards[r].first_spec, shards[r - 1].end_spec);
+        EXPECT_EQ(shards[r].begin, shards[r - 1].end);
+      }
+      // Within one tensor of the ideal split.
+      EXPECT_LE(shards[r].size(), total / parts + 2 * largest) << parts << " parts, shard " << r;
+    }
+  }
+  EXPECT_EQ(trex::train::partition_for_zero(specs, 1)[0], trex::train::whole_shard(specs));
+  // More parts than tensors: some shards are empty, none overlap.
+  const auto many = trex::train::partition_for_zero(specs, static_cast<int64_t>(specs.size()) + 5);
+  EXPECT_EQ(many.back().end, total);
+  EXPECT_THROW(trex::train::partition_for_zero(specs, 0), trex::Error);
+}
+
+// Every shard's update equals the unsharded update on its range, bit for bit,
+// and the state written from the gathered shards loads back into any layout.
+TEST(TrainZero, ShardedOptimizerEqualsWholeOptimizerOnItsRange) {
+  trex::model::Model<float> model(tiny_model_config());
+  model.init_random(3);
+  auto& params = model.params();
+  trex::Rng rng(11);
+  for (float& g : params.grads()) g = static_cast<float>(0.01 * rng.normal());
+  trex::train::OptimizerOptions options;
+  const auto shards = trex::train::partition_for_zero(params.specs(), 3);
+
+  trex::model::ParamStore<float> whole_params = params;
+  Optimizer whole(whole_params, options);
+  for (int step = 0; step < 2; ++step) whole.step(whole_params, 1e-2);
+
+  std::vector<float> first(static_cast<size_t>(params.size())),
+      second(static_cast<size_t>(params.size()));
+  for (const OptimizerShard& shard : shards) {
+    trex::model::ParamStore<float> mine = params;
+    Optimizer sharded(mine, options, shard);
+    EXPECT_TRUE(sharded.sharded());
+    EXPECT_EQ(static_cast<int64_t>(sharded.first_moment().size()), shard.size());
+    for (int step = 0; step < 2; ++step) sharded.step(mine, 1e-2);
+    const size_t b = static_cast<size_t>(shard.begin), n = static_cast<size_t>(shard.size());
+    EXPECT_EQ(
+        std::memcmp(mine.values().data() + b, whole_params.values().data() + b, n * sizeof(float)),
+        0);
+    // Outside the shard nothing moved.
+    EXPECT_EQ(std::memcmp(mine.values().data(), params.values().data(), b * sizeof(float)), 0);
+    std::copy(sharded.first_moment().begin(), sharded.first_moment().end(), first.begin() + b);
+    std::copy(sharded.second_moment().begin(), sharded.second_moment().end(), second.begin() + b);
+    EXPECT_THROW(sharded.save_state("/nonexistent/x.safetensors"), trex::Error);
+  }
+  EXPECT_EQ(first, whole.first_moment());
+  EXPECT_EQ(second, whole.second_moment());
+
+  // Gathered state -> file -> another partition (2 shards) and the unsharded layout.
+  TempDir dir;
+  const std::string path = dir.file("optimizer.safetensors");
+  Optimizer writer(params, options, shards[1]);
+  writer.set_state(2, first, second);  // whole-model buffers: keeps its slice
+  writer.save_state(path, first, second);
+  for (const OptimizerShard& shard : trex::train::partition_for_zero(params.specs(), 2)) {
+    Optimizer reader(params, options, shard);
+    reader.load_state(path);
+    EXPECT_EQ(reader.step_count(), 2);
+    EXPECT_TRUE(std::equal(reader.first_moment().begin(), reader.first_moment().end(),
+                           first.begin() + shard.begin));
+    EXPECT_TRUE(std::equal(reader.second_moment().begin(), reader.second_moment().end(),
+                           second.begin() + shard.begin));
+  }
+  Optimizer unsharded(params, options);
+  unsharded.load_state(path);
+  EXPECT_EQ(unsharded.first_moment(), whole.first_moment());
+}
+
+// Buckets cover the buffer exactly once, layer by layer, capped in size; a
+// group handed over early is not prepared again; the scale applies at the end.
+TEST(TrainGradReducer, SingleRankPreparesEveryRangeOnceAndScales) {
+  const auto specs = trex::model::parameter_specs(tiny_model_config());
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.numel();
+  trex::train::GradReducer reducer(specs, nullptr, nullptr, {}, {.bucket_bytes = 4096});
+  EXPECT_GT(reducer.bucket_count(), total * 4 / 4096);
+  std::vector<float> grads(static_cast<size_t>(total), 0.0f);
+  int64_t prepared = 0;
+  int64_t largest = 0;
+  reducer.begin_step(grads.data(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) grads[static_cast<size_t>(i)] += 1.0f;
+    prepared += e - b;
+    largest = std::max(largest, e - b);
+  });
+  const int64_t mtp_layer = tiny_model_config().num_hidden_layers;
+  reducer.on_gradients_ready(mtp_layer);
+  reducer.on_gradients_ready(mtp_layer);  // a second call does nothing
+  reducer.on_gradients_ready(2);
+  EXPECT_EQ(reducer.groups_started_early(), 2);
+  reducer.finish(0.5f);
+  EXPECT_EQ(prepared, total);
+  EXPECT_LE(largest, 4096 / 4);
+  for (float g : grads) ASSERT_EQ(g, 0.5f);
+  EXPECT_EQ(reducer.reduced_range().begin, 0);
+  EXPECT_EQ(reducer.reduced_range().end, total);
+}
+
+// The hook fires MTP, L−1..0, then -1, and each group's gradients are final
+// when it fires (nothing later in backward changes them).
+TEST(TrainGradReducer, ModelHookFiresWhenLayerGradientsAreFinal) {
+  const auto config = tiny_model_config();
+  trex::model::Model<float> model(config);
+  model.init_random(5);
+  auto& params = model.params();
+  trex::model::Batch batch;
+  batch.B = 2;
+  batch.S = 16;
+  for (int64_t i = 0; i < batch.B * batch.S; ++i)
+    batch.input_ids.push_back((i * 37 + 11) % config.vocab_size);
+  // Flat ranges of each layer.
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  int64_t offset = 0;
+  for (const auto& s : params.specs()) {
+    ranges[s.layer].push_back({offset, offset + s.numel()});
+    offset += s.numel();
+  }
+  std::vector<int64_t> order;
+  std::map<int64_t, std::vector<float>> at_hook;
+  trex::model::StepOptions step;
+  step.on_gradients_ready = [&](int64_t layer) {
+    order.push_back(layer);
+    for (const auto& [b, e] : ranges[layer])
+      at_hook[layer].insert(at_hook[layer].end(), params.grads().begin() + b,
+                            params.grads().begin() + e);
+  };
+  trex::model::LossOptions loss;
+  loss.mtp_weight = 0.3;
+  params.zero_grads();
+  model.forward_backward(batch, loss, step);
+  std::vector<int64_t> expected = {config.num_hidden_layers};
+  for (int64_t l = config.num_hidden_layers - 1; l >= 0; --l) expected.push_back(l);
+  expected.push_back(-1);
+  EXPECT_EQ(order, expected);
+  bool nonzero = false;
+  for (const auto& [layer, snapshot] : at_hook) {
+    std::vector<float> now;
+    for (const auto& [b, e] : ranges[layer])
+      now.insert(now.end(), params.grads().begin() + b, params.grads().begin() + e);
+    EXPECT_EQ(snapshot, now) << "layer " << layer;
+    for (float g : now) nonzero = nonzero || g != 0.0f;
+  }
+  EXPECT_TRUE(nonzero);
+}
+
+}  // namespace
