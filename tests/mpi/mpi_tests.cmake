@@ -33,3 +33,6 @@ trex_add_mpi_test(expert_parallel_4 4 "ExpertParallelMpi.Matches*:ExpertParallel
 trex_add_mpi_test(expert_parallel_overlap_2 2 "ExpertParallelMpi.ExposedCommunication")
 trex_add_mpi_test(dp_2 2 "*DataParallel2.*:DataParallelResume.*")
 trex_add_mpi_test(dp_4 4 "DataParallel4*")
+trex_add_mpi_test(grid_train_2 2 "Layouts/GridTrain2.*")
+trex_add_mpi_test(grid_train_4 4 "Layouts/GridTrain4.*:GridResume.*")
+trex_add_mpi_test(grid_train_8 8 "Layouts/GridTrain8.*")

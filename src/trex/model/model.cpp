@@ -599,8 +599,9 @@ template <class T>
 LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& loss,
                                          const StepOptions& step, T* logits, T* mtp_logits) {
   StageCache<T>& cache = state_->whole;
-  const LossBreakdown out = forward_stage(whole_model_stage(config_), batch, loss, step, 1.0,
-                                          nullptr, nullptr, cache, logits, mtp_logits);
+  const LossBreakdown out =
+      forward_stage(whole_model_stage(config_), batch, loss, step, step.gradient_weight, nullptr,
+                    nullptr, cache, logits, mtp_logits);
   if (step.backward) backward_stage(cache, nullptr, nullptr);
   return out;
 }
@@ -763,10 +764,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
     const MtpSegments mseg = mtp_segments(segments, S);
-    out.indexer +=
-        block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
-                      mc.next_ids.data(), loss, step, gradient_weight, mc.block, mc.x_out.data(),
-                      expert_parallel_);
+    out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
+                                 mc.next_ids.data(), loss, step, gradient_weight, mc.block,
+                                 mc.x_out.data(), expert_parallel_);
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);

@@ -49,6 +49,11 @@ struct StepOptions {
   // blocks L−1..0, then -1 for the globals (embedding, heads, final norm).
   // Distributed training starts reducing those gradients while backward goes on.
   std::function<void(int64_t layer)> on_gradients_ready = {};
+  // The gradient is gradient_weight · ∇(mean loss of the batch) (see
+  // forward_stage). The trainer passes the micro-batch's trained tokens nᵢ so
+  // that under expert parallelism the token rows other ranks send back for an
+  // expert already carry their own micro-batch's weight.
+  double gradient_weight = 1.0;
 };
 
 struct LossBreakdown {

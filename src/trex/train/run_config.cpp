@@ -197,6 +197,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
     p.read("bucket_mb", c.parallel.bucket_mb);
     p.read("overlap_grad_reduce", c.parallel.overlap_grad_reduce);
     p.read("ep_overlap", c.parallel.ep_overlap);
+    p.read("expert_placement", c.parallel.expert_placement);
     p.reject_unknown();
   }
   root.reject_unknown();
@@ -207,6 +208,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
   c.train_file = resolve(base_dir, c.train_file);
   c.validation_file = resolve(base_dir, c.validation_file);
   c.out_dir = resolve(base_dir, c.out_dir);
+  c.parallel.expert_placement = resolve(base_dir, c.parallel.expert_placement);
   c.validate(origin);
   return c;
 }
@@ -323,6 +325,13 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
+  if (parallel.pp > 1 && parallel.pipeline_schedule == PipelineSchedule::kDualPipeV &&
+      accumulation_steps() / parallel.data_size() < 2 * parallel.pp)
+    fail("parallel.pipeline_schedule",
+         "DualPipeV needs at least 2 x pp = " + std::to_string(2 * parallel.pp) +
+             " micro-batches per pipeline and step; this config gives " +
+             std::to_string(accumulation_steps() / parallel.data_size()) +
+             " (raise global_batch or use \"1f1b\")");
 }
 
 nlohmann::json RunConfig::to_json() const {
@@ -379,7 +388,8 @@ nlohmann::json RunConfig::to_json() const {
         {"zero", parallel.zero},
         {"bucket_mb", parallel.bucket_mb},
         {"overlap_grad_reduce", parallel.overlap_grad_reduce},
-        {"ep_overlap", parallel.ep_overlap}}},
+        {"ep_overlap", parallel.ep_overlap},
+        {"expert_placement", parallel.expert_placement}}},
   };
 }
 

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/train/optimizer.hpp"
+#include "trex/train/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
 
 enum class DataMode { kCpt, kSft };
 enum class TrainPrecision { kFp32, kBf16 };
-enum class PipelineSchedule { k1F1B, kDualPipeV };
 
 // The `parallel` section (docs/distributed.md): the DP × EP × PP process grid
 // (world size = dp · ep · pp, launched with `mpirun -np N trex train ...`) and
@@ -32,6 +32,8 @@ struct ParallelConfig {
   double bucket_mb = 25.0;          // gradient-reduction bucket cap (MiB)
   bool overlap_grad_reduce = true;  // reduce buckets while backward runs
   bool ep_overlap = true;           // two-half dispatch/compute overlap in EP
+  // Expert -> EP-rank map per MoE layer (`trex plan experts --out`); empty = contiguous.
+  std::string expert_placement;
   int64_t world_size() const { return dp * ep * pp; }
   int64_t data_size() const { return dp * ep; }  // ranks that take different micro-batches
 };

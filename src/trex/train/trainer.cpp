@@ -14,10 +14,13 @@
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
 #include "trex/model/flops.hpp"
+#include "trex/model/moe_parallel.hpp"
+#include "trex/plan/expert_placement.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/data_sft.hpp"
 #include "trex/train/grad_reducer.hpp"
+#include "trex/train/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
@@ -164,6 +167,10 @@ struct Trainer::Impl {
   bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
   model::Model<float> model;
+  // EP: the expert-parallel context the model's MoE blocks dispatch through (ep > 1).
+  std::unique_ptr<model::ExpertParallel> expert_parallel;
+  // PP: runs this rank's stage(s) of the micro-batches in schedule order (pp > 1).
+  std::unique_ptr<PipelineRunner> pipeline;
   std::vector<OptimizerShard> shards;  // ZeRO partition over the data ranks
   Optimizer optimizer;
   GradReducer reducer;
@@ -201,12 +208,15 @@ struct Trainer::Impl {
       options.quiet = true;
       options.write_metrics = false;
     }
-    // Every stage would run the whole model on the same micro-batches and the
-    // pp reduction would count each gradient pp times: refuse until the
-    // pipeline runner replaces compute_local_gradients for pp > 1.
+    if (grid->shape().ep > 1) {
+      expert_parallel = std::make_unique<model::ExpertParallel>(
+          model::make_expert_parallel(model.config(), grid->ep(), config.parallel.ep_overlap));
+      if (!config.parallel.expert_placement.empty()) apply_expert_placement();
+      model.set_expert_parallel(expert_parallel.get());
+    }
     if (grid->shape().pp > 1)
-      throw Error("pipeline parallelism (parallel.pp > 1) is not available in the trainer yet")
-          .field("parallel.pp");
+      pipeline =
+          std::make_unique<PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -225,6 +235,7 @@ struct Trainer::Impl {
   // Every rank reads the (layout-free) checkpoint and keeps its shard of the optimizer state.
   void restore_from(const std::string& dir) {
     model = model::Model<float>::from_checkpoint(dir);
+    model.set_expert_parallel(expert_parallel.get());
     optimizer = make_optimizer(config, model.params(), shards, *grid);
     optimizer.load_state((std::filesystem::path(dir) / "optimizer.safetensors").string());
     const nlohmann::json state = read_trainer_state(dir);
@@ -281,11 +292,11 @@ struct Trainer::Impl {
   }
 
   // Forward and backward of this rank's micro-batches `mine`. Leaves
-  // Σ wᵢ gᵢ (gᵢ the engine's per-micro-batch mean gradient, wᵢ = weights[i])
-  // in params.grads(), folded range by range by the reducer's prepare step;
-  // with overlap, the last micro-batch's backward hands each finished layer
-  // to the reducer, which starts reducing it at once. (The pipeline runner
-  // replaces this function when pp > 1.)
+  // Σ wᵢ gᵢ (gᵢ the engine's per-micro-batch mean gradient, wᵢ = weights[i],
+  // applied by the engine through StepOptions::gradient_weight) in params.grads(), folded range by
+  // range by the reducer's prepare step; with overlap, the last micro-batch's backward hands each
+  // finished layer to the reducer, which starts reducing it at once. (The pipeline runner replaces
+  // this function when pp > 1.)
   LocalStep compute_local_gradients(const std::vector<model::Batch>& batches,
                                     const std::vector<int64_t>& trained,
                                     const std::vector<size_t>& mine,
@@ -298,17 +309,16 @@ struct Trainer::Impl {
       const bool last = k + 1 == mine.size();
       params.zero_grads();
       model::StepOptions step_options;
+      // The engine applies wᵢ inside backward (not afterwards): with expert
+      // parallelism an owned expert's gradient also holds other ranks' micro-batches.
+      step_options.gradient_weight = weights[i];
       if (last) {
         // Fold the earlier micro-batches in just before a range is reduced.
-        const float w = weights[i];
         const bool earlier = k > 0;
-        reducer.begin_step(params.grads().data(), [this, w, earlier](int64_t b, int64_t e) {
+        reducer.begin_step(params.grads().data(), [this, earlier](int64_t b, int64_t e) {
+          if (!earlier) return;
           float* g = model.params().grads().data();
-          if (earlier) {
-            for (int64_t j = b; j < e; ++j) g[j] = accumulated[static_cast<size_t>(j)] + w * g[j];
-          } else if (w != 1.0f) {
-            for (int64_t j = b; j < e; ++j) g[j] = w * g[j];
-          }
+          for (int64_t j = b; j < e; ++j) g[j] += accumulated[static_cast<size_t>(j)];
         });
         if (config.parallel.overlap_grad_reduce)
           step_options.on_gradients_ready = [this](int64_t layer) {
@@ -334,14 +344,61 @@ struct Trainer::Impl {
             local.expert_load[l][e] += r.expert_load[l][e];
       }
       if (!last) {
-        const float w = weights[i];
         const std::vector<float>& g = params.grads();
         if (k == 0) accumulated.assign(g.size(), 0.0f);
-        for (size_t j = 0; j < accumulated.size(); ++j) accumulated[j] += w * g[j];
+        for (size_t j = 0; j < accumulated.size(); ++j) accumulated[j] += g[j];
       }
     }
     return local;
   }
+
+  // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
+  // the contiguous map unless the file lists it too).
+  void apply_expert_placement() {
+    const std::string& path = config.parallel.expert_placement;
+    const plan::ExpertPlacement placement = plan::load_expert_placement(path);
+    const model::ModelConfig& mc = model.config();
+    const int blocks = static_cast<int>(expert_parallel->owner.size());
+    const int listed = static_cast<int>(placement.layers.size());
+    const int main_layers = static_cast<int>(mc.num_hidden_layers);
+    if (listed != main_layers && listed != blocks)
+      throw Error("the expert placement lists " + std::to_string(listed) +
+                  " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
+                  std::to_string(blocks - main_layers) + " MTP)")
+          .file(path)
+          .field("layers");
+    plan::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
+                                 grid->shape().ep, path);
+    for (int l = 0; l < listed; ++l)
+      expert_parallel->owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
+  }
+
+  // pp > 1: this rank's micro-batches go through the pipeline; the runner
+  // accumulates Σ nᵢ gᵢ for the chunks this rank holds (zeros elsewhere) and
+  // returns the step's losses and loads, identical on every stage.
+  LocalStep compute_pipeline_gradients(const std::vector<model::Batch>& batches,
+                                       const std::vector<size_t>& mine) {
+    model::ParamStore<float>& params = model.params();
+    params.zero_grads();
+    reducer.begin_step(params.grads().data(), {});
+    std::vector<model::Batch> local;
+    for (size_t i : mine) local.push_back(batches[i]);
+    const PipelineResult r = pipeline->run(local, loss_options());
+    LocalStep step_totals;
+    step_totals.lm_sum = r.lm_sum;
+    step_totals.mtp_sum = r.mtp_sum;
+    step_totals.balance_sum = r.balance_sum;
+    step_totals.lm_tokens = r.lm_tokens;
+    step_totals.mtp_tokens = r.mtp_tokens;
+    step_totals.expert_load = r.expert_load;
+    for (const model::LossBreakdown& b : r.micro_batches)
+      step_totals.finite = step_totals.finite && std::isfinite(b.total);
+    last_bubble_fraction = 0.0;
+    for (double f : r.bubble_fraction) last_bubble_fraction = std::max(last_bubble_fraction, f);
+    return step_totals;
+  }
+  double last_bubble_fraction = 0.0;  // worst stage of the last pipelined step
+  int64_t ep_bytes_before = 0;        // cumulative EP traffic at the previous step
 
   // Sums the ranks' contributions (data group, then pipeline stages, whose
   // non-owning stages contribute zeros) so every rank sees the step's totals.
@@ -354,8 +411,9 @@ struct Trainer::Impl {
                                   local.finite ? 0.0 : 1.0};
     for (const auto& layer : local.expert_load)
       for (int64_t v : layer) totals.push_back(static_cast<double>(v));  // exact below 2⁵³
-    for (dist::Communicator* comm : {&grid->data(), &grid->pp()})
-      if (comm->size() > 1) comm->all_reduce(std::span<double>(totals));
+    // The pipeline runner's totals are already those of the whole pipeline.
+    if (grid->data().size() > 1) grid->data().all_reduce(std::span<double>(totals));
+    if (!pipeline && grid->pp().size() > 1) grid->pp().all_reduce(std::span<double>(totals));
     local.lm_sum = totals[0];
     local.mtp_sum = totals[1];
     local.balance_sum = totals[2];
@@ -425,11 +483,16 @@ struct Trainer::Impl {
     std::vector<float> weights(accumulation, 1.0f);
     if (accumulation > 1)
       for (size_t i = 0; i < accumulation; ++i) weights[i] = static_cast<float>(trained[i]);
-    const float scale =
-        accumulation > 1 && step_trained > 0 ? 1.0f / static_cast<float>(step_trained) : 1.0f;
+    const float scale = (accumulation > 1 || pipeline) && step_trained > 0
+                            ? 1.0f / static_cast<float>(step_trained)
+                            : 1.0f;
 
+    // The pipeline weights every micro-batch by nᵢ (its backward starts before
+    // the step's later forwards), so its step always divides by N.
     LocalStep totals =
-        compute_local_gradients(batches, trained, my_micro_batches(accumulation), weights);
+        pipeline
+            ? compute_pipeline_gradients(batches, my_micro_batches(accumulation))
+            : compute_local_gradients(batches, trained, my_micro_batches(accumulation), weights);
     const auto reduce_start = Clock::now();
     const int64_t early = reducer.groups_started_early();
     reducer.finish(scale);
@@ -504,6 +567,16 @@ struct Trainer::Impl {
       rec.set("grad_buckets_done_in_backward",
               static_cast<double>(reducer.buckets_done_before_finish()));
     }
+    if (pipeline) rec.set("pipeline_bubble", last_bubble_fraction);
+    if (expert_parallel) {
+      // Token rows this rank sent to other EP ranks (dispatch + combine, both passes).
+      int64_t bytes = 0;
+      for (const auto& block : expert_parallel->traffic.total_bytes)
+        for (size_t r = 0; r < block.size(); ++r)
+          if (static_cast<int>(r) != grid->ep().rank()) bytes += block[r];
+      rec.set("ep_bytes_sent", static_cast<double>(bytes - ep_bytes_before));
+      ep_bytes_before = bytes;
+    }
     summary.tokens += tokens;
     summary.seconds += seconds;
     step_flops += flops;
@@ -537,6 +610,15 @@ struct Trainer::Impl {
     kernels::ScopedGemmPrecision precision(config.precision == TrainPrecision::kBf16
                                                ? kernels::Precision::kBF16
                                                : kernels::Precision::kF32);
+    // Parameters are replicated, so validation runs the whole model locally:
+    // no expert dispatch, whose collectives would need every EP rank to run
+    // the same number of batches.
+    struct DetachExperts {
+      model::Model<float>& m;
+      model::ExpertParallel* ep;
+      ~DetachExperts() { m.set_expert_parallel(ep); }
+    } detach{model, model.expert_parallel()};
+    model.set_expert_parallel(nullptr);
     DataSource validation(config, tokenizer, config.validation_file, false);
     const int64_t available = std::max<int64_t>(
         1, (validation.sequences_in_epoch() + config.micro_batch - 1) / config.micro_batch);
