@@ -58,7 +58,9 @@ TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
                    {"zero", 2},
                    {"bucket_mb", 0.5},
                    {"overlap_grad_reduce", false},
-                   {"ep_overlap", false}};
+                   {"ep_overlap", false},
+                   {"expert_placement", "map.json"}};
+  j["global_batch"] = 16;  // DualPipeV: 2 x pp micro-batches per pipeline
   const RunConfig c = RunConfig::from_json(j, "run.json", "/base");
   EXPECT_EQ(c.parallel.dp, 2);
   EXPECT_EQ(c.parallel.ep, 2);
@@ -70,7 +72,15 @@ TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_FALSE(c.parallel.overlap_grad_reduce);
   EXPECT_FALSE(c.parallel.ep_overlap);
+  EXPECT_EQ(c.parallel.expert_placement, "/base/map.json");
   EXPECT_EQ(RunConfig::from_json(c.to_json(), "again.json").to_json(), c.to_json());
+  j["global_batch"] = 8;  // 2 micro-batches per pipeline
+  try {
+    RunConfig::from_json(j, "run.json", "/base");
+    FAIL() << "expected an error";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.field_name(), "parallel.pipeline_schedule");
+  }
 }
 
 TEST(TrainParallelConfig, ErrorsNameTheParallelKey) {
