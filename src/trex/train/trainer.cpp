@@ -977,17 +977,17 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.step_flops = 0;
   s.summary.interrupted = false;
   if (!s.options.quiet && s.grid->world().size() > 1) {
+    // Whole-model figures count every parameter once, whatever this rank stores.
+    const int64_t whole = model::total_numel(model::parameter_specs(s.model.config()));
     const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
     log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
               " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",
               c.parallel.zero, ", optimizer state ",
               fmt(mib * static_cast<double>(s.optimizer.shard().size()), "%.1f"),
-              " MiB per rank (whole model ",
-              fmt(mib * static_cast<double>(s.optimizer.param_count()), "%.1f"), " MiB), ",
-              s.reducer.bucket_count(), " gradient buckets",
+              " MiB per rank (whole model ", fmt(mib * static_cast<double>(whole), "%.1f"),
+              " MiB), ", s.reducer.bucket_count(), " gradient buckets",
               c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
     const double param_mib = sizeof(float) / (1024.0 * 1024.0);
-    const int64_t whole = model::total_numel(model::parameter_specs(s.model.config()));
     log::info(
         "parameters ", fmt(param_mib * static_cast<double>(s.model.params().size()), "%.2f"),
         " MiB per rank (whole model ", fmt(param_mib * static_cast<double>(whole), "%.2f"), " MiB)",
