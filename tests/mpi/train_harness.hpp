@@ -135,10 +135,11 @@ inline void expect_losses_match(const std::vector<double>& got, const std::vecto
                 what.c_str(), first_step + 1, first_step + got.size(), worst);
 }
 
-// Every rank holds the same parameters, bit for bit, as world rank 0.
+// Every rank holds the same parameters, bit for bit, as world rank 0 (with EP
+// the whole model assembled from the experts' owners: collective).
 inline void expect_replicas_identical(Trainer& trainer) {
   Communicator& world = *trex::dist::world();
-  const std::vector<float>& mine = trainer.model().params().values();
+  const std::vector<float> mine = trainer.full_parameters();
   std::vector<float> root = mine;
   world.broadcast(root.data(), static_cast<int64_t>(root.size()), trex::dist::DType::kF32, 0);
   EXPECT_EQ(std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)), 0)

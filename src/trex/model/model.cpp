@@ -193,14 +193,16 @@ BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTab
   mg.shared_w1 = g("ffn.shared_experts.w1.weight");
   mg.shared_w2 = g("ffn.shared_experts.w2.weight");
   mg.shared_w3 = g("ffn.shared_experts.w3.weight");
+  // Experts another EP rank stores (expert_shard.hpp) bind null; the MoE block
+  // checks that only the expert-parallel path runs with them missing.
   for (int64_t e = 0; e < c.n_routed_experts; ++e) {
     const std::string ep = "ffn.experts." + std::to_string(e) + ".";
-    mw.w1.push_back(v(ep + "w1.weight"));
-    mw.w2.push_back(v(ep + "w2.weight"));
-    mw.w3.push_back(v(ep + "w3.weight"));
-    mg.w1.push_back(g(ep + "w1.weight"));
-    mg.w2.push_back(g(ep + "w2.weight"));
-    mg.w3.push_back(g(ep + "w3.weight"));
+    mw.w1.push_back(vo(ep + "w1.weight"));
+    mw.w2.push_back(vo(ep + "w2.weight"));
+    mw.w3.push_back(vo(ep + "w3.weight"));
+    mg.w1.push_back(go(ep + "w1.weight"));
+    mg.w2.push_back(go(ep + "w2.weight"));
+    mg.w3.push_back(go(ep + "w3.weight"));
   }
   return r;
 }
@@ -523,15 +525,19 @@ Model<T> Model<T>::from_checkpoint(const std::string& dir, NamingScheme* scheme)
 template <class T>
 void Model<T>::init_random(uint64_t seed) {
   const double sigma = config_.initializer_range;
-  int64_t tensor_index = 0;
-  for (const ParamSpec& spec : params_.specs()) {
-    T* v = params_.value(spec.name);
+  // Seeds follow the whole model's tensor order, so a store holding only some
+  // routed experts (expert_shard.hpp) gets the same values for them.
+  int64_t tensor_index = -1;
+  for (const ParamSpec& spec : parameter_specs(config_)) {
+    ++tensor_index;
+    T* v = params_.value_or_null(spec.name);
+    if (!v) continue;
     const int64_t n = spec.numel();
     const std::string& name = spec.name;
     auto ends_with = [&](const std::string& s) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
-    Rng rng(seed, {0x1417, static_cast<uint64_t>(tensor_index++)});
+    Rng rng(seed, {0x1417, static_cast<uint64_t>(tensor_index)});
     if (ends_with("norm.weight")) {
       std::fill(v, v + n, T(1));
     } else if (ends_with("_scale")) {

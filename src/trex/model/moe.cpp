@@ -75,15 +75,25 @@ bool has_shared(const MoeWeights<T>& w) {
 }
 
 template <class T>
-void validate_weights(const MoeDims& dims, const MoeWeights<T>& w) {
+void validate_weights(const MoeDims& dims, const MoeWeights<T>& w, const MoeParallel* parallel) {
   if (!w.gate) throw moe_error("router weight is null", "moe.gate");
   const auto E = static_cast<size_t>(dims.n_experts);
   if (w.w1.size() != E || w.w2.size() != E || w.w3.size() != E)
     throw moe_error("expected " + std::to_string(E) + " routed expert weights", "moe.w1");
-  for (size_t e = 0; e < E; ++e)
+  // Expert-parallel calls need only the experts this rank owns (the others may
+  // be stored elsewhere: expert_shard.hpp); a local call needs every expert.
+  const bool ep = parallel && parallel->comm && parallel->owner;
+  const int self = ep ? parallel->comm->rank() : 0;
+  for (size_t e = 0; e < E; ++e) {
+    if (ep && parallel->owner[e] != self) continue;
     if (!w.w1[e] || !w.w2[e] || !w.w3[e])
-      throw moe_error("routed expert " + std::to_string(e) + " has a null weight",
-                      "moe.experts." + std::to_string(e));
+      throw moe_error(
+          "routed expert " + std::to_string(e) +
+              (parallel ? " has a null weight on its owner"
+                        : " is not stored here (expert weights sharded over EP ranks?): the "
+                          "local MoE path needs every expert"),
+          "moe.experts." + std::to_string(e));
+  }
   has_shared(w);
   if (dims.hash_routed) {
     if (!w.tid2eid) throw moe_error("hash-routed layer without tid2eid", "moe.tid2eid");
@@ -568,7 +578,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
                  const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection,
                  const MoeParallel* parallel) {
   validate_dims(dims);
-  validate_weights(dims, weights);
+  validate_weights(dims, weights, parallel);
   if (!x || !y) throw moe_error("null input or output", "moe.x");
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
                 I = dims.inter;
@@ -765,7 +775,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
                   const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx,
                   const MoeParallel* parallel) {
   validate_dims(dims);
-  validate_weights(dims, weights);
+  validate_weights(dims, weights, parallel);
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
                 I = dims.inter;
   const int64_t P = N * K;

@@ -19,10 +19,11 @@ GradReducer::GradReducer(const std::vector<model::ParamSpec>& specs, dist::Commu
   for (const model::ParamSpec& spec : specs) {
     const int64_t n = spec.numel();
     std::vector<Range>& ranges = by_layer[spec.layer];
-    if (!ranges.empty() && ranges.back().end == offset)
+    const bool expert = spec.role == model::ParamRole::kExpert;
+    if (!ranges.empty() && ranges.back().end == offset && ranges.back().expert == expert)
       ranges.back().end += n;
     else
-      ranges.push_back({offset, offset + n});
+      ranges.push_back({offset, offset + n, expert});
     offset += n;
   }
   const int64_t bucket_elems = options_.bucket_bytes / static_cast<int64_t>(sizeof(float));
@@ -31,10 +32,13 @@ GradReducer::GradReducer(const std::vector<model::ParamSpec>& specs, dist::Commu
     group.layer = layer;
     for (const Range& r : ranges)
       for (int64_t b = r.begin; b < r.end; b += bucket_elems)
-        group.buckets.push_back({b, std::min(r.end, b + bucket_elems)});
+        group.buckets.push_back({b, std::min(r.end, b + bucket_elems), r.expert});
     groups_.push_back(std::move(group));
   }
   reduced_ = {0, offset};
+  if (options_.scatter && options_.experts)
+    throw Error("ZeRO-2 gradient sharding with expert weights sharded over EP is not supported")
+        .field("parallel.zero");
   options_.scatter = options_.scatter && active(data_) != nullptr;
   if (options_.scatter) {
     data_rank_ = data_->rank();
@@ -76,9 +80,9 @@ void GradReducer::on_gradients_ready(int64_t layer) {
 
 void GradReducer::start(Group& group) {
   group.started = true;
-  dist::Communicator* data = active(data_);
   for (const Range& bucket : group.buckets) {
     if (prepare_) prepare_(bucket.begin, bucket.end);
+    dist::Communicator* data = active(bucket.expert && options_.experts ? options_.experts : data_);
     if (!data) continue;
     if (!options_.scatter) {
       pending_.push_back(data->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,

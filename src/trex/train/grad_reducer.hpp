@@ -26,6 +26,10 @@ struct GradReducerOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   // ZeRO-2: reduce-scatter, each data rank receives only its shard.
   bool scatter = false;
+  // Expert weights sharded over EP (model/expert_shard.hpp): the routed experts'
+  // ranges are summed over this group (the ranks holding the same experts, the
+  // grid's `dp`) instead of `data`; null: every range over `data`. Not with scatter.
+  dist::Communicator* experts = nullptr;
 };
 
 class GradReducer {
@@ -33,6 +37,7 @@ class GradReducer {
   // A contiguous piece of the flat gradient buffer [begin, end).
   struct Range {
     int64_t begin = 0, end = 0;
+    bool expert = false;  // routed-expert tensors
   };
 
   // `data` / `pp`: null or single-rank when there is nothing to reduce over.

@@ -10,6 +10,7 @@
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/io/safetensors.hpp"
+#include "trex/train/optimizer_relayout.hpp"
 
 namespace trex::train {
 
@@ -215,6 +216,65 @@ void Optimizer::load_state(const std::string& path) {
     return values;
   };
   set_state(step, read("first_moment"), read("second_moment"));
+}
+
+void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<float>& params,
+                                  const std::string& path,
+                                  const std::vector<model::ParamSpec>& file_layout) {
+  if (params.size() != optimizer.param_count())
+    throw Error("optimizer state: the optimizer was built for another parameter layout").file(path);
+  int64_t file_size = 0;
+  std::map<std::string, int64_t> file_offset;
+  for (const model::ParamSpec& spec : file_layout) {
+    file_offset.emplace(spec.name, file_size);
+    file_size += spec.numel();
+  }
+  SafetensorsFile file = SafetensorsFile::open(path);
+  const nlohmann::json& meta = file.metadata();
+  auto text = [&](const char* key) -> std::string {
+    if (!meta.contains(key) || !meta[key].is_string())
+      throw Error("optimizer state: missing metadata").file(path).field(key);
+    return meta[key].get<std::string>();
+  };
+  if (text("trex_optimizer") != kind_of(optimizer.options()))
+    throw Error("optimizer state is for '" + text("trex_optimizer") + "', this run uses '" +
+                kind_of(optimizer.options()) + "'")
+        .file(path)
+        .field("trex_optimizer");
+  if (text("layout_hash") != std::to_string(layout_hash_of(file_layout)) ||
+      text("param_count") != std::to_string(file_size))
+    throw Error("optimizer state belongs to a different parameter layout")
+        .file(path)
+        .field("layout_hash");
+  int64_t step = 0;
+  try {
+    step = std::stoll(text("step"));
+  } catch (const std::exception&) {
+    throw Error("optimizer state: step is not an integer").file(path).field("step");
+  }
+  auto read = [&](const char* name) {
+    const TensorView* view = file.find(name);
+    if (!view) throw Error("optimizer state: missing tensor").file(path).field(name);
+    if (view->dtype != DType::kF32 || view->numel() != file_size)
+      throw Error("optimizer state: expected F32 [" + std::to_string(file_size) + "]")
+          .file(path)
+          .field(name);
+    // params' tensors in params' order; set_state keeps the optimizer's shard.
+    std::vector<float> values(static_cast<size_t>(params.size()));
+    int64_t at = 0;
+    for (const model::ParamSpec& spec : params.specs()) {
+      auto it = file_offset.find(spec.name);
+      if (it == file_offset.end())
+        throw Error("optimizer state: the file's layout has no tensor '" + spec.name + "'")
+            .file(path)
+            .field(spec.name);
+      std::memcpy(values.data() + at, view->data + static_cast<size_t>(it->second) * sizeof(float),
+                  static_cast<size_t>(spec.numel()) * sizeof(float));
+      at += spec.numel();
+    }
+    return values;
+  };
+  optimizer.set_state(step, read("first_moment"), read("second_moment"));
 }
 
 }  // namespace trex::train

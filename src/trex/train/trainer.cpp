@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 
 #include "trex/core/error.hpp"
@@ -13,6 +15,7 @@
 #include "trex/core/progress.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
+#include "trex/model/expert_shard.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/model/moe_parallel.hpp"
 #include "trex/plan/expert_placement.hpp"
@@ -20,6 +23,7 @@
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/data_sft.hpp"
 #include "trex/train/grad_reducer.hpp"
+#include "trex/train/optimizer_relayout.hpp"
 #include "trex/train/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
@@ -90,9 +94,38 @@ model::SequenceStats sequence_stats(const model::Batch& b) {
   return model::SequenceStats::from_lengths(lengths);
 }
 
-model::Model<float> build_model(const RunConfig& c) {
-  if (!c.init_checkpoint.empty()) return model::Model<float>::from_checkpoint(c.init_checkpoint);
-  model::Model<float> m(model::ModelConfig::load(c.model_config));
+// The model config of the run: the init checkpoint's, else model_config.
+model::ModelConfig run_model_config(const RunConfig& c) {
+  if (c.init_checkpoint.empty()) return model::ModelConfig::load(c.model_config);
+  const std::filesystem::path path = std::filesystem::path(c.init_checkpoint) / "config.json";
+  if (!std::filesystem::exists(path))
+    throw Error("checkpoint directory has no config.json").file(path.string());
+  return model::ModelConfig::load(path.string());
+}
+
+// With `ownership` (EP) the model holds only those routed experts from the
+// start: a random init fills just them (the whole model's values), a
+// checkpoint is read for just them.
+model::Model<float> build_model(const RunConfig& c, const model::ExpertOwnership* ownership) {
+  if (!c.init_checkpoint.empty()) {
+    if (!ownership) return model::Model<float>::from_checkpoint(c.init_checkpoint);
+    model::LoadedCheckpoint<float> loaded =
+        model::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
+    return model::Model<float>(std::move(loaded.config), std::move(loaded.params),
+                               std::move(loaded.hash_tables));
+  }
+  model::ModelConfig mc = model::ModelConfig::load(c.model_config);
+  if (!ownership) {
+    model::Model<float> m(std::move(mc));
+    m.init_random(c.init_seed);
+    return m;
+  }
+  mc.validate("model config");
+  model::ParamStore<float> store(model::filter_specs(model::parameter_specs(mc), *ownership));
+  model::HashTables tables(
+      model::hash_table_names(mc).size(),
+      std::vector<int64_t>(static_cast<size_t>(mc.vocab_size * mc.num_experts_per_tok), 0));
+  model::Model<float> m(std::move(mc), std::move(store), std::move(tables));
   m.init_random(c.init_seed);
   return m;
 }
@@ -132,9 +165,74 @@ std::unique_ptr<dist::ProcessGrid> make_grid(const RunConfig& c,
 }
 
 Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
-                         const std::vector<OptimizerShard>& shards, const dist::ProcessGrid& grid) {
+                         const std::vector<OptimizerShard>& shards, int zero_rank) {
   if (c.parallel.zero == 0) return Optimizer(params, c.optimizer);
-  return Optimizer(params, c.optimizer, shards[static_cast<size_t>(grid.data_rank())]);
+  return Optimizer(params, c.optimizer, shards[static_cast<size_t>(zero_rank)]);
+}
+
+// The map of `trex plan experts` for the main MoE layers (the MTP block keeps
+// the contiguous map unless the file lists it too).
+void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
+                            const model::ModelConfig& mc, int ep_size) {
+  const std::string& path = config.parallel.expert_placement;
+  const plan::ExpertPlacement placement = plan::load_expert_placement(path);
+  const int blocks = static_cast<int>(ep.owner.size());
+  const int listed = static_cast<int>(placement.layers.size());
+  const int main_layers = static_cast<int>(mc.num_hidden_layers);
+  if (listed != main_layers && listed != blocks)
+    throw Error("the expert placement lists " + std::to_string(listed) +
+                " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
+                std::to_string(blocks - main_layers) + " MTP)")
+        .file(path)
+        .field("layers");
+  plan::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts), ep_size,
+                               path);
+  for (int l = 0; l < listed; ++l)
+    ep.owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
+}
+
+// EP (ep > 1): the expert-parallel context over the grid's `ep` group
+// (contiguous map, or parallel.expert_placement); null otherwise.
+std::unique_ptr<model::ExpertParallel> make_trainer_expert_parallel(const RunConfig& c,
+                                                                    dist::ProcessGrid& grid) {
+  if (grid.shape().ep <= 1) return nullptr;
+  const model::ModelConfig mc = run_model_config(c);
+  auto ep = std::make_unique<model::ExpertParallel>(
+      model::make_expert_parallel(mc, grid.ep(), c.parallel.ep_overlap));
+  if (!c.parallel.expert_placement.empty()) apply_expert_placement(*ep, c, mc, grid.shape().ep);
+  return ep;
+}
+
+// EP: the routed experts this rank stores (model/expert_shard.hpp): those it owns.
+std::optional<model::ExpertOwnership> owned_experts(const model::ExpertParallel* ep,
+                                                    const dist::ProcessGrid& grid) {
+  if (!ep) return std::nullopt;
+  return model::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
+}
+
+// The flat range of the tensors of `role` (the specs hold dense tensors first).
+OptimizerShard role_range(const std::vector<model::ParamSpec>& specs, model::ParamRole role) {
+  OptimizerShard r;
+  r.first_spec = specs.size();
+  int64_t offset = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = specs[i].numel();
+    if (specs[i].role == role) {
+      if (r.first_spec == specs.size()) {
+        r.first_spec = i;
+        r.begin = offset;
+      } else if (r.end_spec != i) {
+        throw Error("internal: the " +
+                    std::string(role == model::ParamRole::kExpert ? "expert" : "dense") +
+                    " tensors are not contiguous in the parameter layout");
+      }
+      r.end_spec = i + 1;
+      r.end = offset + n;
+    }
+    offset += n;
+  }
+  if (r.first_spec == specs.size()) r = {specs.size(), specs.size(), offset, offset};
+  return r;
 }
 
 // Exposed communication of every communicator of the grid (seconds blocked in wait).
@@ -166,12 +264,14 @@ struct Trainer::Impl {
   std::unique_ptr<dist::ProcessGrid> grid;
   bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
-  model::Model<float> model;
   // EP: the expert-parallel context the model's MoE blocks dispatch through (ep > 1).
   std::unique_ptr<model::ExpertParallel> expert_parallel;
+  // EP: the routed experts this rank stores (the others live on their owners).
+  std::optional<model::ExpertOwnership> ownership;
+  model::Model<float> model;
   // PP: runs this rank's stage(s) of the micro-batches in schedule order (pp > 1).
   std::unique_ptr<PipelineRunner> pipeline;
-  std::vector<OptimizerShard> shards;  // ZeRO partition over the data ranks
+  std::vector<OptimizerShard> shards;  // ZeRO partition over zero_comm()
   Optimizer optimizer;
   GradReducer reducer;
   DataSource data;
@@ -195,25 +295,26 @@ struct Trainer::Impl {
         grid(make_grid(config, options.world)),
         root(grid->world().rank() == 0),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
-        model(build_model(config)),
-        shards(partition_for_zero(model.params().specs(), grid->data_size())),
-        optimizer(make_optimizer(config, model.params(), shards, *grid)),
+        expert_parallel(make_trainer_expert_parallel(config, *grid)),
+        ownership(owned_experts(expert_parallel.get(), *grid)),
+        model(build_model(config, ownership ? &*ownership : nullptr)),
+        shards(partition_for_zero(model.params().specs(), zero_comm().size())),
+        optimizer(make_optimizer(config, model.params(), shards, zero_comm().rank())),
         reducer(model.params().specs(), &grid->data(), &grid->pp(), shards,
                 {.bucket_bytes = std::max<int64_t>(
                      4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
-                 .scatter = config.parallel.zero == 2}),
+                 .scatter = gradient_scatter(),
+                 .experts = ownership ? &grid->dp() : nullptr}),
         data(config, tokenizer, config.train_file, config.shuffle),
         spike_detector(config.spike_window, config.spike_z_threshold) {
     if (!root) {
       options.quiet = true;
       options.write_metrics = false;
     }
-    if (grid->shape().ep > 1) {
-      expert_parallel = std::make_unique<model::ExpertParallel>(
-          model::make_expert_parallel(model.config(), grid->ep(), config.parallel.ep_overlap));
-      if (!config.parallel.expert_placement.empty()) apply_expert_placement();
-      model.set_expert_parallel(expert_parallel.get());
-    }
+    if (expert_parallel) model.set_expert_parallel(expert_parallel.get());
+    if (ownership && config.parallel.zero == 2 && grid->shape().dp > 1 && root)
+      log::warn("ZeRO-2 with expert weights sharded over EP: gradients are all-reduced, not ",
+                "reduce-scattered (optimizer state still sharded over the dp group)");
     if (grid->shape().pp > 1)
       pipeline =
           std::make_unique<PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
@@ -232,12 +333,31 @@ struct Trainer::Impl {
     }
   }
 
-  // Every rank reads the (layout-free) checkpoint and keeps its shard of the optimizer state.
+  // ZeRO partitions over the ranks that hold the same parameters: the data
+  // group, or with expert weights sharded over EP the `dp` group.
+  dist::Communicator& zero_comm() const { return ownership ? grid->dp() : grid->data(); }
+  // ZeRO-2 reduce-scatters the gradients (not with sharded expert weights).
+  bool gradient_scatter() const { return config.parallel.zero == 2 && !ownership; }
+
+  // Every rank reads the (layout-free) checkpoint and keeps its shard of the
+  // optimizer state (and with EP, only its experts).
   void restore_from(const std::string& dir) {
-    model = model::Model<float>::from_checkpoint(dir);
+    const std::string optimizer_file =
+        (std::filesystem::path(dir) / "optimizer.safetensors").string();
+    if (ownership) {
+      // Only this rank's experts are read (weights and optimizer state).
+      model::LoadedCheckpoint<float> loaded = model::load_checkpoint_shard<float>(dir, *ownership);
+      model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
+                                  std::move(loaded.hash_tables));
+      optimizer = make_optimizer(config, model.params(), shards, zero_comm().rank());
+      load_optimizer_state_by_name(optimizer, model.params(), optimizer_file,
+                                   model::parameter_specs(model.config()));
+    } else {
+      model = model::Model<float>::from_checkpoint(dir);
+      optimizer = make_optimizer(config, model.params(), shards, zero_comm().rank());
+      optimizer.load_state(optimizer_file);
+    }
     model.set_expert_parallel(expert_parallel.get());
-    optimizer = make_optimizer(config, model.params(), shards, *grid);
-    optimizer.load_state((std::filesystem::path(dir) / "optimizer.safetensors").string());
     const nlohmann::json state = read_trainer_state(dir);
     const std::string origin = (std::filesystem::path(dir) / "trainer_state.json").string();
     try {
@@ -352,27 +472,6 @@ struct Trainer::Impl {
     return local;
   }
 
-  // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
-  // the contiguous map unless the file lists it too).
-  void apply_expert_placement() {
-    const std::string& path = config.parallel.expert_placement;
-    const plan::ExpertPlacement placement = plan::load_expert_placement(path);
-    const model::ModelConfig& mc = model.config();
-    const int blocks = static_cast<int>(expert_parallel->owner.size());
-    const int listed = static_cast<int>(placement.layers.size());
-    const int main_layers = static_cast<int>(mc.num_hidden_layers);
-    if (listed != main_layers && listed != blocks)
-      throw Error("the expert placement lists " + std::to_string(listed) +
-                  " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
-                  std::to_string(blocks - main_layers) + " MTP)")
-          .file(path)
-          .field("layers");
-    plan::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
-                                 grid->shape().ep, path);
-    for (int l = 0; l < listed; ++l)
-      expert_parallel->owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
-  }
-
   // pp > 1: this rank's micro-batches go through the pipeline; the runner
   // accumulates Σ nᵢ gᵢ for the chunks this rank holds (zeros elsewhere) and
   // returns the step's losses and loads, identical on every stage.
@@ -429,8 +528,24 @@ struct Trainer::Impl {
   // gradient, so the squared norms of the shards are summed over the data group.
   double clip_gradients() {
     model::ParamStore<float>& params = model.params();
-    if (config.parallel.zero < 2 || grid->data_size() == 1)
-      return clip_grad_norm(params, config.clip);
+    if (ownership) {
+      // Dense tensors are replicated (counted once); each expert lives on one EP rank.
+      const std::vector<model::ParamSpec>& specs = params.specs();
+      float* g = params.grads().data();
+      const OptimizerShard dense = role_range(specs, model::ParamRole::kDense);
+      const OptimizerShard experts = role_range(specs, model::ParamRole::kExpert);
+      const double squared =
+          shard_grad_norm_squared(specs, dense, g) +
+          grid->ep().all_reduce_value(shard_grad_norm_squared(specs, experts, g));
+      const double norm = std::sqrt(squared);
+      if (std::isfinite(norm) && config.clip > 0.0 && norm > config.clip) {
+        const float scale = static_cast<float>(config.clip / norm);
+        scale_shard_grads(specs, dense, g, scale);
+        scale_shard_grads(specs, experts, g, scale);
+      }
+      return norm;
+    }
+    if (!gradient_scatter() || grid->data_size() == 1) return clip_grad_norm(params, config.clip);
     const OptimizerShard& mine = shards[static_cast<size_t>(grid->data_rank())];
     const double squared = grid->data().all_reduce_value(
         shard_grad_norm_squared(params.specs(), mine, params.grads().data()));
@@ -443,13 +558,14 @@ struct Trainer::Impl {
 
   // ZeRO: each data rank updated its shard; everyone gets the whole model back.
   void gather_parameters() {
-    if (config.parallel.zero == 0 || grid->data_size() == 1) return;
+    dist::Communicator& zero = zero_comm();
+    if (config.parallel.zero == 0 || zero.size() == 1) return;
     std::vector<float>& values = model.params().values();
-    const OptimizerShard& mine = shards[static_cast<size_t>(grid->data_rank())];
+    const OptimizerShard& mine = shards[static_cast<size_t>(zero.rank())];
     const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
     std::vector<int64_t> counts;
     for (const OptimizerShard& s : shards) counts.push_back(s.size());
-    grid->data().all_gather(own.data(), values.data(), counts, dist::DType::kF32);
+    zero.all_gather(own.data(), values.data(), counts, dist::DType::kF32);
   }
 
   MetricsRecord train_step() {
@@ -610,15 +726,17 @@ struct Trainer::Impl {
     kernels::ScopedGemmPrecision precision(config.precision == TrainPrecision::kBf16
                                                ? kernels::Precision::kBF16
                                                : kernels::Precision::kF32);
-    // Parameters are replicated, so validation runs the whole model locally:
-    // no expert dispatch, whose collectives would need every EP rank to run
-    // the same number of batches.
+    // With replicated parameters validation runs the whole model locally: no
+    // expert dispatch, whose collectives would need every EP rank to run the
+    // same number of batches. With expert weights sharded over EP it has to
+    // dispatch: every rank runs the same number of rounds, and a rank without
+    // a batch of its own in the last round runs a copy of one and discards it.
     struct DetachExperts {
       model::Model<float>& m;
       model::ExpertParallel* ep;
       ~DetachExperts() { m.set_expert_parallel(ep); }
     } detach{model, model.expert_parallel()};
-    model.set_expert_parallel(nullptr);
+    if (!ownership) model.set_expert_parallel(nullptr);
     DataSource validation(config, tokenizer, config.validation_file, false);
     const int64_t available = std::max<int64_t>(
         1, (validation.sequences_in_epoch() + config.micro_batch - 1) / config.micro_batch);
@@ -629,12 +747,25 @@ struct Trainer::Impl {
     forward_only.backward = false;
     double sum = 0;
     int64_t count = 0;
+    std::optional<model::Batch> any;  // a stand-in for the rounds without a batch of this rank
+    int64_t ran = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      const model::Batch batch = to_model_batch(validation.next_batch());
-      if (i % grid->data_size() != grid->data_rank()) continue;
+      model::Batch batch = to_model_batch(validation.next_batch());
+      if (i % grid->data_size() != grid->data_rank()) {
+        if (!any) any = std::move(batch);
+        continue;
+      }
       const model::LossBreakdown r = model.forward_backward(batch, loss_options, forward_only);
       sum += r.lm * static_cast<double>(r.lm_tokens);
       count += r.lm_tokens;
+      ran += 1;
+    }
+    if (ownership) {
+      const int64_t rounds = (batches + grid->data_size() - 1) / grid->data_size();
+      for (; ran < rounds; ++ran) {
+        if (!any) throw Error("internal: no validation batch to stand in for a missing one");
+        model.forward_backward(*any, loss_options, forward_only);  // not counted
+      }
     }
     if (grid->data_size() > 1) {
       std::vector<double> totals = {sum, static_cast<double>(count)};
@@ -650,7 +781,7 @@ struct Trainer::Impl {
   // first stage sends its shard); null elsewhere and when unsharded.
   std::unique_ptr<GatheredOptimizerState> gather_optimizer_state() {
     if (!optimizer.sharded() || grid->coords().pp != 0) return nullptr;
-    dist::Communicator& data_comm = grid->data();
+    dist::Communicator& data_comm = zero_comm();
     constexpr int kFirstMomentTag = 7101, kSecondMomentTag = 7102;
     if (data_comm.rank() != 0) {
       std::vector<dist::Request> sends = {
@@ -683,14 +814,79 @@ struct Trainer::Impl {
     return whole;
   }
 
+  // A buffer of this rank's layout (dense, then its experts) in the whole
+  // model's layout (parameter_specs): the dense part is this rank's, each
+  // expert comes from its owner. Collective over the EP group.
+  std::vector<float> assemble_whole(std::span<const float> local) {
+    const std::vector<model::ParamSpec> whole = model::parameter_specs(model.config());
+    const int64_t dense = model::role_numel(model.params().specs(), model::ParamRole::kDense);
+    dist::Communicator& ep = grid->ep();
+    std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
+    std::vector<int64_t> counts;
+    for (int r = 0; r < ep.size(); ++r) {
+      owned[static_cast<size_t>(r)] =
+          model::filter_specs(whole, model::ExpertOwnership::of_rank(expert_parallel->owner, r));
+      counts.push_back(model::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
+    }
+    if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
+      throw Error("internal: a buffer of " + std::to_string(local.size()) +
+                  " values does not match this rank's parameter layout");
+    std::vector<float> experts(
+        static_cast<size_t>(model::role_numel(whole, model::ParamRole::kExpert)));
+    ep.all_gather(local.data() + dense, experts.data(), counts, dist::DType::kF32);
+    std::map<std::string, int64_t> offset_of;
+    int64_t offset = 0;
+    for (const model::ParamSpec& spec : whole) {
+      offset_of[spec.name] = offset;
+      offset += spec.numel();
+    }
+    std::vector<float> out(static_cast<size_t>(offset), 0.0f);
+    std::copy(local.begin(), local.begin() + dense, out.begin());
+    int64_t at = 0;  // rank-major: rank r's experts in its layout order
+    for (const std::vector<model::ParamSpec>& specs : owned)
+      for (const model::ParamSpec& spec : specs) {
+        if (spec.role != model::ParamRole::kExpert) continue;
+        std::copy_n(experts.begin() + at, spec.numel(), out.begin() + offset_of.at(spec.name));
+        at += spec.numel();
+      }
+    return out;
+  }
+
+  std::vector<float> full_parameters() {
+    if (!ownership) return model.params().values();
+    return assemble_whole(model.params().values());
+  }
+
   // Collective: world rank 0 writes; every rank returns once the files exist.
+  // With expert weights sharded over EP, world rank 0's EP group (data rank
+  // 0..ep-1 of the first stage, which hold the whole optimizer state of their
+  // layout after the ZeRO gather) brings every expert to rank 0, which writes
+  // the files of a 1-rank run.
   std::string save_checkpoint() {
     const std::unique_ptr<GatheredOptimizerState> gathered = gather_optimizer_state();
     std::string dir =
         (std::filesystem::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
-    if (root)
+    if (ownership) {
+      if (grid->coords().pp == 0 && grid->coords().dp == 0) {
+        std::vector<float> values = assemble_whole(model.params().values());
+        std::vector<float> first =
+            assemble_whole(gathered ? gathered->first_moment : optimizer.first_moment());
+        std::vector<float> second =
+            assemble_whole(gathered ? gathered->second_moment : optimizer.second_moment());
+        if (root) {
+          model::ParamStore<float> store(model::parameter_specs(model.config()));
+          store.values() = std::move(values);
+          const model::Model<float> whole(model.config(), std::move(store), model.hash_tables());
+          Optimizer whole_optimizer(whole.params(), config.optimizer);
+          whole_optimizer.set_state(optimizer.step_count(), std::move(first), std::move(second));
+          dir = write_training_checkpoint(config.out_dir, step, whole, tokenizer, whole_optimizer,
+                                          trainer_state(), config.keep_checkpoints);
+        }
+      }
+    } else if (root) {
       dir = write_training_checkpoint(config.out_dir, step, model, tokenizer, optimizer,
                                       trainer_state(), config.keep_checkpoints, gathered.get());
+    }
     if (grid->world().size() > 1) grid->world().barrier();
     last_checkpoint_step = step;
     summary.last_checkpoint = dir;
@@ -752,6 +948,9 @@ MetricsRecord Trainer::train_step() {
 double Trainer::validation_loss() {
   return impl_->validation_loss();
 }
+std::vector<float> Trainer::full_parameters() {
+  return impl_->full_parameters();
+}
 std::string Trainer::save_checkpoint() {
   return impl_->save_checkpoint();
 }
@@ -778,15 +977,23 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.step_flops = 0;
   s.summary.interrupted = false;
   if (!s.options.quiet && s.grid->world().size() > 1) {
+    // Whole-model figures count every parameter once, whatever this rank stores.
+    const int64_t whole = model::total_numel(model::parameter_specs(s.model.config()));
     const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
     log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
               " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",
               c.parallel.zero, ", optimizer state ",
               fmt(mib * static_cast<double>(s.optimizer.shard().size()), "%.1f"),
-              " MiB per rank (whole model ",
-              fmt(mib * static_cast<double>(s.optimizer.param_count()), "%.1f"), " MiB), ",
-              s.reducer.bucket_count(), " gradient buckets",
+              " MiB per rank (whole model ", fmt(mib * static_cast<double>(whole), "%.1f"),
+              " MiB), ", s.reducer.bucket_count(), " gradient buckets",
               c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
+    const double param_mib = sizeof(float) / (1024.0 * 1024.0);
+    log::info(
+        "parameters ", fmt(param_mib * static_cast<double>(s.model.params().size()), "%.2f"),
+        " MiB per rank (whole model ", fmt(param_mib * static_cast<double>(whole), "%.2f"), " MiB)",
+        s.ownership
+            ? "; routed experts sharded over " + std::to_string(s.grid->shape().ep) + " EP ranks"
+            : std::string());
   }
   std::optional<Progress> progress;
   if (!s.options.quiet) progress.emplace("train", s.total_steps);

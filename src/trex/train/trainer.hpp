@@ -79,6 +79,11 @@ class Trainer {
   // file (file order); throws when the config has no validation file.
   double validation_loss();
   std::string save_checkpoint();  // returns the checkpoint directory
+  // The whole model's parameter values in the layout of model::parameter_specs.
+  // With EP (parallel.ep > 1) a rank stores only its own routed experts
+  // (model().params() is that shard); this gathers the others from their
+  // owners: collective over the rank's EP group. Otherwise model().params().values().
+  std::vector<float> full_parameters();
 
   model::Model<float>& model();
   const model::Model<float>& model() const;
