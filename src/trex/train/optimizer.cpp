@@ -30,6 +30,34 @@ const char* kind_of(const OptimizerOptions& options) {
   return options.use_muon ? "adamw+muon" : "adamw";
 }
 
+// Checks a state file's metadata against this run (optimizer kind, the layout
+// the file was written for) and returns its step; errors name the file and key.
+int64_t check_state_metadata(const SafetensorsFile& file, const std::string& path,
+                             const OptimizerOptions& options, uint64_t layout_hash,
+                             int64_t param_count) {
+  const nlohmann::json& meta = file.metadata();
+  auto text = [&](const char* key) -> std::string {
+    if (!meta.contains(key) || !meta[key].is_string())
+      throw Error("optimizer state: missing metadata").file(path).field(key);
+    return meta[key].get<std::string>();
+  };
+  if (text("trex_optimizer") != kind_of(options))
+    throw Error("optimizer state is for '" + text("trex_optimizer") + "', this run uses '" +
+                kind_of(options) + "'")
+        .file(path)
+        .field("trex_optimizer");
+  if (text("layout_hash") != std::to_string(layout_hash) ||
+      text("param_count") != std::to_string(param_count))
+    throw Error("optimizer state belongs to a different parameter layout")
+        .file(path)
+        .field("layout_hash");
+  try {
+    return std::stoll(text("step"));
+  } catch (const std::exception&) {
+    throw Error("optimizer state: step is not an integer").file(path).field("step");
+  }
+}
+
 }  // namespace
 
 OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs) {
@@ -180,28 +208,7 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
 
 void Optimizer::load_state(const std::string& path) {
   SafetensorsFile file = SafetensorsFile::open(path);
-  const nlohmann::json& meta = file.metadata();
-  auto text = [&](const char* key) -> std::string {
-    if (!meta.contains(key) || !meta[key].is_string())
-      throw Error("optimizer state: missing metadata").file(path).field(key);
-    return meta[key].get<std::string>();
-  };
-  if (text("trex_optimizer") != kind_of(options_))
-    throw Error("optimizer state is for '" + text("trex_optimizer") + "', this run uses '" +
-                kind_of(options_) + "'")
-        .file(path)
-        .field("trex_optimizer");
-  if (text("layout_hash") != std::to_string(layout_hash_) ||
-      text("param_count") != std::to_string(size_))
-    throw Error("optimizer state belongs to a different parameter layout")
-        .file(path)
-        .field("layout_hash");
-  int64_t step = 0;
-  try {
-    step = std::stoll(text("step"));
-  } catch (const std::exception&) {
-    throw Error("optimizer state: step is not an integer").file(path).field("step");
-  }
+  const int64_t step = check_state_metadata(file, path, options_, layout_hash_, size_);
   auto read = [&](const char* name) {
     const TensorView* view = file.find(name);
     if (!view) throw Error("optimizer state: missing tensor").file(path).field(name);
@@ -230,28 +237,8 @@ void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<
     file_size += spec.numel();
   }
   SafetensorsFile file = SafetensorsFile::open(path);
-  const nlohmann::json& meta = file.metadata();
-  auto text = [&](const char* key) -> std::string {
-    if (!meta.contains(key) || !meta[key].is_string())
-      throw Error("optimizer state: missing metadata").file(path).field(key);
-    return meta[key].get<std::string>();
-  };
-  if (text("trex_optimizer") != kind_of(optimizer.options()))
-    throw Error("optimizer state is for '" + text("trex_optimizer") + "', this run uses '" +
-                kind_of(optimizer.options()) + "'")
-        .file(path)
-        .field("trex_optimizer");
-  if (text("layout_hash") != std::to_string(layout_hash_of(file_layout)) ||
-      text("param_count") != std::to_string(file_size))
-    throw Error("optimizer state belongs to a different parameter layout")
-        .file(path)
-        .field("layout_hash");
-  int64_t step = 0;
-  try {
-    step = std::stoll(text("step"));
-  } catch (const std::exception&) {
-    throw Error("optimizer state: step is not an integer").file(path).field("step");
-  }
+  const int64_t step =
+      check_state_metadata(file, path, optimizer.options(), layout_hash_of(file_layout), file_size);
   auto read = [&](const char* name) {
     const TensorView* view = file.find(name);
     if (!view) throw Error("optimizer state: missing tensor").file(path).field(name);
