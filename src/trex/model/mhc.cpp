@@ -4,9 +4,11 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -19,6 +21,8 @@ T sigmoid(T z) {
 
 template <class T>
 double dot(const T* a, const T* b, int64_t n) {
+  // fp32: vectorised, double over fixed lanes (kernels/cpu/elementwise).
+  if constexpr (std::is_same_v<T, float>) return kernels::dot_double(a, b, n);
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   return s;
