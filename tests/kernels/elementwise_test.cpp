@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trex/core/rng.hpp"
+#include "trex/kernels/cpu/norms.hpp"
 #include "trex/model/lm_loss.hpp"
 #include "trex/train/adamw.hpp"
 
@@ -300,12 +301,25 @@ TEST(ElementwiseAdamW, BitwiseEqualToTheScalarDoubleFormula) {
   }
 }
 
-TEST(ElementwiseReductions, SumSquaresAndScale) {
+TEST(ElementwiseReductions, SumSquaresDotsAndScale) {
   for (int64_t n : {0, 1, 15, 16, 17, 255, 256, 257, 5000}) {
     const auto x = uniform(41 + static_cast<uint64_t>(n), n, -3.0, 3.0);
     long double ref = 0;
     for (float v : x) ref += static_cast<long double>(v) * v;
     EXPECT_NEAR(sum_squares(x.data(), n), static_cast<double>(ref), 1e-13 * (1.0 + double(ref)))
+        << n;
+    const auto b = uniform(91 + static_cast<uint64_t>(n), n, -2.0, 2.0);
+    const auto w = uniform(92 + static_cast<uint64_t>(n), n, -2.0, 2.0);
+    long double dot_ref = 0, weighted_ref = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      dot_ref += static_cast<long double>(x[i]) * b[i];
+      weighted_ref += static_cast<long double>(w[i] * x[i]) * b[i];  // w·x rounded to float
+    }
+    EXPECT_NEAR(dot_double(x.data(), b.data(), n), static_cast<double>(dot_ref),
+                1e-13 * (1.0 + static_cast<double>(ref)))
+        << n;
+    EXPECT_NEAR(weighted_dot_double(w.data(), x.data(), b.data(), n),
+                static_cast<double>(weighted_ref), 1e-13 * (1.0 + 2.0 * static_cast<double>(ref)))
         << n;
     auto y = x;
     scale_array(y.data(), n, 0.5f);
@@ -313,6 +327,37 @@ TEST(ElementwiseReductions, SumSquaresAndScale) {
   }
   const std::vector<float> big = {0x3p64f, 0x4p64f};  // squares overflow float, not double
   EXPECT_EQ(std::sqrt(sum_squares(big.data(), 2)), 0x5p64);
+}
+
+// RMSNorm's fp32 path sums through sum_squares / (weighted_)dot_double: it
+// matches the double instantiation (scalar sums) to float rounding.
+TEST(ElementwiseRmsNorm, FloatMatchesDoubleWithAndWithoutWeight) {
+  const int64_t rows = 5, dim = 1000;
+  const auto x = uniform(51, rows * dim, -2.0, 2.0);
+  const auto weight = uniform(52, dim, 0.5, 1.5);
+  const auto dy = uniform(53, rows * dim, -1.0, 1.0);
+  const std::vector<double> xd(x.begin(), x.end()), wd(weight.begin(), weight.end()),
+      dyd(dy.begin(), dy.end());
+  for (bool with_weight : {true, false}) {
+    std::vector<float> y(rows * dim), inv(rows), dx(rows * dim), dw(dim, 0.0f);
+    std::vector<double> yd(rows * dim), invd(rows), dxd(rows * dim), dwd(dim, 0.0);
+    rmsnorm_forward(x.data(), with_weight ? weight.data() : nullptr, y.data(), inv.data(), rows,
+                    dim, 1e-6);
+    rmsnorm_forward(xd.data(), with_weight ? wd.data() : nullptr, yd.data(), invd.data(), rows, dim,
+                    1e-6);
+    rmsnorm_backward(x.data(), with_weight ? weight.data() : nullptr, inv.data(), dy.data(),
+                     dx.data(), with_weight ? dw.data() : nullptr, rows, dim);
+    rmsnorm_backward(xd.data(), with_weight ? wd.data() : nullptr, invd.data(), dyd.data(),
+                     dxd.data(), with_weight ? dwd.data() : nullptr, rows, dim);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(inv[r], invd[r], 1e-6 * invd[r]);
+    for (int64_t i = 0; i < rows * dim; ++i) {
+      EXPECT_NEAR(y[i], yd[i], 2e-6 * (1.0 + std::abs(yd[i]))) << with_weight << " " << i;
+      EXPECT_NEAR(dx[i], dxd[i], 5e-6 * (1.0 + std::abs(dxd[i]))) << with_weight << " " << i;
+    }
+    if (with_weight) {
+      for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(dw[i], dwd[i], 1e-5 * (1.0 + std::abs(dwd[i])));
+    }
+  }
 }
 
 }  // namespace

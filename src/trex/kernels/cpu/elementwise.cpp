@@ -281,6 +281,20 @@ double dot_double(const float* a, const float* b, int64_t n) {
 }
 
 TREX_ELEMENTWISE_CLONES
+double weighted_dot_double(const float* w, const float* a, const float* b, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t i0 = 0;
+  for (; i0 + kLanes <= n; i0 += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l)
+      lanes[l] += static_cast<double>(w[i0 + l] * a[i0 + l]) * static_cast<double>(b[i0 + l]);
+  }
+  for (int l = 0; i0 + l < n; ++l)
+    lanes[l] += static_cast<double>(w[i0 + l] * a[i0 + l]) * static_cast<double>(b[i0 + l]);
+  return combine_lanes(lanes);
+}
+
+TREX_ELEMENTWISE_CLONES
 void scale_array(float* x, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;

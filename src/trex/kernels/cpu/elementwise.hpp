@@ -71,6 +71,10 @@ double sum_squares(const float* x, int64_t n);
 // Σ a[i]·b[i] in double over 16 fixed lanes combined in lane order.
 double dot_double(const float* a, const float* b, int64_t n);
 
+// Σ double(w[i]·a[i])·b[i] (the product w·a rounded to float first), in
+// double over 16 fixed lanes combined in lane order.
+double weighted_dot_double(const float* w, const float* a, const float* b, int64_t n);
+
 // x[i] *= scale.
 void scale_array(float* x, int64_t n, float scale);
 
