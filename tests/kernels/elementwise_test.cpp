@@ -301,7 +301,7 @@ TEST(ElementwiseAdamW, BitwiseEqualToTheScalarDoubleFormula) {
   }
 }
 
-TEST(ElementwiseReductions, SumSquaresDotsAndScale) {
+TEST(ElementwiseReductions, SumSquaresDotsScaleAxpy) {
   for (int64_t n : {0, 1, 15, 16, 17, 255, 256, 257, 5000}) {
     const auto x = uniform(41 + static_cast<uint64_t>(n), n, -3.0, 3.0);
     long double ref = 0;
@@ -324,6 +324,12 @@ TEST(ElementwiseReductions, SumSquaresDotsAndScale) {
     auto y = x;
     scale_array(y.data(), n, 0.5f);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], x[i] * 0.5f);
+    auto z = b;
+    axpy(z.data(), x.data(), 0.3f, n);  // rounded product, then rounded sum
+    for (int64_t i = 0; i < n; ++i) {
+      const float product = 0.3f * x[i];
+      EXPECT_EQ(z[i], b[i] + product);
+    }
   }
   const std::vector<float> big = {0x3p64f, 0x4p64f};  // squares overflow float, not double
   EXPECT_EQ(std::sqrt(sum_squares(big.data(), 2)), 0x5p64);

@@ -295,6 +295,12 @@ double weighted_dot_double(const float* w, const float* a, const float* b, int64
 }
 
 TREX_ELEMENTWISE_CLONES
+void axpy(float* y, const float* x, float a, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+TREX_ELEMENTWISE_CLONES
 void scale_array(float* x, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;

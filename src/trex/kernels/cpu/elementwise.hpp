@@ -75,6 +75,9 @@ double dot_double(const float* a, const float* b, int64_t n);
 // double over 16 fixed lanes combined in lane order.
 double weighted_dot_double(const float* w, const float* a, const float* b, int64_t n);
 
+// y[i] += a·x[i] (a product then a sum, no fused multiply-add).
+void axpy(float* y, const float* x, float a, int64_t n);
+
 // x[i] *= scale.
 void scale_array(float* x, int64_t n, float scale);
 
