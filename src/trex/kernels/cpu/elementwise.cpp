@@ -11,8 +11,8 @@
 #include <bit>
 #include <cmath>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <immintrin.h>
 #endif
 
 namespace trex::kernels {
@@ -126,15 +126,58 @@ template <bool kClamp>
   return static_cast<float>(combine_lanes(lanes));
 }
 
-// x[i] = sqrt(x[i]) with the SSE2 square root every x86-64 clone has.
-[[gnu::always_inline]] inline void sqrt_in_place(double* x, int64_t n) {
+// x[i] = sqrt(x[i]) (hardware square roots are correctly rounded, as
+// std::sqrt, so every variant gives the same bits). The widest unit the CPU
+// has is picked once: a cloned caller cannot use 512-bit intrinsics itself.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx512f"))) void sqrt_in_place_avx512(double* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // The masked form with every lane set: the plain one trips GCC 12's
+    // maybe-uninitialized warning inside avx512fintrin.h.
+    const __m512d value = _mm512_loadu_pd(x + i);
+    _mm512_storeu_pd(x + i, _mm512_mask_sqrt_pd(value, static_cast<__mmask8>(0xFF), value));
+  }
+  for (; i < n; ++i) _mm_store_sd(x + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
+
+__attribute__((target("avx"))) void sqrt_in_place_avx(double* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
+  for (; i < n; ++i) _mm_store_sd(x + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
+#endif
+
 #if defined(__SSE2__)
+void sqrt_in_place_sse2(double* x, int64_t n) {
   int64_t i = 0;
   for (; i + 2 <= n; i += 2) _mm_storeu_pd(x + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
   if (i < n) _mm_store_sd(x + i, _mm_sqrt_sd(_mm_setzero_pd(), _mm_load_sd(x + i)));
+}
 #else
+void sqrt_in_place_scalar(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::sqrt(x[i]);
+}
 #endif
+
+using SqrtInPlace = void (*)(double*, int64_t);
+
+SqrtInPlace pick_sqrt_in_place() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(TREX_NO_TARGET_CLONES)
+  if (__builtin_cpu_supports("avx512f")) return sqrt_in_place_avx512;
+  if (__builtin_cpu_supports("avx")) return sqrt_in_place_avx;
+#endif
+#if defined(__SSE2__)
+  return sqrt_in_place_sse2;
+#else
+  return sqrt_in_place_scalar;
+#endif
+}
+
+void sqrt_in_place(double* x, int64_t n) {
+  static const SqrtInPlace impl = pick_sqrt_in_place();
+  impl(x, n);
 }
 
 }  // namespace
@@ -225,7 +268,7 @@ void adamw_update_range(float* weights, const float* grads, float* exp_avg, floa
   const double correction1 = c.correction1, correction2 = c.correction2;
   const double decay = c.decay, lr = c.lr, eps = c.eps;
   // With math-errno std::sqrt is a call the vectoriser cannot take, so the
-  // square roots of a block run in their own pass (SSE2 sqrtpd: exact, as
+  // square roots of a block run in their own pass (hardware sqrtpd: exact, as
   // std::sqrt) between two vectorised passes. m stays double throughout.
   constexpr int64_t kBlock = 256;
   alignas(64) double first[kBlock];
