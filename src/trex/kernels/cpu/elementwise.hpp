@@ -17,7 +17,7 @@ namespace trex::kernels {
 
 // y[i] = exp(x[i]). Range reduction x = k·ln2 + r (|r| ≤ ln2/2, two-part ln2),
 // degree-7 Taylor polynomial for exp(r), 2^k built from integer bit operations.
-// Accuracy: max relative error ≤ 2 ulp (measured ~1 ulp) against std::exp
+// Accuracy: ≤ 2 ulp (measured max 1.20 ulp over every 8th float) against std::exp
 // over [-87, 88] (the normal range); exp(0) = 1 exactly; results below
 // FLT_MIN are the correctly scaled subnormals and round to 0 below about
 // -103.9; x > 88.72 gives +inf; NaN gives NaN. y may alias x.
