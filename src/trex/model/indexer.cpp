@@ -5,9 +5,11 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/attention_core.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -31,12 +33,14 @@ T indexer_score(const IndexerDims& dims, const IndexerCache<T>& cache, const Seq
   const T* key = cache.keys.data() + (b * cache.blocks + block) * dims.head_dim;
   const T* q = cache.q.data() + row * dims.heads * dims.head_dim;
   const T* hw = cache.head_weights.data() + row * dims.heads;
+  // The head dots through the vectorised attention kernel, as the forward's
+  // all-blocks scoring does (kernel results do not depend on the key count),
+  // so a block scores the same here as in the selection.
+  std::vector<T> dots(static_cast<size_t>(dims.heads));
+  kernels::attention_dots(dims.heads, 1, dims.head_dim, q, dims.head_dim, &key, T(1), dots.data(),
+                          1);
   T score = 0;
-  for (int64_t h = 0; h < dims.heads; ++h) {
-    T dot = 0;
-    for (int64_t e = 0; e < dims.head_dim; ++e) dot += q[h * dims.head_dim + e] * key[e];
-    score += hw[h] * std::max(dot, T(0));
-  }
+  for (int64_t h = 0; h < dims.heads; ++h) score += hw[h] * std::max(dots[h], T(0));
   return score;
 }
 
@@ -94,8 +98,21 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
     for (int64_t r = 0; r < tokens; ++r) {
       const int64_t visible = visible_blocks(r % shape.S, dims.ratio, cache.blocks);
       if (visible == 0) continue;
-      std::vector<T> scores(static_cast<size_t>(visible));
-      for (int64_t i = 0; i < visible; ++i) scores[i] = indexer_score(dims, cache, shape, r, i);
+      // Every visible block against all heads in one [heads, hd]·[hd, visible]
+      // product, then Σ_h w_h·ReLU(dot) in head order (as indexer_score).
+      const int64_t b = r / shape.S;
+      const T* key_base = cache.keys.data() + b * cache.blocks * dims.head_dim;
+      std::vector<const T*> key_rows(static_cast<size_t>(visible));
+      for (int64_t i = 0; i < visible; ++i) key_rows[i] = key_base + i * dims.head_dim;
+      std::vector<T> dots(static_cast<size_t>(dims.heads * visible));
+      kernels::attention_dots(dims.heads, visible, dims.head_dim,
+                              cache.q.data() + r * dims.heads * dims.head_dim, dims.head_dim,
+                              key_rows.data(), T(1), dots.data(), visible);
+      const T* hw = cache.head_weights.data() + r * dims.heads;
+      std::vector<T> scores(static_cast<size_t>(visible), T(0));
+      for (int64_t h = 0; h < dims.heads; ++h)
+        for (int64_t i = 0; i < visible; ++i)
+          scores[i] += hw[h] * std::max(dots[h * visible + i], T(0));
       std::vector<int64_t> order(static_cast<size_t>(visible));
       std::iota(order.begin(), order.end(), int64_t{0});
       // top-min(k, N) over all blocks with invisible ones at −∞, invisible picks

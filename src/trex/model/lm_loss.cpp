@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -96,6 +98,12 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
       T* g = grad + i * V;
       if (target < 0) {
         if (backward) std::fill(g, g + V, T(0));
+        continue;
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        // Vectorised exp, Σexp in double over fixed lanes (kernels/cpu/elementwise).
+        row_loss[t] =
+            kernels::softmax_cross_entropy_row(z, V, target, scale, backward ? g : nullptr);
         continue;
       }
       T mx = z[0];

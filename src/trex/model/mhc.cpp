@@ -4,9 +4,11 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
@@ -19,9 +21,22 @@ T sigmoid(T z) {
 
 template <class T>
 double dot(const T* a, const T* b, int64_t n) {
+  // fp32: vectorised, double over fixed lanes (kernels/cpu/elementwise).
+  if constexpr (std::is_same_v<T, float>) return kernels::dot_double(a, b, n);
   double s = 0.0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   return s;
+}
+
+// y += a·x; fp32 through the cloned AVX-512/AVX2 kernel (same rounding: no
+// fused multiply-add on either path).
+template <class T>
+void add_scaled(T* y, const T* x, T a, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    kernels::axpy(y, x, a, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  }
 }
 
 void require_pointer(const void* p, const char* field) {
@@ -328,11 +343,8 @@ void mhc_post_forward(const MhcDims& dims, const MhcCache<T>& cache, const T* X,
     for (int64_t k = 0; k < n; ++k) {
       T* out = Xout + (t * n + k) * d;
       for (int64_t i = 0; i < d; ++i) out[i] = post[k] * yt[i];
-      for (int64_t j = 0; j < n; ++j) {
-        const T c = comb[j * n + k];  // X'_k sums over comb's first index
-        const T* x = X + (t * n + j) * d;
-        for (int64_t i = 0; i < d; ++i) out[i] += c * x[i];
-      }
+      for (int64_t j = 0; j < n; ++j)  // X'_k sums over comb's first index
+        add_scaled(out, X + (t * n + j) * d, comb[j * n + k], d);
     }
   }
 }
@@ -366,17 +378,13 @@ void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X
     if (dy) {
       T* dyt = dy + t * d;
       for (int64_t i = 0; i < d; ++i) dyt[i] = T(0);
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t i = 0; i < d; ++i) dyt[i] += post[k] * g[k * d + i];
+      for (int64_t k = 0; k < n; ++k) add_scaled(dyt, g + k * d, post[k], d);
     }
     if (dX) {
       for (int64_t j = 0; j < n; ++j) {
         T* dx = dX + (t * n + j) * d;
         for (int64_t i = 0; i < d; ++i) dx[i] = T(0);
-        for (int64_t k = 0; k < n; ++k) {
-          const T c = comb[j * n + k];
-          for (int64_t i = 0; i < d; ++i) dx[i] += c * g[k * d + i];
-        }
+        for (int64_t k = 0; k < n; ++k) add_scaled(dx, g + k * d, comb[j * n + k], d);
       }
     }
   }

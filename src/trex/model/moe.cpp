@@ -5,10 +5,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/dist/communicator.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
 
@@ -121,6 +123,11 @@ void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, co
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
     for (int64_t r = 0; r < n; ++r) {
       const T scale = row_scale ? row_scale[r] : T(1);
+      if constexpr (std::is_same_v<T, float>) {
+        kernels::swiglu_forward_row(gate_pre + r * I, up_pre + r * I, I, scale, clamp ? L : -1.0f,
+                                    h + r * I);
+        continue;
+      }
       for (int64_t i = 0; i < I; ++i) {
         T g = gate_pre[r * I + i];
         T v = up_pre[r * I + i];
@@ -149,6 +156,11 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
     const T scale = row_scale ? row_scale[r] : T(1);
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::swiglu_forward_row(gate_pre + r * I, up_pre + r * I, I, scale, clamp ? L : -1.0f,
+                                  h + r * I);
+      continue;
+    }
     for (int64_t i = 0; i < I; ++i) {
       T g = gate_pre[r * I + i];
       T v = up_pre[r * I + i];
@@ -166,6 +178,13 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
     const T scale = row_scale ? row_scale[r] : T(1);
+    if constexpr (std::is_same_v<T, float>) {
+      const float dscale =
+          kernels::swiglu_backward_row(gate_pre + r * I, up_pre + r * I, dh + r * I, I, scale,
+                                       clamp ? L : -1.0f, dg + r * I, dv + r * I);
+      if (d_row_scale) d_row_scale[r] = dscale;
+      continue;
+    }
     T dscale = T(0);
     for (int64_t i = 0; i < I; ++i) {
       const T g_raw = gate_pre[r * I + i];

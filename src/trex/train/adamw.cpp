@@ -1,8 +1,10 @@
 #include "trex/train/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "trex/core/error.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 
 namespace trex::train {
 
@@ -14,15 +16,17 @@ void adamw_update(float* weights, const float* grads, float* exp_avg, float* exp
   const double correction1 = 1.0 - std::pow(b1, static_cast<double>(step));
   const double correction2 = 1.0 - std::pow(b2, static_cast<double>(step));
   const double decay = 1.0 - lr * options.weight_decay;
+  const kernels::AdamWCoefficients coefficients{b1,    b2, correction1, correction2,
+                                                decay, lr, options.eps};
+  // Fixed blocks: the update is elementwise, so the split does not change results.
+  constexpr int64_t kBlock = int64_t{1} << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = grads[i];
-    const double m = b1 * exp_avg[i] + (1.0 - b1) * g;
-    const double v = b2 * exp_avg_sq[i] + (1.0 - b2) * g * g;
-    exp_avg[i] = static_cast<float>(m);
-    exp_avg_sq[i] = static_cast<float>(v);
-    const double update = (m / correction1) / (std::sqrt(v / correction2) + options.eps);
-    weights[i] = static_cast<float>(weights[i] * decay - lr * update);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock;
+    const int64_t count = std::min(kBlock, n - begin);
+    kernels::adamw_update_range(weights + begin, grads + begin, exp_avg + begin, exp_avg_sq + begin,
+                                count, coefficients);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trex/core/error.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 
 namespace trex::train {
 
@@ -59,12 +60,7 @@ double global_grad_norm(const model::ParamStore<float>& params) {
   const int64_t count = static_cast<int64_t>(chunks.size());
 #pragma omp parallel for schedule(static) if (count > 4)
   for (int64_t c = 0; c < count; ++c) {
-    double sum = 0.0;
-    for (int64_t i = chunks[c].begin; i < chunks[c].end; ++i) {
-      const double x = g[i];
-      sum += x * x;
-    }
-    partial[c] = sum;
+    partial[c] = kernels::sum_squares(g + chunks[c].begin, chunks[c].end - chunks[c].begin);
   }
   double sum = 0.0;
   for (double x : partial) sum += x;
@@ -76,8 +72,14 @@ double clip_grad_norm(model::ParamStore<float>& params, double max_norm) {
   if (!std::isfinite(norm) || max_norm <= 0.0 || norm <= max_norm) return norm;
   const float scale = static_cast<float>(max_norm / norm);
   float* g = params.grads().data();
+  constexpr int64_t kBlock = int64_t{1} << 16;
   for_each_trained(params, [&](int64_t offset, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) g[offset + i] *= scale;
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 4)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = offset + b * kBlock;
+      kernels::scale_array(g + begin, std::min(kBlock, offset + n - begin), scale);
+    }
   });
   return norm;
 }

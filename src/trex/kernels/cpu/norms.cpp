@@ -1,9 +1,12 @@
 #include "trex/kernels/cpu/norms.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "trex/core/profile.hpp"
+#include "trex/kernels/cpu/elementwise.hpp"
 
 namespace trex::kernels {
 namespace {
@@ -18,8 +21,12 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* inv_rms, int64_t rows
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     double sum = 0.0;
-    for (int64_t i = 0; i < dim; ++i)
-      sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+    if constexpr (std::is_same_v<T, float>) {
+      sum = sum_squares(xr, dim);  // vectorised, fixed lanes (elementwise.hpp)
+    } else {
+      for (int64_t i = 0; i < dim; ++i)
+        sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+    }
     const T inv = static_cast<T>(1.0 / std::sqrt(sum / static_cast<double>(dim) + eps));
     if (inv_rms) inv_rms[r] = inv;
     T* yr = y + r * dim;
@@ -46,10 +53,17 @@ void rmsnorm_backward(const T* x, const T* weight, const T* inv_rms, const T* dy
       const T* gr = dy + r * dim;
       const T inv = inv_rms[r];
       double dot = 0.0;  // Σ (w·dy)·x
-      for (int64_t i = 0; i < dim; ++i) {
-        const T g = weight ? weight[i] * gr[i] : gr[i];
-        dot += static_cast<double>(g) * static_cast<double>(xr[i]);
-        if (pw) pw[i] += gr[i] * xr[i] * inv;
+      if constexpr (std::is_same_v<T, float>) {
+        // Vectorised, fixed lanes (elementwise.hpp); the dweight rows apart.
+        dot = weight ? weighted_dot_double(weight, gr, xr, dim) : dot_double(gr, xr, dim);
+        if (pw)
+          for (int64_t i = 0; i < dim; ++i) pw[i] += gr[i] * xr[i] * inv;
+      } else {
+        for (int64_t i = 0; i < dim; ++i) {
+          const T g = weight ? weight[i] * gr[i] : gr[i];
+          dot += static_cast<double>(g) * static_cast<double>(xr[i]);
+          if (pw) pw[i] += gr[i] * xr[i] * inv;
+        }
       }
       const T coef = static_cast<T>(dot / static_cast<double>(dim)) * inv * inv * inv;
       T* dr = dx + r * dim;
