@@ -5,6 +5,7 @@
 // parameters; a checkpoint saved on one layout resumes on another.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "mpi/train_harness.hpp"
@@ -73,6 +74,16 @@ void expect_twenty_steps_match(const Layout& l) {
     EXPECT_GT(ranges[0].size(), dense.size() / (2 * l.dp * l.ep));
     EXPECT_LT(ranges[1].size(), experts.size() * 2 / l.dp);
     EXPECT_GT(ranges[1].size(), experts.size() / (2 * l.dp));
+    // Before the split by role, ZeRO partitioned this rank's whole layout over dp only.
+    const auto dp_only = trex::train::partition_for_zero(specs, l.dp);
+    const int dp_rank = trex::dist::world()->rank() / l.ep % l.dp;
+    std::printf(
+        "[zero] %s rank %d: optimizer state %lld values (dense %lld + experts %lld); "
+        "partitioned over dp only: %lld\n",
+        l.name().c_str(), trex::dist::world()->rank(),
+        static_cast<long long>(trainer->optimizer().state_size()),
+        static_cast<long long>(ranges[0].size()), static_cast<long long>(ranges[1].size()),
+        static_cast<long long>(dp_only[static_cast<size_t>(dp_rank)].size()));
   }
 }
 

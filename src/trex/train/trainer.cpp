@@ -432,6 +432,7 @@ struct Trainer::Impl {
         if (config.parallel.overlap_grad_reduce)
           step_options.on_gradients_ready = [this](int64_t layer) {
             reducer.on_gradients_ready(layer);
+            note_gradient_memory();
           };
       }
       const model::LossBreakdown r = model.forward_backward(batches[i], loss, step_options);
