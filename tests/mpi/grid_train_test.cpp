@@ -109,8 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
                                                   .global_batch = 8,
                                                   .eight_layers = true},
                                            Layout{.dp = 2, .ep = 2, .zero = 1},
-                                           // 2 micro-batches per rank, each reduce-scattered
-                                           Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2},
+                                           // (2 micro-batches per rank: GridResume.Zero2*)
+                                           Layout{.dp = 2, .ep = 2, .zero = 2},
                                            Layout{.ep = 2, .pp = 2},
                                            Layout{.dp = 2,
                                                   .pp = 2,
