@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -94,7 +95,31 @@ void zero(void* base, size_t capacity_bytes, size_t begin, size_t bytes) {
   }
   std::memset(p + begin, 0, offset - begin);
   std::memset(p + offset + length, 0, begin + bytes - offset - length);
-  release(base, capacity_bytes, offset, length);
+#if TREX_PAGE_MAPPING
+  // Resident pages are written (releasing them would make the next backward
+  // fault every page in again, ~10x the cost of memset); the others are
+  // released, which makes them read zero without committing them (and also
+  // drops a swapped-out page's stale contents).
+  const size_t page = page_size();
+  const size_t pages = length / page;
+  std::vector<unsigned char> in_core(pages);
+  if (mincore(p + offset, length, in_core.data()) != 0) {
+    release(base, capacity_bytes, offset, length);
+    return;
+  }
+  for (size_t i = 0; i < pages;) {
+    size_t j = i;
+    const bool resident = (in_core[i] & 1) != 0;
+    while (j < pages && ((in_core[j] & 1) != 0) == resident) ++j;
+    if (resident)
+      std::memset(p + offset + i * page, 0, (j - i) * page);
+    else
+      release(base, capacity_bytes, offset + i * page, (j - i) * page);
+    i = j;
+  }
+#else
+  std::memset(p + offset, 0, length);
+#endif
 }
 
 int64_t resident_bytes(const void* p, size_t bytes) {

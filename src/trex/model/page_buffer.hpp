@@ -2,9 +2,9 @@
 // Page-backed buffers whose physical memory can be given back while the
 // buffer lives (docs/distributed.md, ZeRO-2 memory). Large allocations are
 // anonymous private mappings (Linux mmap): after madvise(MADV_DONTNEED) their
-// pages read zero again and cost no memory until written. That makes zeroing
-// cheap (whole pages are released, only the partial pages at the edges are
-// written) and lets ZeRO-2 release gradient buckets once they are reduced.
+// pages read zero again and cost no memory until written. That lets ZeRO-2
+// release gradient buckets once they are reduced, and zeroing leaves the
+// released pages uncommitted.
 // Elsewhere, or for small buffers, plain zeroed heap memory with the same
 // interface (release then does nothing and zeroing writes every value).
 #include <algorithm>
@@ -29,7 +29,9 @@ void deallocate(void* p, size_t bytes);
 // values on the partial pages at the edges are unspecified (left as they are).
 // Returns the bytes released (0 when not a mapping).
 size_t release(void* base, size_t capacity_bytes, size_t begin, size_t bytes);
-// Sets [begin, begin + bytes) to zero: releases the whole pages, writes the edges.
+// Sets [begin, begin + bytes) to zero without committing memory: whole pages
+// that are resident are written (cheaper than releasing them just before
+// backward writes them again), the others are released; edges are written.
 void zero(void* base, size_t capacity_bytes, size_t begin, size_t bytes);
 // Bytes of [p, p + bytes) backed by physical memory (mincore; page
 // granularity; -1 when unsupported).
@@ -99,7 +101,7 @@ size_t release_pages(PageVector<T>& v, int64_t begin, int64_t end) {
                               static_cast<size_t>(begin) * sizeof(T),
                               static_cast<size_t>(end - begin) * sizeof(T));
 }
-// Zeroes every value without committing the whole pages.
+// Zeroes every value; pages not resident stay uncommitted (page_memory::zero).
 template <class T>
 void zero_pages(PageVector<T>& v) {
   page_memory::zero(v.data(), v.capacity() * sizeof(T), 0, v.size() * sizeof(T));

@@ -59,8 +59,9 @@ class ParamStore {
   // the physical memory of gradients no longer needed back to the system.
   PageVector<T>& grads() { return grads_; }
   const PageVector<T>& grads() const { return grads_; }
-  // Sets every gradient to zero: releases the whole pages (they read zero and
-  // cost no memory until backward writes them), writes only the edge pages.
+  // Sets every gradient to zero without committing pages: resident pages are
+  // written, released ones are left released (they read zero and cost no
+  // memory until backward writes them).
   void zero_grads();
   // The gradients in [begin, end) are not needed any more: the whole pages
   // inside give their memory back and read zero; the rest keeps its values.
