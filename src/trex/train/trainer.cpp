@@ -672,6 +672,11 @@ struct Trainer::Impl {
       summary.skip_reasons.push_back("step " + std::to_string(step) + ": " + skip_reason);
       if (root) log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
     }
+    if (gradient_scatter() && !pipeline)
+      // ZeRO-2: past the update this rank's reduced ranges are not needed
+      // either; their pages go back too (zero_grads writes only resident pages).
+      for (const GradReducer::Range& r : reducer.reduced_ranges())
+        params.release_grads(r.begin, r.end);
     params.zero_grads();
     rec.set("skipped", skip_reason.empty() ? 0.0 : 1.0);
 
