@@ -126,7 +126,7 @@ void check_matches_one_rank(const Variant& v) {
   model.set_expert_parallel(&ep);
   const LossBreakdown out = model.forward_backward(micro_batch(config, rank), loss_options());
   // The data-group gradient sum of the trainer.
-  std::vector<T>& grads = model.params().grads();
+  auto& grads = model.params().grads();
   grid.data().all_reduce(std::span<T>(grads));
   std::vector<double> losses(static_cast<size_t>(R));
   const std::vector<int64_t> one(static_cast<size_t>(R), 1);

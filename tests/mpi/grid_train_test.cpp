@@ -5,6 +5,7 @@
 // parameters; a checkpoint saved on one layout resumes on another.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "mpi/train_harness.hpp"
@@ -47,7 +48,8 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.pipeline_schedule = l.schedule;
   c.parallel.zero = l.zero;
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
-              std::to_string(l.pp) + "-" + trex::train::pipeline_schedule_name(l.schedule);
+              std::to_string(l.pp) + "-" + trex::train::pipeline_schedule_name(l.schedule) +
+              "-zero" + std::to_string(l.zero);
   return c;
 }
 
@@ -59,6 +61,30 @@ void expect_twenty_steps_match(const Layout& l) {
   expect_replicas_identical(*trainer);
   expect_validation_matches(*trainer, c);
   EXPECT_LT(losses.back(), losses.front() - 0.1);  // it trained
+  if (l.zero > 0 && l.ep > 1) {
+    // ZeRO with experts sharded over EP: this rank's state is its quarter of
+    // the dense tensors (over dp x ep) plus half of its experts (over dp).
+    const auto& t = *trainer;
+    const auto& specs = t.model().params().specs();
+    const auto dense = trex::train::role_range(specs, trex::model::ParamRole::kDense);
+    const auto experts = trex::train::role_range(specs, trex::model::ParamRole::kExpert);
+    const auto& ranges = trainer->optimizer().ranges();
+    ASSERT_EQ(ranges.size(), 2u);
+    EXPECT_LT(ranges[0].size(), dense.size() * 2 / (l.dp * l.ep));
+    EXPECT_GT(ranges[0].size(), dense.size() / (2 * l.dp * l.ep));
+    EXPECT_LT(ranges[1].size(), experts.size() * 2 / l.dp);
+    EXPECT_GT(ranges[1].size(), experts.size() / (2 * l.dp));
+    // Before the split by role, ZeRO partitioned this rank's whole layout over dp only.
+    const auto dp_only = trex::train::partition_for_zero(specs, l.dp);
+    const int dp_rank = trex::dist::world()->rank() / l.ep % l.dp;
+    std::printf(
+        "[zero] %s rank %d: optimizer state %lld values (dense %lld + experts %lld); "
+        "partitioned over dp only: %lld\n",
+        l.name().c_str(), trex::dist::world()->rank(),
+        static_cast<long long>(trainer->optimizer().state_size()),
+        static_cast<long long>(ranges[0].size()), static_cast<long long>(ranges[1].size()),
+        static_cast<long long>(dp_only[static_cast<size_t>(dp_rank)].size()));
+  }
 }
 
 class GridTrain2 : public ::testing::TestWithParam<Layout> {};
@@ -83,6 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
                                                   .global_batch = 8,
                                                   .eight_layers = true},
                                            Layout{.dp = 2, .ep = 2, .zero = 1},
+                                           // (2 micro-batches per rank: GridResume.Zero2*)
+                                           Layout{.dp = 2, .ep = 2, .zero = 2},
                                            Layout{.ep = 2, .pp = 2},
                                            Layout{.dp = 2,
                                                   .pp = 2,
@@ -152,6 +180,59 @@ TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
   }
   world.barrier();
   resume_and_compare(saved, one.out_dir, false, "1 rank -> EP=2 x PP=2 DualPipeV");
+  world.barrier();
+}
+
+// ZeRO-2 with experts sharded over EP: save on DP=2 x EP=2 ZeRO-2 (dense
+// state over 4 ranks, expert state over 2, gathered point to point on rank 0),
+// resume on 1 rank and on DP=2 x EP=2 ZeRO-1; save on 1 rank, resume on
+// DP=2 x EP=2 ZeRO-2: steps k+1..n equal the uninterrupted 1-rank run.
+TEST(GridResume, Zero2ExpertShardedResumesAcrossLayouts) {
+  Communicator& world = *trex::dist::world();
+  if (world.size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  constexpr int64_t kSteps = 5, kSaveAt = 2;
+  const Layout zero2{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2};
+  RunConfig saved = layout_config(zero2, kSteps);
+  saved.out_dir += "-resume";
+  const std::vector<double>& reference = one_rank_losses(saved);
+  {
+    Trainer t(saved, {.quiet = true, .stop_after_step = kSaveAt, .write_metrics = false});
+    EXPECT_TRUE(t.run().interrupted);
+  }
+  auto resume_and_compare = [&](RunConfig c, const std::string& from_dir, bool one_rank,
+                                const std::string& what) {
+    c.out_dir = from_dir;
+    std::shared_ptr<Communicator> on =
+        one_rank ? std::shared_ptr<Communicator>(trex::dist::make_self_communicator())
+                 : trex::dist::world();
+    Trainer t(c, {.resume = true, .quiet = true, .write_metrics = false, .world = on});
+    ASSERT_EQ(t.step(), kSaveAt);
+    std::vector<double> losses;
+    while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
+    expect_losses_match(losses, reference, kSaveAt, what);
+  };
+  world.barrier();
+  if (world.rank() == 0) {
+    RunConfig one = saved;
+    one.parallel = {};
+    resume_and_compare(one, saved.out_dir, true, "DP=2 x EP=2 ZeRO-2 -> 1 rank");
+  }
+  world.barrier();
+  resume_and_compare(layout_config(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, kSteps),
+                     saved.out_dir, false, "DP=2 x EP=2 ZeRO-2 -> DP=2 x EP=2 ZeRO-1");
+  world.barrier();
+  RunConfig one = saved;
+  one.parallel = {};
+  one.out_dir = shared_dir() + "/grid-resume-one-zero2";
+  if (world.rank() == 0) {
+    Trainer t(one, {.quiet = true,
+                    .stop_after_step = kSaveAt,
+                    .write_metrics = false,
+                    .world = trex::dist::make_self_communicator()});
+    t.run();
+  }
+  world.barrier();
+  resume_and_compare(saved, one.out_dir, false, "1 rank -> DP=2 x EP=2 ZeRO-2");
   world.barrier();
 }
 

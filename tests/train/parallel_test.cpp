@@ -12,6 +12,7 @@
 #include "trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/model/expert_shard.hpp"
 #include "trex/model/model.hpp"
 #include "trex/train/grad_reducer.hpp"
 #include "trex/train/optimizer.hpp"
@@ -215,7 +216,8 @@ TEST(TrainGradReducer, SingleRankPreparesEveryRangeOnceAndScales) {
   std::vector<float> grads(static_cast<size_t>(total), 0.0f);
   int64_t prepared = 0;
   int64_t largest = 0;
-  reducer.begin_step(grads.data(), [&](int64_t b, int64_t e) {
+  reducer.begin_step(grads.data());
+  reducer.begin_micro_batch([&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) grads[static_cast<size_t>(i)] += 1.0f;
     prepared += e - b;
     largest = std::max(largest, e - b);
@@ -229,8 +231,16 @@ TEST(TrainGradReducer, SingleRankPreparesEveryRangeOnceAndScales) {
   EXPECT_EQ(prepared, total);
   EXPECT_LE(largest, 4096 / 4);
   for (float g : grads) ASSERT_EQ(g, 0.5f);
-  EXPECT_EQ(reducer.reduced_range().begin, 0);
-  EXPECT_EQ(reducer.reduced_range().end, total);
+  ASSERT_EQ(reducer.reduced_ranges().size(), 1u);
+  EXPECT_EQ(reducer.reduced_ranges()[0].begin, 0);
+  EXPECT_EQ(reducer.reduced_ranges()[0].end, total);
+  EXPECT_EQ(reducer.micro_batches_reduced(), 1);
+  // Without ZeRO-2 a step reduces once: a second micro-batch is refused.
+  reducer.begin_step(grads.data());
+  reducer.begin_micro_batch();
+  reducer.finish_micro_batch();
+  EXPECT_THROW(reducer.begin_micro_batch(), trex::Error);
+  reducer.finish(1.0f);
 }
 
 // The hook fires MTP, L−1..0, then -1, and each group's gradients are final
@@ -281,3 +291,117 @@ TEST(TrainGradReducer, ModelHookFiresWhenLayerGradientsAreFinal) {
 }
 
 }  // namespace
+
+namespace trex_zero_roles {
+
+// EP rank of expert e in block b: (e + b) mod ranks (not contiguous).
+std::vector<std::vector<int>> rotating_owner(const trex::model::ModelConfig& c, int ranks) {
+  std::vector<std::vector<int>> owner;
+  for (int64_t b = 0; b < c.num_hidden_layers + c.num_nextn_predict_layers; ++b) {
+    std::vector<int>& map = owner.emplace_back();
+    for (int64_t e = 0; e < c.n_routed_experts; ++e)
+      map.push_back(static_cast<int>((e + b) % ranks));
+  }
+  return owner;
+}
+
+// DP=2 x EP=2 with routed experts sharded over EP: every data rank's two
+// ranges (dense over the 4 data ranks, its experts over its 2-rank dp group)
+// are whole tensors of their role, and over the 4 ranks every value of the
+// whole model is covered exactly once (the clip-norm and checkpoint invariant).
+TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
+  const auto config = tiny_model_config();
+  const auto whole = trex::model::parameter_specs(config);
+  constexpr int kDp = 2, kEp = 2;
+  const auto owner = rotating_owner(config, kEp);
+  std::map<std::string, int64_t> covered;  // whole-model tensor -> values covered
+  int64_t dense_state = 0, expert_state = 0;
+  for (int r = 0; r < kDp * kEp; ++r) {
+    const auto layout =
+        trex::model::filter_specs(whole, trex::model::ExpertOwnership::of_rank(owner, r % kEp));
+    const trex::train::ZeroPartition parts =
+        trex::train::partition_for_zero_by_role(layout, kDp * kEp, kDp);
+    ASSERT_EQ(parts.dense.size(), static_cast<size_t>(kDp * kEp));
+    ASSERT_EQ(parts.expert.size(), static_cast<size_t>(kDp));
+    const auto dense = trex::train::role_range(layout, trex::model::ParamRole::kDense);
+    const auto experts = trex::train::role_range(layout, trex::model::ParamRole::kExpert);
+    EXPECT_EQ(parts.dense.front().begin, dense.begin);
+    EXPECT_EQ(parts.dense.back().end, dense.end);
+    EXPECT_EQ(parts.expert.front().begin, experts.begin);
+    EXPECT_EQ(parts.expert.back().end, experts.end);
+    const auto mine = parts.ranges(r, r / kEp);
+    ASSERT_EQ(mine.size(), 2u);
+    for (size_t k = 0; k < mine.size(); ++k)
+      for (size_t i = mine[k].first_spec; i < mine[k].end_spec; ++i) {
+        EXPECT_EQ(layout[i].role,
+                  k == 0 ? trex::model::ParamRole::kDense : trex::model::ParamRole::kExpert);
+        covered[layout[i].name] += layout[i].numel();
+      }
+    dense_state += mine[0].size();
+    expert_state += mine[1].size();
+    // Roughly a quarter of the dense values and half of this EP rank's experts.
+    EXPECT_LT(mine[0].size(), dense.size() / 2);
+    EXPECT_LT(mine[1].size(), experts.size() * 3 / 4);
+  }
+  for (const auto& spec : whole) EXPECT_EQ(covered[spec.name], spec.numel()) << spec.name;
+  int64_t whole_dense = 0;
+  for (const auto& spec : whole)
+    if (spec.role == trex::model::ParamRole::kDense) whole_dense += spec.numel();
+  EXPECT_EQ(dense_state, whole_dense);
+  EXPECT_EQ(dense_state + expert_state, trex::model::total_numel(whole));
+}
+
+// An optimizer over two disjoint ranges updates exactly them, bit for bit like
+// the whole optimizer, and keeps their slices of a whole-model state file.
+TEST(TrainZero, TwoRangeOptimizerEqualsWholeOptimizerOnItsRanges) {
+  trex::model::Model<float> model(tiny_model_config());
+  model.init_random(5);
+  auto& params = model.params();
+  trex::Rng rng(13);
+  for (float& g : params.grads()) g = static_cast<float>(0.01 * rng.normal());
+  const trex::train::OptimizerOptions options;
+  const auto parts = trex::train::partition_for_zero_by_role(params.specs(), 3, 2);
+  const auto ranges = parts.ranges(1, 0);
+  ASSERT_GT(ranges[0].size(), 0);
+  ASSERT_GT(ranges[1].size(), 0);
+
+  trex::model::ParamStore<float> whole_params = params;
+  Optimizer whole(whole_params, options);
+  trex::model::ParamStore<float> mine = params;
+  Optimizer two(mine, options, ranges);
+  EXPECT_EQ(two.state_size(), ranges[0].size() + ranges[1].size());
+  EXPECT_TRUE(two.sharded());
+  for (int step = 0; step < 2; ++step) {
+    whole.step(whole_params, 1e-2);
+    two.step(mine, 1e-2);
+  }
+  int64_t at = 0;
+  std::vector<bool> inside(static_cast<size_t>(params.size()), false);
+  for (const OptimizerShard& r : ranges) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      inside[static_cast<size_t>(i)] = true;
+      ASSERT_EQ(mine.values()[static_cast<size_t>(i)],
+                whole_params.values()[static_cast<size_t>(i)]);
+      ASSERT_EQ(two.first_moment()[static_cast<size_t>(at + i - r.begin)],
+                whole.first_moment()[static_cast<size_t>(i)]);
+    }
+    at += r.size();
+  }
+  for (size_t i = 0; i < inside.size(); ++i) {
+    if (inside[i]) continue;
+    ASSERT_EQ(mine.values()[i], params.values()[i]) << i;  // untouched
+  }
+
+  TempDir dir;
+  const std::string path = dir.file("optimizer.safetensors");
+  whole.save_state(path);
+  Optimizer reader(params, options, ranges);
+  reader.load_state(path);
+  EXPECT_EQ(reader.first_moment(), two.first_moment());
+  EXPECT_EQ(reader.second_moment(), two.second_moment());
+  // Overlapping or descending ranges are refused.
+  EXPECT_THROW(Optimizer(params, options, std::vector<OptimizerShard>{ranges[1], ranges[0]}),
+               trex::Error);
+}
+
+}  // namespace trex_zero_roles

@@ -130,7 +130,7 @@ ParamStore<T>::ParamStore(std::vector<ParamSpec> specs) : specs_(std::move(specs
     total += specs_[i].numel();
   }
   values_.assign(static_cast<size_t>(total), T(0));
-  grads_.assign(static_cast<size_t>(total), T(0));
+  grads_ = PageVector<T>(static_cast<size_t>(total));  // zero pages, none committed yet
 }
 
 template <class T>
@@ -161,7 +161,13 @@ T* ParamStore<T>::grad_or_null(const std::string& name) {
 
 template <class T>
 void ParamStore<T>::zero_grads() {
-  std::fill(grads_.begin(), grads_.end(), T(0));
+  zero_pages(grads_);
+}
+
+template <class T>
+void ParamStore<T>::release_grads(int64_t begin, int64_t end) {
+  release_pages(grads_, std::max<int64_t>(begin, 0),
+                std::min<int64_t>(end, static_cast<int64_t>(grads_.size())));
 }
 
 template <class T>

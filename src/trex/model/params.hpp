@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trex/model/config.hpp"
+#include "trex/model/page_buffer.hpp"
 
 namespace trex::model {
 
@@ -54,9 +55,18 @@ class ParamStore {
 
   std::vector<T>& values() { return values_; }
   const std::vector<T>& values() const { return values_; }
-  std::vector<T>& grads() { return grads_; }
-  const std::vector<T>& grads() const { return grads_; }
+  // Page-backed (model/page_buffer.hpp) so that zeroing and ZeRO-2 can give
+  // the physical memory of gradients no longer needed back to the system.
+  PageVector<T>& grads() { return grads_; }
+  const PageVector<T>& grads() const { return grads_; }
+  // Sets every gradient to zero without committing pages: resident pages are
+  // written, released ones are left released (they read zero and cost no
+  // memory until backward writes them).
   void zero_grads();
+  // The gradients in [begin, end) are not needed any more: the whole pages
+  // inside give their memory back and read zero; the rest keeps its values.
+  // Call zero_grads() before accumulating into the buffer again.
+  void release_grads(int64_t begin, int64_t end);
   int64_t size() const { return static_cast<int64_t>(values_.size()); }
   // [begin, end) of the dense and expert ranges in the flat buffers.
   std::pair<int64_t, int64_t> range(ParamRole role) const;
@@ -66,7 +76,7 @@ class ParamStore {
   std::map<std::string, size_t> index_;
   std::vector<int64_t> offsets_;
   std::vector<T> values_;
-  std::vector<T> grads_;
+  PageVector<T> grads_;
 };
 
 }  // namespace trex::model

@@ -288,12 +288,12 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
                                         bool grads, NamingScheme scheme,
                                         const HashTables* hash_tables,
                                         const std::string& name_prefix) {
-  const std::vector<T>& flat = grads ? params.grads() : params.values();
+  const T* flat = grads ? params.grads().data() : params.values().data();
   std::vector<NamedTensor> out;
   std::map<std::string, size_t> fused_index;
   for (const ParamSpec& spec : params.specs()) {
     if (grads && spec.group == OptimizerGroup::kNotTrained) continue;  // router bias: no gradient
-    const T* src = flat.data() + params.offset(spec.name);
+    const T* src = flat + params.offset(spec.name);
     const int64_t n = spec.numel();
     if (scheme != NamingScheme::kTransformers) {
       const std::string name =

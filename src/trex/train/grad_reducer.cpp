@@ -8,9 +8,8 @@
 namespace trex::train {
 
 GradReducer::GradReducer(const std::vector<model::ParamSpec>& specs, dist::Communicator* data,
-                         dist::Communicator* pp, std::vector<OptimizerShard> shards,
-                         GradReducerOptions options)
-    : data_(data), pp_(pp), shards_(std::move(shards)), options_(options) {
+                         dist::Communicator* pp, ZeroPartition zero, GradReducerOptions options)
+    : data_(data), pp_(pp), zero_(std::move(zero)), options_(options) {
   if (options_.bucket_bytes < static_cast<int64_t>(sizeof(float)))
     throw Error("gradient bucket must hold at least one value").field("parallel.bucket_mb");
   // Each layer's tensors as maximal contiguous ranges (dense part, expert part).
@@ -35,25 +34,41 @@ GradReducer::GradReducer(const std::vector<model::ParamSpec>& specs, dist::Commu
         group.buckets.push_back({b, std::min(r.end, b + bucket_elems), r.expert});
     groups_.push_back(std::move(group));
   }
-  reduced_ = {0, offset};
-  if (options_.scatter && options_.experts)
-    throw Error("ZeRO-2 gradient sharding with expert weights sharded over EP is not supported")
-        .field("parallel.zero");
+  reduced_ = {{0, offset, false}};
   options_.scatter = options_.scatter && active(data_) != nullptr;
   if (options_.scatter) {
-    data_rank_ = data_->rank();
-    if (static_cast<int>(shards_.size()) != data_->size())
-      throw Error("ZeRO-2: " + std::to_string(shards_.size()) + " gradient shards for " +
-                  std::to_string(data_->size()) + " data-parallel ranks")
+    const int expert_ranks = options_.experts ? options_.experts->size() : data_->size();
+    if (static_cast<int>(zero_.dense.size()) != data_->size() ||
+        static_cast<int>(zero_.expert.size()) != expert_ranks)
+      throw Error("ZeRO-2: " + std::to_string(zero_.dense.size()) + " dense / " +
+                  std::to_string(zero_.expert.size()) + " expert gradient shards for " +
+                  std::to_string(data_->size()) + " data-parallel / " +
+                  std::to_string(expert_ranks) + " expert-replica ranks")
           .field("parallel.zero");
-    const OptimizerShard& mine = shards_[static_cast<size_t>(data_rank_)];
-    reduced_ = {mine.begin, mine.end};
-    shard_grads_.assign(static_cast<size_t>(mine.size()), 0.0f);
+    my_dense_ = zero_.dense[static_cast<size_t>(data_->rank())];
+    my_expert_ = zero_.expert[static_cast<size_t>(options_.experts ? options_.experts->rank()
+                                                                   : data_->rank())];
+    reduced_ = {{my_dense_.begin, my_dense_.end, false}, {my_expert_.begin, my_expert_.end, true}};
+    shard_grads_.assign(static_cast<size_t>(my_dense_.size() + my_expert_.size()), 0.0f);
   }
 }
 
 dist::Communicator* GradReducer::active(dist::Communicator* comm) const {
   return comm != nullptr && comm->size() > 1 ? comm : nullptr;
+}
+
+dist::Communicator* GradReducer::comm_of(const Range& bucket) const {
+  return active(bucket.expert && options_.experts ? options_.experts : data_);
+}
+
+const std::vector<OptimizerShard>& GradReducer::parts_of(const Range& bucket) const {
+  return bucket.expert ? zero_.expert : zero_.dense;
+}
+
+int64_t GradReducer::shard_offset_of(const Range& bucket) const {
+  const OptimizerShard& mine = bucket.expert ? my_expert_ : my_dense_;
+  return (bucket.expert ? my_dense_.size() : 0) + std::clamp(bucket.begin, mine.begin, mine.end) -
+         mine.begin;
 }
 
 int64_t GradReducer::bucket_count() const {
@@ -62,15 +77,29 @@ int64_t GradReducer::bucket_count() const {
   return count;
 }
 
-void GradReducer::begin_step(float* grads, std::function<void(int64_t, int64_t)> prepare) {
-  if (!pending_.empty()) throw Error("gradient reducer: a step is still in flight");
+void GradReducer::begin_step(float* grads, RangeFn released) {
+  if (!pending_.empty() || armed_) throw Error("gradient reducer: a step is still in flight");
   grads_ = grads;
-  prepare_ = std::move(prepare);
+  released_ = std::move(released);
   started_early_ = 0;
+  done_before_finish_ = 0;
+  micro_batches_ = 0;
+  std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f);
+}
+
+void GradReducer::begin_micro_batch(RangeFn prepare) {
+  if (grads_ == nullptr) throw Error("gradient reducer: begin_micro_batch() without begin_step()");
+  if (armed_) throw Error("gradient reducer: the previous micro-batch is still in flight");
+  if (micro_batches_ > 0 && !options_.scatter)
+    throw Error("internal: without ZeRO-2 the gradients are reduced once per step");
+  armed_ = true;
+  prepare_ = std::move(prepare);
   for (Group& g : groups_) g.started = false;
 }
 
 void GradReducer::on_gradients_ready(int64_t layer) {
+  if (!armed_) return;
+  release_completed(false);
   for (Group& g : groups_)
     if (g.layer == layer && !g.started) {
       start(g);
@@ -82,44 +111,86 @@ void GradReducer::start(Group& group) {
   group.started = true;
   for (const Range& bucket : group.buckets) {
     if (prepare_) prepare_(bucket.begin, bucket.end);
-    dist::Communicator* data = active(bucket.expert && options_.experts ? options_.experts : data_);
-    if (!data) continue;
+    dist::Communicator* comm = comm_of(bucket);
     if (!options_.scatter) {
-      pending_.push_back(data->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,
-                                           dist::DType::kF32, dist::ReduceOp::kSum));
+      if (comm)
+        pending_.push_back({comm->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,
+                                              dist::DType::kF32, dist::ReduceOp::kSum),
+                            bucket,
+                            {},
+                            true});
       continue;
     }
-    // Rank r receives the part of the bucket inside its shard (shards are
+    // This rank's part of the bucket: its ZeRO range of the bucket's role.
+    const OptimizerShard& mine = bucket.expert ? my_expert_ : my_dense_;
+    const int64_t own_begin = std::clamp(bucket.begin, mine.begin, mine.end);
+    const int64_t own_end = std::clamp(bucket.end, mine.begin, mine.end);
+    float* shard = shard_grads_.data() + shard_offset_of(bucket);
+    if (micro_batches_ > 0)  // Σ of the earlier micro-batches joins this rank's contribution
+      for (int64_t j = own_begin; j < own_end; ++j) grads_[j] += shard[j - own_begin];
+    if (!comm) {  // nothing to sum over (e.g. experts with dp = 1)
+      std::copy(grads_ + own_begin, grads_ + own_end, shard);
+      if (released_) released_(bucket.begin, bucket.end);
+      continue;
+    }
+    // Rank r receives the part of the bucket inside its range (ranges are
     // contiguous and rank-ordered, so the blocks are rank-major in the bucket).
-    std::vector<int64_t>& counts = pending_counts_.emplace_back(shards_.size(), 0);
-    for (size_t r = 0; r < shards_.size(); ++r)
+    const std::vector<OptimizerShard>& parts = parts_of(bucket);
+    std::vector<int64_t> counts(parts.size(), 0);
+    for (size_t r = 0; r < parts.size(); ++r)
       counts[r] = std::max<int64_t>(
-          0, std::min(bucket.end, shards_[r].end) - std::max(bucket.begin, shards_[r].begin));
-    const OptimizerShard& mine = shards_[static_cast<size_t>(data_rank_)];
-    const int64_t at = std::clamp(bucket.begin, mine.begin, mine.end) - mine.begin;
-    pending_.push_back(data->ireduce_scatter(grads_ + bucket.begin, shard_grads_.data() + at,
-                                             counts, dist::DType::kF32, dist::ReduceOp::kSum));
+          0, std::min(bucket.end, parts[r].end) - std::max(bucket.begin, parts[r].begin));
+    Pending& p = pending_.emplace_back();
+    p.bucket = bucket;
+    p.counts = std::move(counts);
+    p.request = comm->ireduce_scatter(grads_ + bucket.begin, shard, p.counts, dist::DType::kF32,
+                                      dist::ReduceOp::kSum);
   }
+}
+
+void GradReducer::release_completed(bool wait) {
+  for (Pending& p : pending_) {
+    if (p.released) continue;
+    if (wait)
+      p.request.wait();
+    else if (!p.request.done())
+      continue;
+    p.released = true;
+    if (released_) released_(p.bucket.begin, p.bucket.end);
+  }
+}
+
+void GradReducer::finish_micro_batch() {
+  if (!armed_) throw Error("gradient reducer: finish_micro_batch() without begin_micro_batch()");
+  for (const Pending& p : pending_) done_before_finish_ += p.request.done() ? 1 : 0;
+  for (Group& g : groups_)
+    if (!g.started) start(g);
+  release_completed(true);
+  for (Pending& p : pending_) p.request.wait();  // all-reduces (never released)
+  pending_.clear();
+  armed_ = false;
+  prepare_ = nullptr;
+  micro_batches_ += 1;
 }
 
 void GradReducer::finish(float scale) {
   if (grads_ == nullptr) throw Error("gradient reducer: finish() without begin_step()");
-  done_before_finish_ = 0;
-  for (const dist::Request& r : pending_) done_before_finish_ += r.done() ? 1 : 0;
-  for (Group& g : groups_)
-    if (!g.started) start(g);
-  dist::wait_all(pending_);
-  pending_.clear();
-  pending_counts_.clear();
-  if (options_.scatter)
-    std::copy(shard_grads_.begin(), shard_grads_.end(), grads_ + reduced_.begin);
-  if (dist::Communicator* pp = active(pp_))
-    pp->all_reduce(grads_ + reduced_.begin, reduced_.end - reduced_.begin, dist::DType::kF32,
-                   dist::ReduceOp::kSum);
-  if (scale != 1.0f)
-    for (int64_t i = reduced_.begin; i < reduced_.end; ++i) grads_[i] *= scale;
+  if (armed_) finish_micro_batch();
+  if (options_.scatter) {
+    std::copy(shard_grads_.begin(), shard_grads_.begin() + my_dense_.size(),
+              grads_ + my_dense_.begin);
+    std::copy(shard_grads_.begin() + my_dense_.size(), shard_grads_.end(),
+              grads_ + my_expert_.begin);
+  }
+  for (const Range& r : reduced_) {
+    if (r.end == r.begin) continue;  // the same on every stage of this rank's pipeline
+    if (dist::Communicator* pp = active(pp_))
+      pp->all_reduce(grads_ + r.begin, r.end - r.begin, dist::DType::kF32, dist::ReduceOp::kSum);
+    if (scale != 1.0f)
+      for (int64_t i = r.begin; i < r.end; ++i) grads_[i] *= scale;
+  }
   grads_ = nullptr;
-  prepare_ = nullptr;
+  released_ = nullptr;
 }
 
 double shard_grad_norm_squared(const std::vector<model::ParamSpec>& specs,

@@ -6,12 +6,20 @@
 // most bucket_bytes. With overlap, the model's on_gradients_ready hook
 // (model::StepOptions) hands a group over as soon as backward has finished it
 // and its buckets start reducing on the communication progress thread while
-// backward continues; finish() starts whatever is left (all of it without
-// overlap) in a fixed order and waits.
+// backward continues; finish_micro_batch() starts whatever is left (all of it
+// without overlap) in a fixed order and waits.
+//
+// A step: begin_step, then for each micro-batch whose gradients are reduced
+// begin_micro_batch / backward (hook) / finish_micro_batch, then finish.
+// ZeRO-0/1 reduce once per step (the trainer folds its earlier micro-batches
+// into the last one through `prepare`); ZeRO-2 (scatter) reduce-scatters every
+// micro-batch and accumulates into this rank's shard, so no rank holds a
+// second full-size gradient buffer.
 //
 // Sum over the `data` communicator (all-reduce, or reduce-scatter onto this
-// rank's ZeRO shard), then, with pipeline stages, over `pp` (the stages' gradients
-// have disjoint supports), then a scale (1/N trained tokens of the step).
+// rank's ZeRO ranges), routed experts sharded over EP over the expert group
+// instead; then, with pipeline stages, over `pp` (the stages' gradients have
+// disjoint supports); then a scale (1/N trained tokens of the step).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -24,11 +32,11 @@ namespace trex::train {
 
 struct GradReducerOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
-  // ZeRO-2: reduce-scatter, each data rank receives only its shard.
+  // ZeRO-2: reduce-scatter, each rank receives only its ZeRO ranges.
   bool scatter = false;
   // Expert weights sharded over EP (model/expert_shard.hpp): the routed experts'
   // ranges are summed over this group (the ranks holding the same experts, the
-  // grid's `dp`) instead of `data`; null: every range over `data`. Not with scatter.
+  // grid's `dp`) instead of `data`; null: every range over `data`.
   dist::Communicator* experts = nullptr;
 };
 
@@ -39,32 +47,49 @@ class GradReducer {
     int64_t begin = 0, end = 0;
     bool expert = false;  // routed-expert tensors
   };
+  using RangeFn = std::function<void(int64_t begin, int64_t end)>;
 
   // `data` / `pp`: null or single-rank when there is nothing to reduce over.
-  // `shards`: the ZeRO partition over the data ranks (needed when scatter).
+  // `zero`: the ZeRO partition by role (needed when scatter): dense parts over
+  // `data`, expert parts over options.experts (else `data`).
   GradReducer(const std::vector<model::ParamSpec>& specs, dist::Communicator* data,
-              dist::Communicator* pp, std::vector<OptimizerShard> shards,
-              GradReducerOptions options);
+              dist::Communicator* pp, ZeroPartition zero, GradReducerOptions options);
 
-  // Starts a step on `grads` (the flat gradient buffer, alive and untouched
-  // outside prepare until finish() returns). `prepare(begin, end)` runs on each
-  // range just before it is reduced (the trainer folds the earlier
-  // micro-batches into the last one there); it may be empty.
-  void begin_step(float* grads, std::function<void(int64_t begin, int64_t end)> prepare);
+  // Starts a step on `grads` (the flat gradient buffer, alive until finish()
+  // returns). `released(begin, end)`, if set, is called under scatter once a
+  // bucket's reduce-scatter has completed: this micro-batch no longer needs
+  // those gradient values (the trainer returns their pages to the system).
+  void begin_step(float* grads, RangeFn released = {});
+  // Arms the reduction of the micro-batch whose backward runs next: the buffer
+  // must hold its gradients (and nothing the reducer already took) when a
+  // group is handed over. `prepare(begin, end)` runs on each bucket just before
+  // it is reduced (the trainer folds the earlier micro-batches in there).
+  void begin_micro_batch(RangeFn prepare = {});
   // The model's hook: layer's gradients are final (-1 = globals).
   void on_gradients_ready(int64_t layer);
-  // Starts the groups not handed over yet, waits for everything, reduces over
-  // pp and multiplies the result by `scale`. Afterwards reduced_range() of the
-  // gradient buffer holds the step's gradient (the rest is stale under scatter).
+  // Starts the groups not handed over yet and waits for this micro-batch's
+  // reductions; the buffer may then be reused for the next micro-batch.
+  void finish_micro_batch();
+  // Ends the micro-batch in flight if any, writes the reduced ranges into the
+  // buffer, reduces over pp and multiplies by `scale`. Afterwards
+  // reduced_ranges() of the buffer hold the step's gradient (the rest is stale
+  // under scatter).
   void finish(float scale);
 
-  // The part of the buffer that holds reduced gradients after finish().
-  Range reduced_range() const { return reduced_; }
+  // The parts of the buffer that hold reduced gradients after finish()
+  // (everything, or under scatter this rank's dense and expert ZeRO ranges).
+  const std::vector<Range>& reduced_ranges() const { return reduced_; }
   int64_t bucket_count() const;
-  int64_t groups_started_early() const { return started_early_; }  // of the last step
+  // Of the last step, summed over its reduced micro-batches.
+  int64_t groups_started_early() const { return started_early_; }
   // Of the last step: buckets whose reduction had already completed when
-  // finish() was called (communication fully hidden behind backward).
+  // finish_micro_batch() was called (communication fully hidden behind backward).
   int64_t buckets_done_before_finish() const { return done_before_finish_; }
+  int64_t micro_batches_reduced() const { return micro_batches_; }  // of the last step
+  // Bytes of the ZeRO-2 shard accumulator (0 otherwise).
+  int64_t shard_bytes() const {
+    return static_cast<int64_t>(shard_grads_.capacity() * sizeof(float));
+  }
 
  private:
   struct Group {
@@ -72,23 +97,35 @@ class GradReducer {
     std::vector<Range> buckets;
     bool started = false;
   };
+  struct Pending {
+    dist::Request request;
+    Range bucket;
+    std::vector<int64_t> counts;  // reduce-scatter counts, alive until completion
+    bool released = false;
+  };
   void start(Group& group);
+  // Hands completed reduce-scatters' buckets to `released_` (all: waits first).
+  void release_completed(bool wait);
   dist::Communicator* active(dist::Communicator* comm) const;
+  dist::Communicator* comm_of(const Range& bucket) const;
+  const std::vector<OptimizerShard>& parts_of(const Range& bucket) const;
+  int64_t shard_offset_of(const Range& bucket) const;  // into shard_grads_
 
   std::vector<Group> groups_;  // launch order without overlap: MTP, L−1..0, globals
   dist::Communicator* data_ = nullptr;
   dist::Communicator* pp_ = nullptr;
-  std::vector<OptimizerShard> shards_;
+  ZeroPartition zero_;
   GradReducerOptions options_;
-  Range reduced_;
-  int data_rank_ = 0;
+  std::vector<Range> reduced_;
+  OptimizerShard my_dense_, my_expert_;
   float* grads_ = nullptr;
-  std::function<void(int64_t, int64_t)> prepare_;
-  std::vector<float> shard_grads_;  // reduce-scatter destination (ZeRO-2)
-  std::vector<dist::Request> pending_;
-  std::vector<std::vector<int64_t>> pending_counts_;  // alive until the requests complete
+  bool armed_ = false;
+  RangeFn prepare_, released_;
+  std::vector<float> shard_grads_;  // ZeRO-2: Σ over micro-batches of this rank's ranges
+  std::vector<Pending> pending_;
   int64_t started_early_ = 0;
   int64_t done_before_finish_ = 0;
+  int64_t micro_batches_ = 0;
 };
 
 // Σ g² over the trained tensors of `shard` (in double, in buffer order): the

@@ -67,35 +67,87 @@ OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs) {
   return shard;
 }
 
+OptimizerShard role_range(const std::vector<model::ParamSpec>& specs, model::ParamRole role) {
+  OptimizerShard r;
+  r.first_spec = specs.size();
+  int64_t offset = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = specs[i].numel();
+    if (specs[i].role == role) {
+      if (r.first_spec == specs.size()) {
+        r.first_spec = i;
+        r.begin = offset;
+      } else if (r.end_spec != i) {
+        throw Error("internal: the " +
+                    std::string(role == model::ParamRole::kExpert ? "expert" : "dense") +
+                    " tensors are not contiguous in the parameter layout");
+      }
+      r.end_spec = i + 1;
+      r.end = offset + n;
+    }
+    offset += n;
+  }
+  if (r.first_spec == specs.size()) r = {specs.size(), specs.size(), offset, offset};
+  return r;
+}
+
 std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
                                                int64_t parts) {
+  return partition_for_zero(specs, parts, whole_shard(specs));
+}
+
+std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
+                                               int64_t parts, const OptimizerShard& range) {
   if (parts < 1) throw Error("ZeRO partition: parts must be >= 1").field("parallel.zero");
-  std::vector<int64_t> offset(specs.size() + 1, 0);  // offset[i] = start of spec i
-  for (size_t i = 0; i < specs.size(); ++i) offset[i + 1] = offset[i] + specs[i].numel();
-  const int64_t total = offset.back();
+  if (range.first_spec > range.end_spec || range.end_spec > specs.size())
+    throw Error("internal: ZeRO partition of a range outside the parameter layout");
+  // offset[i] = start of spec first_spec + i (flat, in the whole layout)
+  const size_t count = range.end_spec - range.first_spec;
+  std::vector<int64_t> offset(count + 1, range.begin);
+  for (size_t i = 0; i < count; ++i)
+    offset[i + 1] = offset[i] + specs[range.first_spec + i].numel();
+  if (offset.back() != range.end)
+    throw Error("internal: ZeRO partition of a range that does not match its tensors");
+  const int64_t total = range.end - range.begin;
   // Boundary k is the spec boundary nearest to k·total/parts (never behind the previous one).
   std::vector<size_t> boundary(static_cast<size_t>(parts) + 1, 0);
-  boundary.back() = specs.size();
+  boundary.back() = count;
   for (int64_t k = 1; k < parts; ++k) {
-    const double target =
-        static_cast<double>(total) * static_cast<double>(k) / static_cast<double>(parts);
+    const double target = static_cast<double>(range.begin) + static_cast<double>(total) *
+                                                                 static_cast<double>(k) /
+                                                                 static_cast<double>(parts);
     size_t j = static_cast<size_t>(
         std::lower_bound(offset.begin(), offset.end(), static_cast<int64_t>(std::ceil(target))) -
         offset.begin());
-    if (j > 0 && j <= specs.size() &&
+    if (j > 0 && j <= count &&
         target - static_cast<double>(offset[j - 1]) < static_cast<double>(offset[j]) - target)
       j -= 1;
-    j = std::min(j, specs.size());
+    j = std::min(j, count);
     boundary[static_cast<size_t>(k)] = std::max(j, boundary[static_cast<size_t>(k) - 1]);
   }
   std::vector<OptimizerShard> shards(static_cast<size_t>(parts));
   for (size_t k = 0; k < shards.size(); ++k) {
-    shards[k].first_spec = boundary[k];
-    shards[k].end_spec = std::max(boundary[k], boundary[k + 1]);
-    shards[k].begin = offset[shards[k].first_spec];
-    shards[k].end = offset[shards[k].end_spec];
+    const size_t first = boundary[k], end = std::max(boundary[k], boundary[k + 1]);
+    shards[k].first_spec = range.first_spec + first;
+    shards[k].end_spec = range.first_spec + end;
+    shards[k].begin = offset[first];
+    shards[k].end = offset[end];
   }
   return shards;
+}
+
+std::vector<OptimizerShard> ZeroPartition::ranges(int dense_rank, int expert_rank) const {
+  return {dense.at(static_cast<size_t>(dense_rank)), expert.at(static_cast<size_t>(expert_rank))};
+}
+
+ZeroPartition partition_for_zero_by_role(const std::vector<model::ParamSpec>& specs,
+                                         int64_t dense_parts, int64_t expert_parts) {
+  const OptimizerShard dense = role_range(specs, model::ParamRole::kDense);
+  const OptimizerShard expert = role_range(specs, model::ParamRole::kExpert);
+  if (dense.end > expert.begin && expert.size() > 0)
+    throw Error("internal: routed experts before dense tensors in the parameter layout");
+  return {partition_for_zero(specs, dense_parts, dense),
+          partition_for_zero(specs, expert_parts, expert)};
 }
 
 Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions options)
@@ -103,25 +155,31 @@ Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions op
 
 Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
                      OptimizerShard shard)
+    : Optimizer(params, options, std::vector<OptimizerShard>{shard}) {}
+
+Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
+                     std::vector<OptimizerShard> ranges)
     : options_(options),
       specs_(params.specs()),
       layout_hash_(layout_hash_of(params.specs())),
       size_(params.size()),
-      shard_(shard),
-      first_moment_(static_cast<size_t>(shard.size()), 0.0f),
-      second_moment_(static_cast<size_t>(shard.size()), 0.0f) {
-  {
-    int64_t begin = 0;
-    for (size_t i = 0; i < std::min(shard_.first_spec, specs_.size()); ++i)
-      begin += specs_[i].numel();
-    int64_t end = begin;
-    for (size_t i = shard_.first_spec; i < std::min(shard_.end_spec, specs_.size()); ++i)
-      end += specs_[i].numel();
-    if (shard_.first_spec > shard_.end_spec || shard_.end_spec > specs_.size() ||
-        shard_.begin != begin || shard_.end != end)
+      ranges_(std::move(ranges)) {
+  std::vector<int64_t> offset(specs_.size() + 1, 0);
+  for (size_t i = 0; i < specs_.size(); ++i) offset[i + 1] = offset[i] + specs_[i].numel();
+  int64_t state = 0, previous_end = 0;
+  for (const OptimizerShard& r : ranges_) {
+    if (r.first_spec > r.end_spec || r.end_spec > specs_.size() ||
+        r.begin != offset[r.first_spec] || r.end != offset[r.end_spec])
       throw Error("optimizer shard does not cover whole parameter tensors of this model")
           .field("parallel.zero");
+    if (r.begin < previous_end && r.size() > 0)
+      throw Error("optimizer shard ranges overlap or are not in ascending order")
+          .field("parallel.zero");
+    if (r.size() > 0) previous_end = r.end;
+    state += r.size();
   }
+  first_moment_.assign(static_cast<size_t>(state), 0.0f);
+  second_moment_.assign(static_cast<size_t>(state), 0.0f);
   for (const model::ParamSpec& spec : specs_)
     if (options_.use_muon && spec.group == model::OptimizerGroup::kMuon && spec.shape.size() < 2)
       throw Error("Muon needs a matrix, got a tensor of rank " + std::to_string(spec.shape.size()))
@@ -136,24 +194,40 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   const profile::PhaseScope phase(profile::Phase::kOptimizer);
   float* w = params.values().data();
   const float* g = params.grads().data();
-  int64_t offset = shard_.begin;
-  for (size_t i = shard_.first_spec; i < shard_.end_spec; ++i) {
-    const model::ParamSpec& spec = specs_[i];
-    const int64_t n = spec.numel();
-    const int64_t local = offset - shard_.begin;  // index into the shard's state
-    if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
-      // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
-      const int64_t rows = spec.shape[0];
-      TREX_PROFILE(profile::Op::kMuonOther);
-      muon_update(w + offset, g + offset, first_moment_.data() + local, rows, n / rows, lr,
-                  options_.muon, workspace_);
-    } else if (spec.group != model::OptimizerGroup::kNotTrained) {
-      TREX_PROFILE(profile::Op::kAdamW);
-      adamw_update(w + offset, g + offset, first_moment_.data() + local,
-                   second_moment_.data() + local, n, lr, step_, options_.adamw);
+  int64_t local = 0;  // index into the ranges' state
+  for (const OptimizerShard& range : ranges_) {
+    int64_t offset = range.begin;
+    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+      const model::ParamSpec& spec = specs_[i];
+      const int64_t n = spec.numel();
+      if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
+        // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
+        const int64_t rows = spec.shape[0];
+        TREX_PROFILE(profile::Op::kMuonOther);
+        muon_update(w + offset, g + offset, first_moment_.data() + local, rows, n / rows, lr,
+                    options_.muon, workspace_);
+      } else if (spec.group != model::OptimizerGroup::kNotTrained) {
+        TREX_PROFILE(profile::Op::kAdamW);
+        adamw_update(w + offset, g + offset, first_moment_.data() + local,
+                     second_moment_.data() + local, n, lr, step_, options_.adamw);
+      }
+      offset += n;
+      local += n;
     }
-    offset += n;
   }
+}
+
+std::vector<float> Optimizer::gather_ranges(const void* whole) const {
+  // Bytes: a mapped file's tensor need not be float-aligned.
+  const auto* bytes = static_cast<const uint8_t*>(whole);
+  std::vector<float> out(static_cast<size_t>(state_size()));
+  int64_t at = 0;
+  for (const OptimizerShard& r : ranges_) {
+    std::memcpy(out.data() + at, bytes + static_cast<size_t>(r.begin) * sizeof(float),
+                static_cast<size_t>(r.size()) * sizeof(float));
+    at += r.size();
+  }
+  return out;
 }
 
 void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
@@ -161,17 +235,15 @@ void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
   if (step < 0) throw Error("optimizer state: negative step");
   const auto length = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size()); };
   if (length(first_moment) == size_ && length(second_moment) == size_ && sharded()) {
-    // The whole model's state: keep this shard's slice.
-    first_moment =
-        std::vector<float>(first_moment.begin() + shard_.begin, first_moment.begin() + shard_.end);
-    second_moment = std::vector<float>(second_moment.begin() + shard_.begin,
-                                       second_moment.begin() + shard_.end);
+    // The whole model's state: keep this optimizer's ranges.
+    first_moment = gather_ranges(first_moment.data());
+    second_moment = gather_ranges(second_moment.data());
   }
-  if (length(first_moment) != shard_.size() || length(second_moment) != shard_.size())
+  if (length(first_moment) != state_size() || length(second_moment) != state_size())
     throw Error("optimizer state: buffers of " + std::to_string(first_moment.size()) + " / " +
                 std::to_string(second_moment.size()) + " values, expected " +
                 std::to_string(size_) +
-                (sharded() ? " (or the shard's " + std::to_string(shard_.size()) + ")" : ""));
+                (sharded() ? " (or the shard's " + std::to_string(state_size()) + ")" : ""));
   step_ = step;
   first_moment_ = std::move(first_moment);
   second_moment_ = std::move(second_moment);
@@ -216,11 +288,8 @@ void Optimizer::load_state(const std::string& path) {
       throw Error("optimizer state: expected F32 [" + std::to_string(size_) + "]")
           .file(path)
           .field(name);
-    // Only this optimizer's shard of the (whole-model) state is kept.
-    std::vector<float> values(static_cast<size_t>(shard_.size()));
-    std::memcpy(values.data(), view->data + static_cast<size_t>(shard_.begin) * sizeof(float),
-                values.size() * sizeof(float));
-    return values;
+    // Only this optimizer's ranges of the (whole-model) state are kept.
+    return gather_ranges(view->data);
   };
   set_state(step, read("first_moment"), read("second_moment"));
 }

@@ -33,13 +33,33 @@ struct OptimizerShard {
 
 // The whole store as one shard.
 OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs);
+// The tensors of `role` as one range (the layouts hold dense tensors first,
+// then routed experts; throws if they are not contiguous). Empty: at the end.
+OptimizerShard role_range(const std::vector<model::ParamSpec>& specs, model::ParamRole role);
 
-// Splits the specs into `parts` contiguous shards of whole specs (Muon needs
-// whole matrices) whose sizes are as close to size/parts as spec boundaries
-// allow; shard r goes to rank r. Deterministic; shards may be empty when
-// parts exceeds the number of specs.
+// Splits the specs of `range` (default: all of them) into `parts` contiguous
+// shards of whole specs (Muon needs whole matrices) whose sizes are as close
+// to size/parts as spec boundaries allow; shard r goes to rank r.
+// Deterministic; shards may be empty when parts exceeds the number of specs.
 std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
                                                int64_t parts);
+std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
+                                               int64_t parts, const OptimizerShard& range);
+
+// The ZeRO partition by parallel role (docs/distributed.md): dense tensors are
+// identical on every `data` rank and split over them; routed experts are
+// identical only on the ranks holding the same experts (with expert weights
+// sharded over EP the grid's `dp` group, else `data` too) and split over those.
+// A rank updates two ranges: dense[its data rank] and expert[its rank in the
+// expert group].
+struct ZeroPartition {
+  std::vector<OptimizerShard> dense;   // one per `data` rank
+  std::vector<OptimizerShard> expert;  // one per expert-group rank
+  // A rank's ranges, ascending (dense first); either may be empty.
+  std::vector<OptimizerShard> ranges(int dense_rank, int expert_rank) const;
+};
+ZeroPartition partition_for_zero_by_role(const std::vector<model::ParamSpec>& specs,
+                                         int64_t dense_parts, int64_t expert_parts);
 
 class Optimizer {
  public:
@@ -48,6 +68,10 @@ class Optimizer {
   // ZeRO: state only for `shard` (the buffers are shard.size() long); step()
   // updates only the shard's parameters.
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options, OptimizerShard shard);
+  // ZeRO with several disjoint, ascending ranges (ZeroPartition::ranges): the
+  // state buffers hold the ranges one after the other.
+  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
+            std::vector<OptimizerShard> ranges);
 
   // One update from params.grads() at learning rate `lr` (the caller clips and
   // zeroes gradients). Increments step_count() first, so the first update uses
@@ -58,13 +82,14 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   const OptimizerOptions& options() const { return options_; }
 
-  // State of the shard, indexed like ParamStore::values() minus shard().begin
-  // (unsharded: exactly like values()): first_moment holds AdamW's m and Muon's
-  // momentum buffer; second_moment holds AdamW's v (zero elsewhere).
+  // State of the ranges, concatenated in range order (unsharded: indexed
+  // exactly like values()): first_moment holds AdamW's m and Muon's momentum
+  // buffer; second_moment holds AdamW's v (zero elsewhere).
   const std::vector<float>& first_moment() const { return first_moment_; }
   const std::vector<float>& second_moment() const { return second_moment_; }
-  const OptimizerShard& shard() const { return shard_; }
-  bool sharded() const { return shard_.size() != size_; }
+  const std::vector<OptimizerShard>& ranges() const { return ranges_; }
+  int64_t state_size() const { return static_cast<int64_t>(first_moment_.size()); }
+  bool sharded() const { return state_size() != size_; }
   int64_t param_count() const { return size_; }
 
   // safetensors file with tensors "first_moment" and "second_moment" (F32, [N])
@@ -79,15 +104,18 @@ class Optimizer {
                   std::span<const float> whole_second_moment) const;
   void load_state(const std::string& path);
   // The same state in memory (for tests / in-process resume): buffers of the
-  // whole model (a sharded optimizer keeps its slice) or of the shard.
+  // whole model (a sharded optimizer keeps its ranges) or of the ranges.
   void set_state(int64_t step, std::vector<float> first_moment, std::vector<float> second_moment);
 
  private:
+  // This optimizer's ranges of a whole-model buffer, concatenated.
+  std::vector<float> gather_ranges(const void* whole) const;  // F32 values
+
   OptimizerOptions options_;
   std::vector<model::ParamSpec> specs_;
   uint64_t layout_hash_ = 0;
   int64_t size_ = 0;
-  OptimizerShard shard_;
+  std::vector<OptimizerShard> ranges_;
   int64_t step_ = 0;
   std::vector<float> first_moment_;
   std::vector<float> second_moment_;

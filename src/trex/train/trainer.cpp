@@ -164,10 +164,11 @@ std::unique_ptr<dist::ProcessGrid> make_grid(const RunConfig& c,
   return std::make_unique<dist::ProcessGrid>(std::move(world), shape);
 }
 
+// ZeRO: state for this rank's dense and expert ranges (`zero_ranges`).
 Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
-                         const std::vector<OptimizerShard>& shards, int zero_rank) {
+                         const std::vector<OptimizerShard>& zero_ranges) {
   if (c.parallel.zero == 0) return Optimizer(params, c.optimizer);
-  return Optimizer(params, c.optimizer, shards[static_cast<size_t>(zero_rank)]);
+  return Optimizer(params, c.optimizer, zero_ranges);
 }
 
 // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
@@ -210,31 +211,6 @@ std::optional<model::ExpertOwnership> owned_experts(const model::ExpertParallel*
   return model::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
 }
 
-// The flat range of the tensors of `role` (the specs hold dense tensors first).
-OptimizerShard role_range(const std::vector<model::ParamSpec>& specs, model::ParamRole role) {
-  OptimizerShard r;
-  r.first_spec = specs.size();
-  int64_t offset = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const int64_t n = specs[i].numel();
-    if (specs[i].role == role) {
-      if (r.first_spec == specs.size()) {
-        r.first_spec = i;
-        r.begin = offset;
-      } else if (r.end_spec != i) {
-        throw Error("internal: the " +
-                    std::string(role == model::ParamRole::kExpert ? "expert" : "dense") +
-                    " tensors are not contiguous in the parameter layout");
-      }
-      r.end_spec = i + 1;
-      r.end = offset + n;
-    }
-    offset += n;
-  }
-  if (r.first_spec == specs.size()) r = {specs.size(), specs.size(), offset, offset};
-  return r;
-}
-
 // Exposed communication of every communicator of the grid (seconds blocked in wait).
 double exposed_seconds(dist::ProcessGrid& grid) {
   return grid.world().stats().exposed_seconds + grid.data().stats().exposed_seconds +
@@ -271,7 +247,7 @@ struct Trainer::Impl {
   model::Model<float> model;
   // PP: runs this rank's stage(s) of the micro-batches in schedule order (pp > 1).
   std::unique_ptr<PipelineRunner> pipeline;
-  std::vector<OptimizerShard> shards;  // ZeRO partition over zero_comm()
+  ZeroPartition zero_partition;  // dense over `data`, experts over expert_comm()
   Optimizer optimizer;
   GradReducer reducer;
   DataSource data;
@@ -298,9 +274,10 @@ struct Trainer::Impl {
         expert_parallel(make_trainer_expert_parallel(config, *grid)),
         ownership(owned_experts(expert_parallel.get(), *grid)),
         model(build_model(config, ownership ? &*ownership : nullptr)),
-        shards(partition_for_zero(model.params().specs(), zero_comm().size())),
-        optimizer(make_optimizer(config, model.params(), shards, zero_comm().rank())),
-        reducer(model.params().specs(), &grid->data(), &grid->pp(), shards,
+        zero_partition(partition_for_zero_by_role(model.params().specs(), grid->data().size(),
+                                                  expert_comm().size())),
+        optimizer(make_optimizer(config, model.params(), zero_ranges())),
+        reducer(model.params().specs(), &grid->data(), &grid->pp(), zero_partition,
                 {.bucket_bytes = std::max<int64_t>(
                      4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
                  .scatter = gradient_scatter(),
@@ -312,9 +289,6 @@ struct Trainer::Impl {
       options.write_metrics = false;
     }
     if (expert_parallel) model.set_expert_parallel(expert_parallel.get());
-    if (ownership && config.parallel.zero == 2 && grid->shape().dp > 1 && root)
-      log::warn("ZeRO-2 with expert weights sharded over EP: gradients are all-reduced, not ",
-                "reduce-scattered (optimizer state still sharded over the dp group)");
     if (grid->shape().pp > 1)
       pipeline =
           std::make_unique<PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
@@ -333,11 +307,16 @@ struct Trainer::Impl {
     }
   }
 
-  // ZeRO partitions over the ranks that hold the same parameters: the data
-  // group, or with expert weights sharded over EP the `dp` group.
-  dist::Communicator& zero_comm() const { return ownership ? grid->dp() : grid->data(); }
-  // ZeRO-2 reduce-scatters the gradients (not with sharded expert weights).
-  bool gradient_scatter() const { return config.parallel.zero == 2 && !ownership; }
+  // The ranks that hold the same routed experts: with expert weights sharded
+  // over EP the `dp` group, else every data rank. ZeRO partitions the dense
+  // tensors over `data` and the experts over this group.
+  dist::Communicator& expert_comm() const { return ownership ? grid->dp() : grid->data(); }
+  // This rank's ZeRO ranges: its dense part and its expert part.
+  std::vector<OptimizerShard> zero_ranges() const {
+    return zero_partition.ranges(grid->data().rank(), expert_comm().rank());
+  }
+  // ZeRO-2 reduce-scatters the gradients.
+  bool gradient_scatter() const { return config.parallel.zero == 2 && grid->data_size() > 1; }
 
   // Every rank reads the (layout-free) checkpoint and keeps its shard of the
   // optimizer state (and with EP, only its experts).
@@ -349,12 +328,12 @@ struct Trainer::Impl {
       model::LoadedCheckpoint<float> loaded = model::load_checkpoint_shard<float>(dir, *ownership);
       model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                   std::move(loaded.hash_tables));
-      optimizer = make_optimizer(config, model.params(), shards, zero_comm().rank());
+      optimizer = make_optimizer(config, model.params(), zero_ranges());
       load_optimizer_state_by_name(optimizer, model.params(), optimizer_file,
                                    model::parameter_specs(model.config()));
     } else {
       model = model::Model<float>::from_checkpoint(dir);
-      optimizer = make_optimizer(config, model.params(), shards, zero_comm().rank());
+      optimizer = make_optimizer(config, model.params(), zero_ranges());
       optimizer.load_state(optimizer_file);
     }
     model.set_expert_parallel(expert_parallel.get());
@@ -411,41 +390,53 @@ struct Trainer::Impl {
     return mine;
   }
 
-  // Forward and backward of this rank's micro-batches `mine`. Leaves
-  // Σ wᵢ gᵢ (gᵢ the engine's per-micro-batch mean gradient, wᵢ = weights[i],
-  // applied by the engine through StepOptions::gradient_weight) in params.grads(), folded range by
-  // range by the reducer's prepare step; with overlap, the last micro-batch's backward hands each
-  // finished layer to the reducer, which starts reducing it at once. (The pipeline runner replaces
-  // this function when pp > 1.)
+  // Forward and backward of this rank's micro-batches `mine` (gᵢ the engine's
+  // per-micro-batch mean gradient, wᵢ = weights[i], applied by the engine
+  // through StepOptions::gradient_weight); the reducer holds Σ wᵢ gᵢ reduced
+  // once it finishes. ZeRO-0/1: the earlier micro-batches are summed into
+  // `accumulated` and folded into the last one range by range (the reducer's
+  // prepare step), one reduction per step. ZeRO-2: every micro-batch is
+  // reduce-scattered into this rank's shard (accumulated there), so there is
+  // no second full-size buffer, and the buckets already sent give their pages
+  // back (params' grad buffer). With overlap, each reduced backward hands every
+  // finished layer to the reducer, which starts reducing it at once. (The
+  // pipeline runner replaces this function when pp > 1.)
   LocalStep compute_local_gradients(const std::vector<model::Batch>& batches,
                                     const std::vector<int64_t>& trained,
                                     const std::vector<size_t>& mine,
                                     const std::vector<float>& weights) {
     model::ParamStore<float>& params = model.params();
     const model::LossOptions loss = loss_options();
+    const bool every_micro_batch = gradient_scatter();
     LocalStep local;
+    reducer.begin_step(params.grads().data(),
+                       [this](int64_t b, int64_t e) { model.params().release_grads(b, e); });
     for (size_t k = 0; k < mine.size(); ++k) {
       const size_t i = mine[k];
       const bool last = k + 1 == mine.size();
+      const bool reduce = every_micro_batch || last;
       params.zero_grads();
       model::StepOptions step_options;
       // The engine applies wᵢ inside backward (not afterwards): with expert
       // parallelism an owned expert's gradient also holds other ranks' micro-batches.
       step_options.gradient_weight = weights[i];
-      if (last) {
-        // Fold the earlier micro-batches in just before a range is reduced.
-        const bool earlier = k > 0;
-        reducer.begin_step(params.grads().data(), [this, earlier](int64_t b, int64_t e) {
-          if (!earlier) return;
-          float* g = model.params().grads().data();
-          for (int64_t j = b; j < e; ++j) g[j] += accumulated[static_cast<size_t>(j)];
-        });
+      if (reduce) {
+        if (!every_micro_batch && k > 0)
+          // Fold the earlier micro-batches in just before a range is reduced.
+          reducer.begin_micro_batch([this](int64_t b, int64_t e) {
+            float* g = model.params().grads().data();
+            for (int64_t j = b; j < e; ++j) g[j] += accumulated[static_cast<size_t>(j)];
+          });
+        else
+          reducer.begin_micro_batch();
         if (config.parallel.overlap_grad_reduce)
           step_options.on_gradients_ready = [this](int64_t layer) {
             reducer.on_gradients_ready(layer);
+            note_gradient_memory();
           };
       }
       const model::LossBreakdown r = model.forward_backward(batches[i], loss, step_options);
+      note_gradient_memory();
       if (r.lm_tokens != trained[i])
         throw Error("internal: micro-batch " + std::to_string(i) + " trained " +
                     std::to_string(r.lm_tokens) + " tokens, the step planned " +
@@ -463,14 +454,31 @@ struct Trainer::Impl {
           for (size_t e = 0; e < local.expert_load[l].size(); ++e)
             local.expert_load[l][e] += r.expert_load[l][e];
       }
-      if (!last) {
-        const std::vector<float>& g = params.grads();
+      if (reduce) {
+        reducer.finish_micro_batch();
+      } else {
+        const auto& g = params.grads();
         if (k == 0) accumulated.assign(g.size(), 0.0f);
         for (size_t j = 0; j < accumulated.size(); ++j) accumulated[j] += g[j];
       }
+      note_gradient_memory();
     }
     return local;
   }
+
+  // Gradient memory this rank holds right now (resident pages of the engine's
+  // buffer, the earlier micro-batches' sum, the ZeRO-2 shard); the step's
+  // largest sample is reported as grad_memory_mib.
+  void note_gradient_memory() {
+    const int64_t resident = model::resident_bytes(model.params().grads());
+    const int64_t buffer =
+        resident >= 0 ? resident
+                      : static_cast<int64_t>(model.params().grads().size() * sizeof(float));
+    const int64_t held = buffer + static_cast<int64_t>(accumulated.capacity() * sizeof(float)) +
+                         reducer.shard_bytes();
+    step_gradient_bytes = std::max(step_gradient_bytes, held);
+  }
+  int64_t step_gradient_bytes = 0;  // largest note_gradient_memory() of the step
 
   // pp > 1: this rank's micro-batches go through the pipeline; the runner
   // accumulates Σ nᵢ gᵢ for the chunks this rank holds (zeros elsewhere) and
@@ -479,7 +487,8 @@ struct Trainer::Impl {
                                        const std::vector<size_t>& mine) {
     model::ParamStore<float>& params = model.params();
     params.zero_grads();
-    reducer.begin_step(params.grads().data(), {});
+    reducer.begin_step(params.grads().data());
+    reducer.begin_micro_batch();
     std::vector<model::Batch> local;
     for (size_t i : mine) local.push_back(batches[i]);
     const PipelineResult r = pipeline->run(local, loss_options());
@@ -524,14 +533,26 @@ struct Trainer::Impl {
       for (int64_t& v : layer) v = static_cast<int64_t>(totals[at++]);
   }
 
-  // Global-norm clipping; under ZeRO-2 each rank holds only its shard of the
-  // gradient, so the squared norms of the shards are summed over the data group.
+  // Global-norm clipping. Under ZeRO-2 each rank holds only its ranges of the
+  // gradient: the dense parts split the dense tensors over `data` and, in each
+  // expert group, the expert parts split that group's experts, so the squared
+  // norms of every data rank's ranges sum to each value exactly once.
   double clip_gradients() {
     model::ParamStore<float>& params = model.params();
+    const std::vector<model::ParamSpec>& specs = params.specs();
+    float* g = params.grads().data();
+    if (gradient_scatter()) {
+      const std::vector<OptimizerShard> mine = zero_ranges();
+      double local = 0.0;
+      for (const OptimizerShard& r : mine) local += shard_grad_norm_squared(specs, r, g);
+      const double norm = std::sqrt(grid->data().all_reduce_value(local));
+      if (std::isfinite(norm) && config.clip > 0.0 && norm > config.clip)
+        for (const OptimizerShard& r : mine)
+          scale_shard_grads(specs, r, g, static_cast<float>(config.clip / norm));
+      return norm;
+    }
     if (ownership) {
       // Dense tensors are replicated (counted once); each expert lives on one EP rank.
-      const std::vector<model::ParamSpec>& specs = params.specs();
-      float* g = params.grads().data();
       const OptimizerShard dense = role_range(specs, model::ParamRole::kDense);
       const OptimizerShard experts = role_range(specs, model::ParamRole::kExpert);
       const double squared =
@@ -545,27 +566,24 @@ struct Trainer::Impl {
       }
       return norm;
     }
-    if (!gradient_scatter() || grid->data_size() == 1) return clip_grad_norm(params, config.clip);
-    const OptimizerShard& mine = shards[static_cast<size_t>(grid->data_rank())];
-    const double squared = grid->data().all_reduce_value(
-        shard_grad_norm_squared(params.specs(), mine, params.grads().data()));
-    const double norm = std::sqrt(squared);
-    if (std::isfinite(norm) && config.clip > 0.0 && norm > config.clip)
-      scale_shard_grads(params.specs(), mine, params.grads().data(),
-                        static_cast<float>(config.clip / norm));
-    return norm;
+    return clip_grad_norm(params, config.clip);
   }
 
-  // ZeRO: each data rank updated its shard; everyone gets the whole model back.
+  // ZeRO: each rank updated its ranges; everyone gets the whole model back,
+  // the dense tensors over `data`, the experts over the expert group.
   void gather_parameters() {
-    dist::Communicator& zero = zero_comm();
-    if (config.parallel.zero == 0 || zero.size() == 1) return;
+    if (config.parallel.zero == 0) return;
     std::vector<float>& values = model.params().values();
-    const OptimizerShard& mine = shards[static_cast<size_t>(zero.rank())];
-    const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
-    std::vector<int64_t> counts;
-    for (const OptimizerShard& s : shards) counts.push_back(s.size());
-    zero.all_gather(own.data(), values.data(), counts, dist::DType::kF32);
+    auto gather = [&](dist::Communicator& comm, const std::vector<OptimizerShard>& parts) {
+      if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
+      const OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
+      const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
+      std::vector<int64_t> counts;
+      for (const OptimizerShard& part : parts) counts.push_back(part.size());
+      comm.all_gather(own.data(), values.data() + parts.front().begin, counts, dist::DType::kF32);
+    };
+    gather(grid->data(), zero_partition.dense);
+    gather(expert_comm(), zero_partition.expert);
   }
 
   MetricsRecord train_step() {
@@ -575,6 +593,7 @@ struct Trainer::Impl {
     const auto start = Clock::now();
     const double exposed_before = exposed_seconds(*grid);
     step += 1;
+    step_gradient_bytes = 0;
     const double lr = learning_rate(config.schedule(total_steps), step);
     model::ParamStore<float>& params = model.params();
     const size_t accumulation = static_cast<size_t>(config.accumulation_steps());
@@ -653,6 +672,11 @@ struct Trainer::Impl {
       summary.skip_reasons.push_back("step " + std::to_string(step) + ": " + skip_reason);
       if (root) log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
     }
+    if (gradient_scatter() && !pipeline)
+      // ZeRO-2: past the update this rank's reduced ranges are not needed
+      // either; their pages go back too (zero_grads writes only resident pages).
+      for (const GradReducer::Range& r : reducer.reduced_ranges())
+        params.release_grads(r.begin, r.end);
     params.zero_grads();
     rec.set("skipped", skip_reason.empty() ? 0.0 : 1.0);
 
@@ -682,6 +706,7 @@ struct Trainer::Impl {
       rec.set("grad_buckets", static_cast<double>(reducer.bucket_count()));
       rec.set("grad_buckets_done_in_backward",
               static_cast<double>(reducer.buckets_done_before_finish()));
+      rec.set("grad_memory_mib", static_cast<double>(step_gradient_bytes) / (1024.0 * 1024.0));
     }
     if (pipeline) rec.set("pipeline_bubble", last_bubble_fraction);
     if (expert_parallel) {
@@ -777,41 +802,143 @@ struct Trainer::Impl {
     return last_validation_loss;
   }
 
-  // The whole optimizer state on world rank 0 (ZeRO: every data rank of the
-  // first stage sends its shard); null elsewhere and when unsharded.
-  std::unique_ptr<GatheredOptimizerState> gather_optimizer_state() {
-    if (!optimizer.sharded() || grid->coords().pp != 0) return nullptr;
-    dist::Communicator& data_comm = zero_comm();
-    constexpr int kFirstMomentTag = 7101, kSecondMomentTag = 7102;
+  // The parameter layout of data rank `r` (with expert weights sharded over EP:
+  // the dense tensors and the experts of its EP rank r mod ep).
+  std::vector<model::ParamSpec> layout_of_data_rank(int r) const {
+    if (!ownership) return model.params().specs();
+    return model::filter_specs(
+        model::parameter_specs(model.config()),
+        model::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep));
+  }
+
+  // What data rank `r` of the first stage contributes to the checkpoint that
+  // world rank 0 writes, as ranges of r's layout: its expert weights (one rank
+  // per EP rank: dp = 0) and its optimizer state (its ZeRO ranges; unsharded
+  // with sharded experts, its experts' state, again from dp = 0). Rank 0 holds
+  // the rest itself.
+  struct Contribution {
+    std::vector<OptimizerShard> values, state;
+  };
+  Contribution contribution_of(int r, const std::vector<model::ParamSpec>& layout) const {
+    Contribution c;
+    const int ep = grid->shape().ep;
+    if (ownership && r / ep == 0) c.values = {role_range(layout, model::ParamRole::kExpert)};
+    if (config.parallel.zero > 0) {
+      const ZeroPartition parts =
+          partition_for_zero_by_role(layout, grid->data().size(), expert_comm().size());
+      c.state = parts.ranges(r, ownership ? r / ep : r);
+    } else if (ownership && r / ep == 0) {
+      c.state = c.values;
+    }
+    return c;
+  }
+
+  // The whole model's weights (with sharded experts) and optimizer state (when
+  // sharded) on world rank 0: every other data rank of the first stage sends
+  // its contribution point to point; only rank 0 ever holds the whole model.
+  // Returns null on the other ranks and when rank 0 already holds everything.
+  struct WholeState {
+    std::vector<float> values;  // empty: the model's own
+    GatheredOptimizerState optimizer;
+    bool optimizer_gathered = false;
+  };
+  std::unique_ptr<WholeState> gather_whole_state() {
+    if (grid->coords().pp != 0 || grid->data().size() == 1) return nullptr;
+    if (!ownership && config.parallel.zero == 0) return nullptr;  // rank 0 holds everything
+    const bool zero = config.parallel.zero > 0;  // the optimizer holds its ZeRO ranges
+    dist::Communicator& data_comm = grid->data();
+    constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102;
+    auto size_of = [](const std::vector<OptimizerShard>& ranges) {
+      int64_t n = 0;
+      for (const OptimizerShard& r : ranges) n += r.size();
+      return n;
+    };
     if (data_comm.rank() != 0) {
-      std::vector<dist::Request> sends = {
-          data_comm.isend(optimizer.first_moment().data(), optimizer.shard().size(),
-                          dist::DType::kF32, 0, kFirstMomentTag),
-          data_comm.isend(optimizer.second_moment().data(), optimizer.shard().size(),
-                          dist::DType::kF32, 0, kSecondMomentTag)};
+      const Contribution mine = contribution_of(data_comm.rank(), model.params().specs());
+      std::vector<float> values;
+      for (const OptimizerShard& r : mine.values)
+        values.insert(values.end(), model.params().values().begin() + r.begin,
+                      model.params().values().begin() + r.end);
+      // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
+      std::vector<float> first, second;
+      if (!zero)
+        for (const OptimizerShard& r : mine.state) {
+          first.insert(first.end(), optimizer.first_moment().begin() + r.begin,
+                       optimizer.first_moment().begin() + r.end);
+          second.insert(second.end(), optimizer.second_moment().begin() + r.begin,
+                        optimizer.second_moment().begin() + r.end);
+        }
+      const float* first_data = zero ? optimizer.first_moment().data() : first.data();
+      const float* second_data = zero ? optimizer.second_moment().data() : second.data();
+      std::vector<dist::Request> sends;
+      if (!values.empty())
+        sends.push_back(
+            data_comm.isend(values.data(), size_of(mine.values), dist::DType::kF32, 0, kValuesTag));
+      if (size_of(mine.state) > 0) {
+        sends.push_back(data_comm.isend(first_data, size_of(mine.state), dist::DType::kF32, 0,
+                                        kFirstMomentTag));
+        sends.push_back(data_comm.isend(second_data, size_of(mine.state), dist::DType::kF32, 0,
+                                        kSecondMomentTag));
+      }
       dist::wait_all(sends);
       return nullptr;
     }
-    auto whole = std::make_unique<GatheredOptimizerState>();
-    whole->first_moment.assign(static_cast<size_t>(optimizer.param_count()), 0.0f);
-    whole->second_moment.assign(static_cast<size_t>(optimizer.param_count()), 0.0f);
-    std::vector<dist::Request> receives;
-    for (size_t r = 0; r < shards.size(); ++r) {
-      const OptimizerShard& s = shards[r];
-      if (r == 0) {
-        std::copy(optimizer.first_moment().begin(), optimizer.first_moment().end(),
-                  whole->first_moment.begin() + s.begin);
-        std::copy(optimizer.second_moment().begin(), optimizer.second_moment().end(),
-                  whole->second_moment.begin() + s.begin);
-        continue;
-      }
-      receives.push_back(data_comm.irecv(whole->first_moment.data() + s.begin, s.size(),
-                                         dist::DType::kF32, static_cast<int>(r), kFirstMomentTag));
-      receives.push_back(data_comm.irecv(whole->second_moment.data() + s.begin, s.size(),
-                                         dist::DType::kF32, static_cast<int>(r), kSecondMomentTag));
+    // Rank 0: place every contribution (its own first) into the whole layout by name.
+    const std::vector<model::ParamSpec> whole =
+        ownership ? model::parameter_specs(model.config()) : model.params().specs();
+    std::map<std::string, int64_t> whole_offset;
+    int64_t total = 0;
+    for (const model::ParamSpec& spec : whole) {
+      whole_offset.emplace(spec.name, total);
+      total += spec.numel();
     }
-    dist::wait_all(receives);
-    return whole;
+    auto place = [&](const std::vector<model::ParamSpec>& layout,
+                     const std::vector<OptimizerShard>& ranges, const float* packed,
+                     std::vector<float>& out) {
+      for (const OptimizerShard& r : ranges)
+        for (size_t i = r.first_spec; i < r.end_spec; ++i) {
+          const int64_t n = layout[i].numel();
+          std::copy_n(packed, n, out.begin() + whole_offset.at(layout[i].name));
+          packed += n;
+        }
+    };
+    auto out = std::make_unique<WholeState>();
+    const std::vector<model::ParamSpec>& own_layout = model.params().specs();
+    const std::vector<OptimizerShard> everything = {whole_shard(own_layout)};
+    if (ownership) {
+      out->values.assign(static_cast<size_t>(total), 0.0f);
+      place(own_layout, everything, model.params().values().data(), out->values);
+    }
+    {
+      out->optimizer_gathered = true;
+      out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
+      out->optimizer.second_moment.assign(static_cast<size_t>(total), 0.0f);
+      const std::vector<OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
+      place(own_layout, own_state, optimizer.first_moment().data(), out->optimizer.first_moment);
+      place(own_layout, own_state, optimizer.second_moment().data(), out->optimizer.second_moment);
+    }
+    for (int r = 1; r < data_comm.size(); ++r) {
+      const std::vector<model::ParamSpec> layout = layout_of_data_rank(r);
+      const Contribution c = contribution_of(r, layout);
+      std::vector<float> values(static_cast<size_t>(size_of(c.values)));
+      std::vector<float> first(static_cast<size_t>(size_of(c.state)));
+      std::vector<float> second(first.size());
+      std::vector<dist::Request> receives;
+      if (!values.empty())
+        receives.push_back(
+            data_comm.irecv(values.data(), size_of(c.values), dist::DType::kF32, r, kValuesTag));
+      if (!first.empty()) {
+        receives.push_back(
+            data_comm.irecv(first.data(), size_of(c.state), dist::DType::kF32, r, kFirstMomentTag));
+        receives.push_back(data_comm.irecv(second.data(), size_of(c.state), dist::DType::kF32, r,
+                                           kSecondMomentTag));
+      }
+      dist::wait_all(receives);
+      place(layout, c.values, values.data(), out->values);
+      place(layout, c.state, first.data(), out->optimizer.first_moment);
+      place(layout, c.state, second.data(), out->optimizer.second_moment);
+    }
+    return out;
   }
 
   // A buffer of this rank's layout (dense, then its experts) in the whole
@@ -858,34 +985,28 @@ struct Trainer::Impl {
   }
 
   // Collective: world rank 0 writes; every rank returns once the files exist.
-  // With expert weights sharded over EP, world rank 0's EP group (data rank
-  // 0..ep-1 of the first stage, which hold the whole optimizer state of their
-  // layout after the ZeRO gather) brings every expert to rank 0, which writes
-  // the files of a 1-rank run.
+  // The other data ranks of the first stage send rank 0 what it lacks (their
+  // optimizer-state ranges under ZeRO, and with expert weights sharded over EP
+  // their experts' weights and state, gather_whole_state); rank 0 writes the
+  // files of a 1-rank run.
   std::string save_checkpoint() {
-    const std::unique_ptr<GatheredOptimizerState> gathered = gather_optimizer_state();
+    std::unique_ptr<WholeState> gathered = gather_whole_state();
     std::string dir =
         (std::filesystem::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
-    if (ownership) {
-      if (grid->coords().pp == 0 && grid->coords().dp == 0) {
-        std::vector<float> values = assemble_whole(model.params().values());
-        std::vector<float> first =
-            assemble_whole(gathered ? gathered->first_moment : optimizer.first_moment());
-        std::vector<float> second =
-            assemble_whole(gathered ? gathered->second_moment : optimizer.second_moment());
-        if (root) {
-          model::ParamStore<float> store(model::parameter_specs(model.config()));
-          store.values() = std::move(values);
-          const model::Model<float> whole(model.config(), std::move(store), model.hash_tables());
-          Optimizer whole_optimizer(whole.params(), config.optimizer);
-          whole_optimizer.set_state(optimizer.step_count(), std::move(first), std::move(second));
-          dir = write_training_checkpoint(config.out_dir, step, whole, tokenizer, whole_optimizer,
-                                          trainer_state(), config.keep_checkpoints);
-        }
-      }
+    if (root && ownership) {
+      model::ParamStore<float> store(model::parameter_specs(model.config()));
+      store.values() = std::move(gathered->values);
+      const model::Model<float> whole(model.config(), std::move(store), model.hash_tables());
+      Optimizer whole_optimizer(whole.params(), config.optimizer);
+      whole_optimizer.set_state(optimizer.step_count(), std::move(gathered->optimizer.first_moment),
+                                std::move(gathered->optimizer.second_moment));
+      dir = write_training_checkpoint(config.out_dir, step, whole, tokenizer, whole_optimizer,
+                                      trainer_state(), config.keep_checkpoints);
     } else if (root) {
-      dir = write_training_checkpoint(config.out_dir, step, model, tokenizer, optimizer,
-                                      trainer_state(), config.keep_checkpoints, gathered.get());
+      dir = write_training_checkpoint(
+          config.out_dir, step, model, tokenizer, optimizer, trainer_state(),
+          config.keep_checkpoints,
+          gathered && gathered->optimizer_gathered ? &gathered->optimizer : nullptr);
     }
     if (grid->world().size() > 1) grid->world().barrier();
     last_checkpoint_step = step;
@@ -983,7 +1104,7 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
     log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
               " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",
               c.parallel.zero, ", optimizer state ",
-              fmt(mib * static_cast<double>(s.optimizer.shard().size()), "%.1f"),
+              fmt(mib * static_cast<double>(s.optimizer.state_size()), "%.1f"),
               " MiB per rank (whole model ", fmt(mib * static_cast<double>(whole), "%.1f"),
               " MiB), ", s.reducer.bucket_count(), " gradient buckets",
               c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
