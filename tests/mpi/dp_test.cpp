@@ -108,14 +108,7 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
   }
   // 1 rank for k steps, then DP=2 ZeRO-1 from its checkpoint.
   one.out_dir = shared_dir() + "/resume-from-one";
-  if (world.rank() == 0) {
-    Trainer t(one, {.quiet = true,
-                    .stop_after_step = kSaveAt,
-                    .write_metrics = false,
-                    .world = trex::dist::make_self_communicator()});
-    t.run();
-  }
-  world.barrier();
+  save_one_rank_checkpoint(one, kSaveAt);
 
   // Layout-free files: the gathered ZeRO state is the 1-rank state.
   const std::string saved_dp2 =

@@ -131,18 +131,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain8,
                                                   .global_batch = 16,
                                                   .eight_layers = true}));
 
-// Save on EP=2 x PP=2 (DualPipeV), resume on 1 rank and on DP=2 x EP=2 ZeRO-1;
-// save on 1 rank, resume on EP=2 x PP=2: steps k+1..n equal the uninterrupted
-// 1-rank run.
-TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
+// Saves at step `save_at` on `saved`, then resumes that checkpoint on 1 rank
+// and on `other`; saves at `save_at` on 1 rank and resumes it on `saved`.
+// Every resumed run's steps save_at+1..steps equal the uninterrupted 1-rank run.
+void check_layout_change_resume(const Layout& saved_layout, const Layout& other, int64_t steps,
+                                int64_t save_at, const std::string& dir_suffix) {
   Communicator& world = *trex::dist::world();
-  if (world.size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
-  constexpr int64_t kSteps = 6, kSaveAt = 3;
-  const Layout v{.ep = 2, .pp = 2, .schedule = PipelineSchedule::kDualPipeV, .global_batch = 8};
-  RunConfig saved = layout_config(v, kSteps);
+  RunConfig saved = layout_config(saved_layout, steps);
+  saved.out_dir += dir_suffix;
   const std::vector<double>& reference = one_rank_losses(saved);
   {
-    Trainer t(saved, {.quiet = true, .stop_after_step = kSaveAt, .write_metrics = false});
+    Trainer t(saved, {.quiet = true, .stop_after_step = save_at, .write_metrics = false});
     EXPECT_TRUE(t.run().interrupted);
   }
   auto resume_and_compare = [&](RunConfig c, const std::string& from_dir, bool one_rank,
@@ -152,88 +151,45 @@ TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
         one_rank ? std::shared_ptr<Communicator>(trex::dist::make_self_communicator())
                  : trex::dist::world();
     Trainer t(c, {.resume = true, .quiet = true, .write_metrics = false, .world = on});
-    ASSERT_EQ(t.step(), kSaveAt);
+    ASSERT_EQ(t.step(), save_at);
     std::vector<double> losses;
     while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
-    expect_losses_match(losses, reference, kSaveAt, what);
+    expect_losses_match(losses, reference, save_at, what);
   };
-  world.barrier();
-  if (world.rank() == 0) {
-    RunConfig one = saved;
-    one.parallel = {};
-    resume_and_compare(one, saved.out_dir, true, "EP=2 x PP=2 DualPipeV -> 1 rank");
-  }
-  world.barrier();
-  resume_and_compare(layout_config(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, kSteps),
-                     saved.out_dir, false, "EP=2 x PP=2 DualPipeV -> DP=2 x EP=2 ZeRO-1");
-  world.barrier();
-  // The other way: a 1-rank checkpoint continued on the pipeline grid.
   RunConfig one = saved;
   one.parallel = {};
-  one.out_dir = shared_dir() + "/grid-resume-one";
-  if (world.rank() == 0) {
-    Trainer t(one, {.quiet = true,
-                    .stop_after_step = kSaveAt,
-                    .write_metrics = false,
-                    .world = trex::dist::make_self_communicator()});
-    t.run();
-  }
   world.barrier();
-  resume_and_compare(saved, one.out_dir, false, "1 rank -> EP=2 x PP=2 DualPipeV");
+  if (world.rank() == 0)
+    resume_and_compare(one, saved.out_dir, true, saved_layout.name() + " -> 1 rank");
   world.barrier();
+  resume_and_compare(layout_config(other, steps), saved.out_dir, false,
+                     saved_layout.name() + " -> " + other.name());
+  world.barrier();
+  // The other way: a 1-rank checkpoint continued on the saved layout.
+  one.out_dir = shared_dir() + "/grid-resume-one" + dir_suffix;
+  save_one_rank_checkpoint(one, save_at);
+  resume_and_compare(saved, one.out_dir, false, "1 rank -> " + saved_layout.name());
+  world.barrier();
+}
+
+// Save on EP=2 x PP=2 DualPipeV, resume on 1 rank and on DP=2 x EP=2 ZeRO-1;
+// save on 1 rank, resume on EP=2 x PP=2.
+TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
+  if (trex::dist::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  check_layout_change_resume(
+      Layout{.ep = 2, .pp = 2, .schedule = PipelineSchedule::kDualPipeV, .global_batch = 8},
+      Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 6, 3, "");
 }
 
 // ZeRO-2 with experts sharded over EP: save on DP=2 x EP=2 ZeRO-2 (dense
 // state over 4 ranks, expert state over 2, gathered point to point on rank 0),
 // resume on 1 rank and on DP=2 x EP=2 ZeRO-1; save on 1 rank, resume on
-// DP=2 x EP=2 ZeRO-2: steps k+1..n equal the uninterrupted 1-rank run.
+// DP=2 x EP=2 ZeRO-2 (2 micro-batches per rank, each reduce-scattered into the shard).
 TEST(GridResume, Zero2ExpertShardedResumesAcrossLayouts) {
-  Communicator& world = *trex::dist::world();
-  if (world.size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
-  constexpr int64_t kSteps = 5, kSaveAt = 2;
-  const Layout zero2{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2};
-  RunConfig saved = layout_config(zero2, kSteps);
-  saved.out_dir += "-resume";
-  const std::vector<double>& reference = one_rank_losses(saved);
-  {
-    Trainer t(saved, {.quiet = true, .stop_after_step = kSaveAt, .write_metrics = false});
-    EXPECT_TRUE(t.run().interrupted);
-  }
-  auto resume_and_compare = [&](RunConfig c, const std::string& from_dir, bool one_rank,
-                                const std::string& what) {
-    c.out_dir = from_dir;
-    std::shared_ptr<Communicator> on =
-        one_rank ? std::shared_ptr<Communicator>(trex::dist::make_self_communicator())
-                 : trex::dist::world();
-    Trainer t(c, {.resume = true, .quiet = true, .write_metrics = false, .world = on});
-    ASSERT_EQ(t.step(), kSaveAt);
-    std::vector<double> losses;
-    while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
-    expect_losses_match(losses, reference, kSaveAt, what);
-  };
-  world.barrier();
-  if (world.rank() == 0) {
-    RunConfig one = saved;
-    one.parallel = {};
-    resume_and_compare(one, saved.out_dir, true, "DP=2 x EP=2 ZeRO-2 -> 1 rank");
-  }
-  world.barrier();
-  resume_and_compare(layout_config(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, kSteps),
-                     saved.out_dir, false, "DP=2 x EP=2 ZeRO-2 -> DP=2 x EP=2 ZeRO-1");
-  world.barrier();
-  RunConfig one = saved;
-  one.parallel = {};
-  one.out_dir = shared_dir() + "/grid-resume-one-zero2";
-  if (world.rank() == 0) {
-    Trainer t(one, {.quiet = true,
-                    .stop_after_step = kSaveAt,
-                    .write_metrics = false,
-                    .world = trex::dist::make_self_communicator()});
-    t.run();
-  }
-  world.barrier();
-  resume_and_compare(saved, one.out_dir, false, "1 rank -> DP=2 x EP=2 ZeRO-2");
-  world.barrier();
+  if (trex::dist::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  check_layout_change_resume(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2},
+                             Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 5, 2,
+                             "-resume-zero2");
 }
 
 }  // namespace

@@ -135,6 +135,20 @@ inline void expect_losses_match(const std::vector<double>& got, const std::vecto
                 what.c_str(), first_step + 1, first_step + got.size(), worst);
 }
 
+// World rank 0 trains `c` alone (a 1-rank run) and stops after `save_at`
+// steps, leaving its checkpoint in c.out_dir; every rank returns once it exists.
+inline void save_one_rank_checkpoint(const RunConfig& c, int64_t save_at) {
+  Communicator& world = *trex::dist::world();
+  if (world.rank() == 0) {
+    Trainer t(c, {.quiet = true,
+                  .stop_after_step = save_at,
+                  .write_metrics = false,
+                  .world = trex::dist::make_self_communicator()});
+    t.run();
+  }
+  world.barrier();
+}
+
 // Every rank holds the same parameters, bit for bit, as world rank 0 (with EP
 // the whole model assembled from the experts' owners: collective).
 inline void expect_replicas_identical(Trainer& trainer) {
