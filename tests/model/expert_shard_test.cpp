@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/expert_maps.hpp"
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
@@ -30,23 +31,11 @@ ModelConfig tiny() {
   return ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
 }
 
-// Expert e of every block -> rank (e + block) mod ranks: not contiguous, and
-// different per block.
-std::vector<std::vector<int>> rotating_owner(const ModelConfig& c, int ranks) {
-  std::vector<std::vector<int>> owner;
-  for (int64_t b = 0; b < c.num_hidden_layers + c.num_nextn_predict_layers; ++b) {
-    std::vector<int>& map = owner.emplace_back();
-    for (int64_t e = 0; e < c.n_routed_experts; ++e)
-      map.push_back(static_cast<int>((e + b) % ranks));
-  }
-  return owner;
-}
-
 TEST(ExpertShard, StoreKeepsDenseAndOwnedExpertsWithTheirValues) {
   const ModelConfig c = tiny();
   Model<float> whole(c);
   whole.init_random(3);
-  const auto owner = rotating_owner(c, 2);
+  const auto owner = trex::test::rotating_expert_owner(c, 2);
   const int64_t dense = trex::model::role_numel(whole.params().specs(), ParamRole::kDense);
   const int64_t experts = trex::model::role_numel(whole.params().specs(), ParamRole::kExpert);
   ASSERT_GT(experts, 0);
@@ -79,8 +68,8 @@ TEST(ExpertShard, RandomInitOfAShardEqualsTheWholeModels) {
   Model<float> whole(c);
   whole.init_random(11);
   Model<float> shard(c);
-  trex::model::shard_expert_params(shard.params(),
-                                   ExpertOwnership::of_rank(rotating_owner(c, 4), 1));
+  trex::model::shard_expert_params(
+      shard.params(), ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 4), 1));
   shard.init_random(11);
   for (const ParamSpec& spec : shard.params().specs()) {
     const float* a = shard.params().value(spec.name);
@@ -93,8 +82,8 @@ TEST(ExpertShard, RandomInitOfAShardEqualsTheWholeModels) {
 TEST(ExpertShard, RelayoutByNameRoundTripsAndRejectsMissingTensors) {
   const ModelConfig c = tiny();
   const std::vector<ParamSpec> whole = trex::model::parameter_specs(c);
-  const std::vector<ParamSpec> mine =
-      trex::model::filter_specs(whole, ExpertOwnership::of_rank(rotating_owner(c, 2), 0));
+  const std::vector<ParamSpec> mine = trex::model::filter_specs(
+      whole, ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
   std::vector<double> values(static_cast<size_t>(trex::model::total_numel(whole)));
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);
   const std::vector<double> local = trex::model::relayout_by_name<double>(whole, values, mine);
@@ -117,7 +106,8 @@ TEST(ExpertShard, LocalMoePathRejectsAShardedModel) {
   const ModelConfig c = tiny();
   Model<float> m(c);
   m.init_random(5);
-  trex::model::shard_expert_params(m.params(), ExpertOwnership::of_rank(rotating_owner(c, 2), 0));
+  trex::model::shard_expert_params(
+      m.params(), ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
   trex::model::Batch batch;
   batch.B = 1;
   batch.S = 8;
@@ -133,7 +123,7 @@ TEST(ExpertShard, LocalMoePathRejectsAShardedModel) {
 
 TEST(ExpertShard, OwnershipRejectsABlockWithoutAMap) {
   const ModelConfig c = tiny();
-  auto owner = rotating_owner(c, 2);
+  auto owner = trex::test::rotating_expert_owner(c, 2);
   owner.pop_back();  // no map for the MTP block
   EXPECT_THROW(trex::model::filter_specs(trex::model::parameter_specs(c),
                                          ExpertOwnership::of_rank(owner, 0)),
@@ -151,7 +141,7 @@ TEST(ExpertShard, CheckpointLoadsOnlyTheOwnedExperts) {
   const std::string path = dir.path() + "/ckpt";
   trex::model::save_checkpoint(path, c, whole.params(), whole.hash_tables(),
                                trex::model::NamingScheme::kReleased, trex::DType::kF32);
-  const ExpertOwnership mine = ExpertOwnership::of_rank(rotating_owner(c, 2), 1);
+  const ExpertOwnership mine = ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 1);
   const trex::model::LoadedCheckpoint<float> loaded =
       trex::model::load_checkpoint_shard<float>(path, mine);
   ParamStore<float> expected = whole.params();
@@ -162,7 +152,8 @@ TEST(ExpertShard, CheckpointLoadsOnlyTheOwnedExperts) {
 
   // The same checkpoint without an expert this rank does not own.
   ParamStore<float> fewer(trex::model::filter_specs(
-      whole.params().specs(), ExpertOwnership::of_rank(rotating_owner(c, 2), 1)));
+      whole.params().specs(),
+      ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 1)));
   const std::string partial = dir.path() + "/partial";
   trex::model::save_checkpoint(partial, c, fewer, whole.hash_tables(),
                                trex::model::NamingScheme::kReleased, trex::DType::kF32);
@@ -192,7 +183,8 @@ TEST(ExpertShard, OptimizerStateLoadsIntoAShardByName) {
   full.save_state(path);
 
   ParamStore<float> mine = whole.params();
-  trex::model::shard_expert_params(mine, ExpertOwnership::of_rank(rotating_owner(c, 2), 0));
+  trex::model::shard_expert_params(
+      mine, ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
   const std::vector<float> want_first =
       trex::model::relayout_by_name<float>(whole.params().specs(), first, mine.specs());
   trex::train::Optimizer shard(mine, {});

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "model/expert_maps.hpp"
 #include "test_paths.hpp"
 #include "trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
@@ -294,17 +295,6 @@ TEST(TrainGradReducer, ModelHookFiresWhenLayerGradientsAreFinal) {
 
 namespace trex_zero_roles {
 
-// EP rank of expert e in block b: (e + b) mod ranks (not contiguous).
-std::vector<std::vector<int>> rotating_owner(const trex::model::ModelConfig& c, int ranks) {
-  std::vector<std::vector<int>> owner;
-  for (int64_t b = 0; b < c.num_hidden_layers + c.num_nextn_predict_layers; ++b) {
-    std::vector<int>& map = owner.emplace_back();
-    for (int64_t e = 0; e < c.n_routed_experts; ++e)
-      map.push_back(static_cast<int>((e + b) % ranks));
-  }
-  return owner;
-}
-
 // DP=2 x EP=2 with routed experts sharded over EP: every data rank's two
 // ranges (dense over the 4 data ranks, its experts over its 2-rank dp group)
 // are whole tensors of their role, and over the 4 ranks every value of the
@@ -313,7 +303,7 @@ TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
   const auto config = tiny_model_config();
   const auto whole = trex::model::parameter_specs(config);
   constexpr int kDp = 2, kEp = 2;
-  const auto owner = rotating_owner(config, kEp);
+  const auto owner = trex::test::rotating_expert_owner(config, kEp);
   std::map<std::string, int64_t> covered;  // whole-model tensor -> values covered
   int64_t dense_state = 0, expert_state = 0;
   for (int r = 0; r < kDp * kEp; ++r) {
