@@ -1,6 +1,7 @@
-// The ISO mode the project builds in turns multiply-add contraction off; these
-// loops are sums of products whose rounding is free to change (results match a
-// double reference to float rounding), and fused multiply-adds halve their cost.
+// Multiply-add contraction is GCC's C++ default; it is stated here so that these
+// loops keep it whatever the flags: they are sums of products whose rounding is
+// free to change (results match a double reference to float rounding), and fused
+// multiply-adds halve their cost. (elementwise.cpp turns it off on purpose.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
