@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/model_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/dist/communicator.hpp"
@@ -26,20 +27,10 @@
 namespace trex::model {
 namespace {
 
-ModelConfig tiny_config() {
-  return ModelConfig::load(std::string(TREX_SOURCE_DIR) + "/configs/models/tiny-v4.json");
-}
+using trex::test::mpi::tiny_config;
 
-// Micro-batch `index`: 1 + index % 2 rows of 8 tokens, so ranks route
-// different numbers of tokens.
 Batch micro_batch(const ModelConfig& config, int index) {
-  Batch b;
-  b.B = 1 + index % 2;
-  b.S = 8;
-  Rng rng(1234, {static_cast<uint64_t>(index)});
-  for (int64_t i = 0; i < b.B * b.S; ++i)
-    b.input_ids.push_back(rng.uniform_int(int64_t{2}, config.vocab_size - 1));
-  return b;
+  return trex::test::mpi::micro_batch(config, index, 1234);
 }
 
 LossOptions loss_options() {
