@@ -150,14 +150,21 @@ TEST(TrainZero, PartitionIsContiguousWholeSpecsAndBalanced) {
   EXPECT_THROW(trex::train::partition_for_zero(specs, 0), trex::Error);
 }
 
+// The tiny model with random weights (seed `model_seed`) and random
+// gradients of scale 0.01 (seed `grad_seed`): an optimizer step's input.
+trex::model::Model<float> tiny_model_with_random_grads(uint64_t model_seed, uint64_t grad_seed) {
+  trex::model::Model<float> model(tiny_model_config());
+  model.init_random(model_seed);
+  trex::Rng rng(grad_seed);
+  for (float& g : model.params().grads()) g = static_cast<float>(0.01 * rng.normal());
+  return model;
+}
+
 // Every shard's update equals the unsharded update on its range, bit for bit,
 // and the state written from the gathered shards loads back into any layout.
 TEST(TrainZero, ShardedOptimizerEqualsWholeOptimizerOnItsRange) {
-  trex::model::Model<float> model(tiny_model_config());
-  model.init_random(3);
+  trex::model::Model<float> model = tiny_model_with_random_grads(3, 11);
   auto& params = model.params();
-  trex::Rng rng(11);
-  for (float& g : params.grads()) g = static_cast<float>(0.01 * rng.normal());
   trex::train::OptimizerOptions options;
   const auto shards = trex::train::partition_for_zero(params.specs(), 3);
 
@@ -344,11 +351,8 @@ TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
 // An optimizer over two disjoint ranges updates exactly them, bit for bit like
 // the whole optimizer, and keeps their slices of a whole-model state file.
 TEST(TrainZero, TwoRangeOptimizerEqualsWholeOptimizerOnItsRanges) {
-  trex::model::Model<float> model(tiny_model_config());
-  model.init_random(5);
+  trex::model::Model<float> model = tiny_model_with_random_grads(5, 13);
   auto& params = model.params();
-  trex::Rng rng(13);
-  for (float& g : params.grads()) g = static_cast<float>(0.01 * rng.normal());
   const trex::train::OptimizerOptions options;
   const auto parts = trex::train::partition_for_zero_by_role(params.specs(), 3, 2);
   const auto ranges = parts.ranges(1, 0);
