@@ -10,6 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
   libgtest-dev libbenchmark-dev
   libdnnl-dev                            # oneDNN GEMMs for the training engine
+  ocl-icd-opencl-dev opencl-c-headers    # Debian's oneDNN CMake config requires OpenCL (its GPU runtime)
   libopenmpi-dev openmpi-bin             # distributed training
   python3 python3-pulp                   # evaluation harness: Python completions that use PuLP
 )
