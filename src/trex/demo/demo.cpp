@@ -38,7 +38,7 @@ json demo_model_config() {
     "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
     "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 4,
     "compress_ratios": [0, 4, 32, 4, 0], "num_hash_layers": 1,
-    "num_attention_heads": 4, "head_dim": 64, "qk_rope_head_dim": 32, "q_lora_rank": 128,
+    "num_attention_heads": 2, "head_dim": 256, "qk_rope_head_dim": 32, "q_lora_rank": 128,
     "o_groups": 2, "o_lora_rank": 128, "sliding_window": 512,
     "index_n_heads": 4, "index_head_dim": 32, "index_topk": 16,
     "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
@@ -203,7 +203,7 @@ train::RunConfig base_run_config(const DemoPreset& preset, const std::string& to
   c.micro_batch = preset.micro_batch;
   c.global_batch = preset.global_batch;
   c.warmup_steps = preset.warmup_steps;
-  c.precision = train::TrainPrecision::kFp32;
+  c.precision = preset.bf16 ? train::TrainPrecision::kBf16 : train::TrainPrecision::kFp32;
   c.checkpoint_interval = preset.checkpoint_interval;
   c.keep_checkpoints = 2;
   c.log_interval = 10;
@@ -240,11 +240,9 @@ DemoPreset demo_preset(std::string_view name) {
     p.data_preset = "full";
     p.sizes = orlib::demo_preset_sizes("full");
     p.model_config = demo_model_config();
-    p.cpt_steps = 1500;
-    p.sft_steps = 4000;
-    p.cpt_lr = 2e-3;
-    p.sft_lr = 1e-3;
-    p.warmup_steps = 50;
+    p.cpt_steps = 400;
+    p.sft_steps = 2000;
+    p.warmup_steps = 20;
     p.val_pass_evals = 8;
     p.checkpoint_interval = 100;
   } else if (name == "smoke") {
@@ -262,6 +260,10 @@ DemoPreset demo_preset(std::string_view name) {
     p.seq_len = 1024;  // a 700-token vocabulary makes an SFT pair ~600 tokens
     p.micro_batch = 1;
     p.global_batch = 2;
+    p.sft_seq_len = 1024;
+    p.sft_micro_batch = 1;
+    p.sft_global_batch = 2;
+    p.bf16 = false;
     p.cpt_steps = 3;
     p.sft_steps = 3;
     p.warmup_steps = 1;
@@ -335,8 +337,10 @@ DemoResult run_demo(const DemoOptions& o) {
 
   // The MFU denominator, measured once through the engine's GEMM path.
   double peak = o.peak_gflops;
-  if (peak <= 0) peak = kernels::measure_peak(false, {512, 1024}, 3).peak_gflops;
-  say(o, "== peak: " + format_fixed(peak, 1) + " GFLOP/s (fp32 GEMM, the MFU denominator)");
+  const std::string peak_dtype = preset.bf16 ? "bf16" : "fp32";
+  if (peak <= 0) peak = kernels::measure_peak(preset.bf16, {512, 1024}, 3).peak_gflops;
+  say(o, "== peak: " + format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype +
+             " GEMM, the MFU denominator)");
 
   // 3. CPT from scratch.
   t = std::chrono::steady_clock::now();
@@ -370,8 +374,13 @@ DemoResult run_demo(const DemoOptions& o) {
   // 5. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
   t = std::chrono::steady_clock::now();
   say(o,
-      "== sft: " + std::to_string(preset.sft_steps) + " steps from " + cpt_summary.last_checkpoint);
+      "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
+          std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
+          " tokens from " + cpt_summary.last_checkpoint);
   train::RunConfig sft = base_run_config(preset, tokenizer_path, peak, o.seed);
+  sft.seq_len = preset.sft_seq_len;
+  sft.micro_batch = preset.sft_micro_batch;
+  sft.global_batch = preset.sft_global_batch;
   sft.init_checkpoint = cpt_summary.last_checkpoint;
   sft.mode = train::DataMode::kSft;
   sft.train_file = data_dir + "/sft_train.jsonl";
@@ -443,7 +452,8 @@ DemoResult run_demo(const DemoOptions& o) {
                                    format_fixed(s.final_validation_loss, 3) + ")"});
   };
   report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
-  report.figures.push_back({"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (fp32 GEMM)"});
+  report.figures.push_back(
+      {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
   stage_figures("CPT", cpt_summary);
   stage_figures("SFT", sft_summary);
   if (base_gen_tps > 0)

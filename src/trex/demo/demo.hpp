@@ -29,9 +29,16 @@ struct DemoPreset {
   orlib::DemoSizes sizes;
   nlohmann::json model_config;  // released key scheme; vocab/bos/eos set from the tokenizer
   int64_t vocab_size = 4096;
+  // CPT packs documents back to back into rows of `seq_len`; SFT packs whole
+  // examples into rows of `sft_seq_len` (a 1024-token row holds 2-3 pairs of
+  // ~400 tokens, where a 512-token row holds one and pads the rest).
   int64_t seq_len = 512;
   int64_t micro_batch = 4;
   int64_t global_batch = 8;
+  int64_t sft_seq_len = 1024;
+  int64_t sft_micro_batch = 2;
+  int64_t sft_global_batch = 4;
+  bool bf16 = true;  // bf16 GEMM compute, fp32 master weights (docs/training.md)
   int64_t cpt_steps = 0;
   int64_t sft_steps = 0;
   double cpt_lr = 3e-3;
