@@ -128,5 +128,53 @@ TEST(DemoReport, Pass1TableFromEvalReports) {
   EXPECT_THROW(demo_report_markdown(in), Error);
 }
 
+TEST(DemoReport, DataLineRecallCountsReproducedReferenceLines) {
+  test::TempDir dir;
+  // Gold: item a has 3 data lines (one repeated twice), b has 2, c has 1.
+  write_file_atomic(
+      dir.file("gold.jsonl"),
+      R"({"id": "a", "completion": "set X;\ndata;\nset X := p q;\nparam v := p 1 q 2;\nparam v := p 1 q 2;\nend;\n"})"
+      "\n"
+      R"({"id": "b", "completion": "data;\nset X := r;\nparam w := r 7;\nend;"})"
+      "\n"
+      R"({"id": "c", "completion": "data;\nparam z := 3;\nend;"})"
+      "\n");
+  // a: the repeated line is generated once (counts once), extra spaces are
+  // collapsed; b: exact, in the `completions` form; c: no completion at all.
+  write_file_atomic(
+      dir.file("gen.jsonl"),
+      R"({"id": "a", "completion": "```mathprog\nset X;\ndata;\nset  X :=   p q;\nparam v := p 1 q 2;\nparam w := 5;\nend;\n```"})"
+      "\n"
+      R"({"id": "b", "completions": ["data;\nset X := r;\nparam w := r 7;\nend;", "ignored"]})"
+      "\n");
+  const DataLineRecall r = data_line_recall(dir.file("gen.jsonl"), dir.file("gold.jsonl"));
+  EXPECT_EQ(r.items, 3);
+  EXPECT_EQ(r.lines, 6);
+  EXPECT_EQ(r.reproduced, 4);  // a: 2 of 3, b: 2 of 2, c: 0 of 1
+  EXPECT_EQ(r.exact_items, 1);
+  EXPECT_DOUBLE_EQ(r.percent(), 100.0 * 4 / 6);
+
+  write_file_atomic(dir.file("bad.jsonl"), "{\"id\": \"a\"}\n");
+  try {
+    data_line_recall(dir.file("bad.jsonl"), dir.file("gold.jsonl"));
+    FAIL() << "a line without a completion must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("completion"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DemoReport, ReportShowsDataLineTableOnlyWhenGiven) {
+  DemoReportInputs in;
+  in.splits = {"test", "public"};
+  EXPECT_EQ(demo_report_markdown(in).find("data-section lines"), std::string::npos);
+  in.base_data_lines["test"] = 12.5;
+  in.sft_data_lines["test"] = 87.5;
+  const std::string md = demo_report_markdown(in);
+  const std::string table = md.substr(md.find("data-section lines"));
+  EXPECT_NE(table.find("| test | 12.5 | 87.5 |"), std::string::npos) << md;
+  EXPECT_EQ(table.find("| public |"), std::string::npos) << md;  // no figures: no row
+}
+
 }  // namespace
 }  // namespace trex::orlib

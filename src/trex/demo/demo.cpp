@@ -121,6 +121,7 @@ struct SplitResult {
   bool present = false;
   double pass1 = 0.0;
   int64_t n = 0;
+  double data_lines = -1.0;  // percent of reference data lines reproduced; -1: no gold file
 };
 
 // Greedy zero-shot generation for one prompts file, then `trex or eval`.
@@ -154,6 +155,9 @@ SplitResult generate_and_grade(const model::Model<float>& model, const io::Token
   result.present = cell.present;
   result.pass1 = cell.pass1;
   result.n = cell.n;
+  const std::string gold = (fs::path(bench).parent_path() / "gold" / (split + ".jsonl")).string();
+  if (fs::exists(gold) && fs::exists(completions))
+    result.data_lines = orlib::data_line_recall(completions, gold).percent();
   return result;
 }
 
@@ -162,7 +166,8 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
                                              const std::string& data_dir,
                                              const std::string& stage_dir, const std::string& label,
                                              const DemoPreset& preset, const DemoOptions& o,
-                                             double* generation_tokens_per_s) {
+                                             double* generation_tokens_per_s,
+                                             std::map<std::string, double>* data_lines) {
   std::map<std::string, double> pass1;
   double tokens = 0, seconds = 0;
   for (const std::string& split : eval_splits()) {
@@ -174,8 +179,13 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
     seconds += stats.seconds;
     if (!r.present) continue;
     pass1[split] = r.pass1;
-    say(o, "   " + label + " " + split + ": Pass@1 " + format_fixed(r.pass1, 1) + "% of " +
-               std::to_string(r.n));
+    std::string line = "   " + label + " " + split + ": Pass@1 " + format_fixed(r.pass1, 1) +
+                       "% of " + std::to_string(r.n);
+    if (r.data_lines >= 0) {
+      (*data_lines)[split] = r.data_lines;
+      line += ", data lines reproduced " + format_fixed(r.data_lines, 1) + "%";
+    }
+    say(o, line);
   }
   if (generation_tokens_per_s && seconds > 0) *generation_tokens_per_s = tokens / seconds;
   return pass1;
@@ -241,7 +251,7 @@ DemoPreset demo_preset(std::string_view name) {
     p.sizes = orlib::demo_preset_sizes("full");
     p.model_config = demo_model_config();
     p.cpt_steps = 400;
-    p.sft_steps = 2000;
+    p.sft_steps = 1200;
     p.warmup_steps = 20;
     p.val_pass_evals = 8;
     p.checkpoint_interval = 100;
@@ -366,17 +376,17 @@ DemoResult run_demo(const DemoOptions& o) {
   t = std::chrono::steady_clock::now();
   say(o, "== base: zero-shot answers of the CPT-only model");
   double base_gen_tps = 0;
+  std::map<std::string, double> base_data_lines, sft_data_lines;
   const auto base_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/base",
-                                         "base", preset, o, &base_gen_tps);
+                                         "base", preset, o, &base_gen_tps, &base_data_lines);
   stage_seconds.push_back({"base eval", seconds_since(t)});
   trainer.reset();
 
   // 5. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
   t = std::chrono::steady_clock::now();
-  say(o,
-      "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
-          std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
-          " tokens from " + cpt_summary.last_checkpoint);
+  say(o, "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
+             std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
+             " tokens from " + cpt_summary.last_checkpoint);
   train::RunConfig sft = base_run_config(preset, tokenizer_path, peak, o.seed);
   sft.seq_len = preset.sft_seq_len;
   sft.micro_batch = preset.sft_micro_batch;
@@ -399,8 +409,13 @@ DemoResult run_demo(const DemoOptions& o) {
                                              dir, "val", preset, o);
     if (!r.present) return;
     record.set("val_pass1", r.pass1);
-    say(o, "   step " + std::to_string(step) + ": validation Pass@1 " + format_fixed(r.pass1, 1) +
-               "% of " + std::to_string(r.n));
+    std::string line = "   step " + std::to_string(step) + ": validation Pass@1 " +
+                       format_fixed(r.pass1, 1) + "% of " + std::to_string(r.n);
+    if (r.data_lines >= 0) {
+      record.set("val_data_lines", r.data_lines);
+      line += ", data lines reproduced " + format_fixed(r.data_lines, 1) + "%";
+    }
+    say(o, line);
   };
   const train::TrainSummary sft_summary = run_stage(sft, o, trainer, val_pass1_hook);
   stage_seconds.push_back({"sft", seconds_since(t)});
@@ -410,7 +425,7 @@ DemoResult run_demo(const DemoOptions& o) {
   say(o, "== final: zero-shot answers of the SFT model");
   double sft_gen_tps = 0;
   const auto sft_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/final",
-                                        "sft", preset, o, &sft_gen_tps);
+                                        "sft", preset, o, &sft_gen_tps, &sft_data_lines);
   stage_seconds.push_back({"final eval", seconds_since(t)});
 
   // 7. Report.
@@ -420,12 +435,14 @@ DemoResult run_demo(const DemoOptions& o) {
   for (auto& s : orlib::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
   write_file_atomic(out + "/loss.svg", orlib::loss_curves_svg(series, chart));
   orlib::SvgChart pass_chart;
-  pass_chart.title = "SFT: validation Pass@1 during training";
-  pass_chart.y_label = "Pass@1 (%)";
+  pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
+  pass_chart.y_label = "percent";
   write_file_atomic(out + "/val_pass1.svg",
-                    orlib::loss_curves_svg({metric_series(sft_summary.metrics_jsonl, "val_pass1",
-                                                          "validation Pass@1")},
-                                           pass_chart));
+                    orlib::loss_curves_svg(
+                        {metric_series(sft_summary.metrics_jsonl, "val_pass1", "validation Pass@1"),
+                         metric_series(sft_summary.metrics_jsonl, "val_data_lines",
+                                       "validation data lines reproduced")},
+                        pass_chart));
 
   orlib::DemoReportInputs report;
   report.title = "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(o.seed) + ")";
@@ -465,6 +482,8 @@ DemoResult run_demo(const DemoOptions& o) {
   report.figures.push_back({"time: total", format_fixed(seconds_since(start), 1) + " s"});
   report.charts = {{"Loss curves", "loss.svg"}, {"Validation Pass@1 during SFT", "val_pass1.svg"}};
   report.data_summary = data_summary;
+  report.base_data_lines = base_data_lines;
+  report.sft_data_lines = sft_data_lines;
   report.notes =
       "Pass@1 is greedy zero-shot decoding graded by `trex or eval` (the generated MathProg model "
       "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "

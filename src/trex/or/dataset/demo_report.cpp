@@ -1,11 +1,14 @@
 #include "trex/or/dataset/demo_report.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -252,6 +255,84 @@ Pass1Cell read_pass1(const std::string& path, const std::string& split) {
   return cell;
 }
 
+namespace {
+
+// The lines of a completion's data section (`data;` to `end;`, exclusive),
+// whitespace collapsed; empty when there is none.
+std::vector<std::string> data_section_lines(const std::string& completion) {
+  std::vector<std::string> out;
+  const size_t start = completion.find("data;");
+  if (start == std::string::npos) return out;
+  const size_t stop = completion.find("end;", start);
+  const std::string body = completion.substr(
+      start + 5, stop == std::string::npos ? std::string::npos : stop - start - 5);
+  size_t from = 0;
+  while (from <= body.size()) {
+    size_t nl = body.find('\n', from);
+    if (nl == std::string::npos) nl = body.size();
+    std::string line;
+    bool space = false;
+    for (size_t i = from; i < nl; ++i) {
+      const char c = body[i];
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        space = !line.empty();
+      } else {
+        if (space) line += ' ';
+        space = false;
+        line += c;
+      }
+    }
+    if (!line.empty()) out.push_back(line);
+    from = nl + 1;
+  }
+  return out;
+}
+
+// id -> first completion of a completions or gold JSONL file.
+std::map<std::string, std::string> first_completions(const std::string& path) {
+  std::map<std::string, std::string> out;
+  read_jsonl(path, [&](const nlohmann::json& r, long line) {
+    auto id = r.find("id");
+    if (id == r.end() || !id->is_string())
+      throw Error("expected a string id").file(path).line(line).field("id");
+    if (auto c = r.find("completion"); c != r.end() && c->is_string()) {
+      out[id->get<std::string>()] = c->get<std::string>();
+    } else if (auto cs = r.find("completions");
+               cs != r.end() && cs->is_array() && !cs->empty() && (*cs)[0].is_string()) {
+      out[id->get<std::string>()] = (*cs)[0].get<std::string>();
+    } else {
+      throw Error("expected a completion string or a non-empty completions array")
+          .file(path)
+          .line(line)
+          .field("completion");
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+DataLineRecall data_line_recall(const std::string& completions_path, const std::string& gold_path) {
+  const auto generated = first_completions(completions_path);
+  DataLineRecall r;
+  for (const auto& [id, gold] : first_completions(gold_path)) {
+    const std::vector<std::string> want = data_section_lines(gold);
+    ++r.items;
+    r.lines += static_cast<int64_t>(want.size());
+    auto it = generated.find(id);
+    if (it == generated.end()) continue;
+    std::vector<std::string> have = data_section_lines(it->second);
+    if (have == want) ++r.exact_items;
+    std::multiset<std::string> pool(have.begin(), have.end());
+    for (const auto& line : want)
+      if (auto hit = pool.find(line); hit != pool.end()) {
+        ++r.reproduced;
+        pool.erase(hit);
+      }
+  }
+  return r;
+}
+
 std::string demo_report_markdown(const DemoReportInputs& in) {
   std::string md = "# " + in.title + "\n\n";
   md += "## Pass@1 (zero-shot, graded by `trex or eval`)\n\n";
@@ -272,6 +353,19 @@ std::string demo_report_markdown(const DemoReportInputs& in) {
           " |\n";
   }
   md += "\nPass@1 in percent (one sample per item); `-`: not evaluated.\n";
+  if (!in.base_data_lines.empty() || !in.sft_data_lines.empty()) {
+    md +=
+        "\nReference data-section lines reproduced (percent): how much of the question's data "
+        "the models copy, a finer signal than Pass@1 (one wrong value fails an item).\n\n"
+        "| split | CPT-only base | SFT model |\n|---|---|---|\n";
+    for (const auto& split : in.splits) {
+      auto b = in.base_data_lines.find(split);
+      auto f = in.sft_data_lines.find(split);
+      if (b == in.base_data_lines.end() && f == in.sft_data_lines.end()) continue;
+      md += "| " + split + " | " + (b != in.base_data_lines.end() ? percent(b->second) : "-") +
+            " | " + (f != in.sft_data_lines.end() ? percent(f->second) : "-") + " |\n";
+    }
+  }
 
   if (!in.figures.empty()) {
     md += "\n## Training throughput and MFU\n\n| figure | value |\n|---|---|\n";

@@ -65,12 +65,35 @@ struct Pass1Cell {
 };
 Pass1Cell read_pass1(const std::string& report_json_path, const std::string& split);
 
+// How much of the reference data sections a split's completions reproduce:
+// each line between `data;` and `end;` of a gold completion counts as
+// reproduced when the completion's own data section holds it (whitespace
+// collapsed; each generated line matches once). A finer signal than Pass@1
+// while a model is still learning to copy the question's names and numbers
+// (one wrong value fails the whole item). Completions are {"id",
+// "completion"} or {"id", "completions": [first, ...]}; a gold id without a
+// completion counts its lines as missed. Malformed lines are a trex::Error
+// naming the file and line.
+struct DataLineRecall {
+  int64_t items = 0;        // gold items
+  int64_t lines = 0;        // gold data-section lines
+  int64_t reproduced = 0;   // of those, found in the completion
+  int64_t exact_items = 0;  // items whose data section is reproduced line for line
+  double percent() const {
+    return lines > 0 ? 100.0 * static_cast<double>(reproduced) / static_cast<double>(lines) : 0.0;
+  }
+};
+DataLineRecall data_line_recall(const std::string& completions_path, const std::string& gold_path);
+
 struct DemoReportInputs {
   std::string title = "T-Rex demo";
   std::vector<std::string> splits = {"test", "heldout_template", "heldout_family", "public"};
   std::map<std::string, std::string> base_reports;  // split -> report.json of the CPT-only base
   std::map<std::string, std::string> sft_reports;   // split -> report.json of the SFT model
   std::vector<std::pair<std::string, std::string>> figures;  // (figure, value): throughput, MFU
+  // split -> share of the reference data-section lines reproduced (percent);
+  // a split missing from a map shows "-".
+  std::map<std::string, double> base_data_lines, sft_data_lines;
   std::vector<std::pair<std::string, std::string>>
       charts;                   // (caption, SVG path relative to report.md)
   nlohmann::json data_summary;  // summary.json of `trex or demo-data`; null: no data section
