@@ -350,7 +350,11 @@ TEST(EvalHostile, SmallCorpusIsFullyClassified) {
   EXPECT_GE(s["per_kind"].size(), 55u);
   EXPECT_GT(s["verdicts"].value("timeout", 0), 3);
   EXPECT_GT(s["verdicts"].value("runtime_error", 0), 10);
-  EXPECT_EQ(s["per_kind"]["py_output_flood"].value("runtime_error", 0), 1);
+  // The flood is killed at the output cap (runtime_error) unless, on a loaded
+  // machine, the 1 s timeout comes first; the cap itself is tested with a
+  // 20 s timeout in EvalSandbox.OutputIsCappedAndFloodsAreKilled.
+  const json& flood = s["per_kind"]["py_output_flood"];
+  EXPECT_EQ(flood.value("runtime_error", 0) + flood.value("timeout", 0), 1) << flood.dump();
   EXPECT_EQ(s["per_kind"]["mp_correct"].value("correct", 0), 1);
   EXPECT_TRUE(std::filesystem::exists(dir.file("eval/report.json")));
 }
