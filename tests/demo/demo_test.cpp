@@ -65,6 +65,11 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   EXPECT_EQ(second.base_pass1, first.base_pass1);
   EXPECT_EQ(second.sft_pass1, first.sft_pass1);
   EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"), sft_checkpoint_time);
+  // The resumed run's report still has the finished stages' figures (3 CPT
+  // steps x 2 rows x 1024 tokens), read from their metrics, not this run's zeros.
+  const std::string resumed_report = trex::read_file(second.report_path);
+  EXPECT_NE(resumed_report.find("| CPT tokens | 6144 ("), std::string::npos) << resumed_report;
+  EXPECT_NE(resumed_report.find("| SFT tokens | 6144 ("), std::string::npos) << resumed_report;
 }
 
 TEST(Demo, UnknownPresetIsAnError) {

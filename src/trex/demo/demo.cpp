@@ -204,6 +204,35 @@ orlib::CurveSeries metric_series(const std::string& metrics_path, const std::str
   return series;
 }
 
+// A training stage's history over all its runs, from its metrics.jsonl.
+struct StageHistory {
+  double tokens = 0, seconds = 0, tflop = 0, mfu_seconds = 0;
+  double final_loss = 0, final_lm_loss = 0, final_validation_loss = -1;
+  double tokens_per_second() const { return seconds > 0 ? tokens / seconds : 0.0; }
+  double model_gflops_per_second() const { return seconds > 0 ? 1e3 * tflop / seconds : 0.0; }
+  double mfu() const { return seconds > 0 ? mfu_seconds / seconds : 0.0; }  // time-weighted
+};
+
+StageHistory read_stage_history(const std::string& metrics_path) {
+  StageHistory h;
+  if (metrics_path.empty() || !fs::exists(metrics_path)) return h;
+  auto number = [](const json& r, const char* key) {
+    auto it = r.find(key);
+    return it != r.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  read_jsonl(metrics_path, [&](const json& r, long) {
+    const double seconds = number(r, "step_seconds");
+    h.tokens += number(r, "tokens");
+    h.seconds += seconds;
+    h.tflop += number(r, "model_tflops") * seconds;
+    h.mfu_seconds += number(r, "mfu") * seconds;
+    if (r.contains("loss")) h.final_loss = number(r, "loss");
+    if (r.contains("loss_lm")) h.final_lm_loss = number(r, "loss_lm");
+    if (r.contains("val_loss")) h.final_validation_loss = number(r, "val_loss");
+  });
+  return h;
+}
+
 train::RunConfig base_run_config(const DemoPreset& preset, const std::string& tokenizer_path,
                                  double peak_gflops, uint64_t seed) {
   train::RunConfig c;
@@ -452,21 +481,28 @@ DemoResult run_demo(const DemoOptions& o) {
     if (fs::exists(base_report)) report.base_reports[split] = base_report;
     if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
   }
+  // Stage figures come from the stage's metrics.jsonl (one record per step),
+  // so a stage finished by an earlier, interrupted `trex demo` still reports
+  // its whole history, not this process's share of it (none, for a stage
+  // that was already complete).
   auto stage_figures = [&](const std::string& name, const train::TrainSummary& s) {
+    const StageHistory h = read_stage_history(s.metrics_jsonl);
     report.figures.push_back({name + " steps", std::to_string(s.steps) + " (" +
                                                    std::to_string(s.skipped_steps) + " skipped, " +
                                                    std::to_string(s.spikes) + " loss spikes)"});
     report.figures.push_back(
-        {name + " tokens",
-         std::to_string(s.tokens) + " (" + std::to_string(s.trained_tokens) + " trained)"});
+        {name + " tokens", format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) +
+                               " trained)"});
     report.figures.push_back(
-        {name + " throughput", format_fixed(s.tokens_per_second, 0) + " tokens/s, " +
-                                   format_fixed(s.model_tflops * 1e3, 1) + " model GFLOP/s, MFU " +
-                                   format_fixed(100 * s.mfu, 1) + "%"});
+        {name + " throughput",
+         format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
+             format_fixed(h.model_gflops_per_second(), 1) + " model GFLOP/s, MFU " +
+             format_fixed(100 * h.mfu(), 1) + "% (" + format_fixed(h.seconds, 0) +
+             " s of training steps)"});
     report.figures.push_back(
-        {name + " final loss", format_fixed(s.final_loss, 3) + " (LM " +
-                                   format_fixed(s.final_lm_loss, 3) + ", validation " +
-                                   format_fixed(s.final_validation_loss, 3) + ")"});
+        {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
+                                   format_fixed(h.final_lm_loss, 3) + ", validation " +
+                                   format_fixed(h.final_validation_loss, 3) + ")"});
   };
   report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
   report.figures.push_back(
