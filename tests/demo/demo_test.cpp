@@ -4,6 +4,7 @@
 // results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,7 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   o.quiet = true;
   o.peak_gflops = 100.0;
   o.jobs = 1;
+  o.sft_lr = 4e-3;  // overrides the preset's 2e-3
   const trex::demo::DemoResult first = trex::demo::run_demo(o);
 
   const std::string report = trex::read_file(first.report_path);
@@ -59,6 +61,19 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   });
   EXPECT_GE(with_pass1, 1);
 
+  // The SFT stage ran with the overridden peak learning rate.
+  double max_sft_lr = 0;
+  trex::read_jsonl(o.out_dir + "/sft/metrics.jsonl", [&](const nlohmann::json& r, long) {
+    max_sft_lr = std::max(max_sft_lr, r.value("lr", 0.0));
+  });
+  EXPECT_GT(max_sft_lr, 2.5e-3);
+  EXPECT_LE(max_sft_lr, 4e-3 * (1 + 1e-9));
+  const size_t sft_steps_row = report.find("| SFT steps | 3 (");
+  ASSERT_NE(sft_steps_row, std::string::npos) << report;
+  const std::string sft_steps_line =
+      report.substr(sft_steps_row, report.find('\n', sft_steps_row) - sft_steps_row);
+  EXPECT_NE(sft_steps_line.find("peak LR 0.004 |"), std::string::npos) << sft_steps_line;
+
   // A rerun resumes: nothing is retrained or regenerated, results are equal.
   const auto sft_checkpoint_time = fs::last_write_time(o.out_dir + "/final/eval/test/report.json");
   const trex::demo::DemoResult second = trex::demo::run_demo(o);
@@ -77,6 +92,9 @@ TEST(Demo, UnknownPresetIsAnError) {
   trex::demo::DemoOptions o;
   o.preset = "smoke";
   o.cpt_steps = 0;
+  EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
+  o.cpt_steps = -1;
+  o.sft_lr = 0;
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
 }
 

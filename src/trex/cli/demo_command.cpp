@@ -24,6 +24,10 @@ void add_demo_command(CLI::App& app) {
       ->capture_default_str();
   d->add_option("--cpt-steps", options->cpt_steps, "Override the preset's CPT steps");
   d->add_option("--sft-steps", options->sft_steps, "Override the preset's SFT steps");
+  d->add_option("--cpt-lr", options->cpt_lr, "Override the preset's peak CPT learning rate")
+      ->check(CLI::PositiveNumber);
+  d->add_option("--sft-lr", options->sft_lr, "Override the preset's peak SFT learning rate")
+      ->check(CLI::PositiveNumber);
   d->add_option("--bench-dir", options->bench_dir, "Public benchmarks for the public slice")
       ->capture_default_str();
   d->add_option("--jobs", options->jobs, "Worker processes for data building and grading")

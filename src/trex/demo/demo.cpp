@@ -270,9 +270,17 @@ DemoPreset demo_preset(std::string_view name) {
   if (name == "default") {
     p.data_preset = "default";
     p.sizes = orlib::demo_preset_sizes("default");
+    // Sized for `make demo` on a fresh 2-core machine in <= 20 minutes, of
+    // which installing and building take ~8.5: half the data preset's
+    // evaluation items (generation of a split dominates its grading) and
+    // 30 + 40 training steps (~6.5 min at ~700 tokens/s).
+    p.sizes.test = 40;
+    p.sizes.heldout_template = 40;
+    p.sizes.heldout_family = 30;
+    p.sizes.public_items = 30;
     p.model_config = demo_model_config();
-    p.cpt_steps = 60;
-    p.sft_steps = 100;
+    p.cpt_steps = 30;
+    p.sft_steps = 40;
     p.val_pass_evals = 2;
     p.max_new_tokens = 320;
   } else if (name == "full") {
@@ -323,6 +331,10 @@ DemoResult run_demo(const DemoOptions& o) {
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
   if (preset.cpt_steps < 1 || preset.sft_steps < 1)
     throw Error("the demo needs at least one CPT and one SFT step").field("steps");
+  if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
+  if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
+  if (!(o.cpt_lr < 0 || o.cpt_lr > 0) || !(o.sft_lr < 0 || o.sft_lr > 0))
+    throw Error("a learning-rate override must be > 0 (negative: the preset's)").field("lr");
   const std::string out = o.out_dir;
   const std::string data_dir = out + "/data";
   fs::create_directories(out);
@@ -385,7 +397,7 @@ DemoResult run_demo(const DemoOptions& o) {
   t = std::chrono::steady_clock::now();
   say(o, "== cpt: " + std::to_string(preset.cpt_steps) + " steps of " +
              std::to_string(preset.global_batch) + " x " + std::to_string(preset.seq_len) +
-             " tokens from random init");
+             " tokens from random init, peak LR " + format_fixed(preset.cpt_lr, 4));
   train::RunConfig cpt = base_run_config(preset, tokenizer_path, peak, o.seed);
   cpt.model_config = model_config_path;
   cpt.init_seed = o.seed;
@@ -415,7 +427,8 @@ DemoResult run_demo(const DemoOptions& o) {
   t = std::chrono::steady_clock::now();
   say(o, "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
              std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
-             " tokens from " + cpt_summary.last_checkpoint);
+             " tokens from " + cpt_summary.last_checkpoint + ", peak LR " +
+             format_fixed(preset.sft_lr, 4));
   train::RunConfig sft = base_run_config(preset, tokenizer_path, peak, o.seed);
   sft.seq_len = preset.sft_seq_len;
   sft.micro_batch = preset.sft_micro_batch;
@@ -485,20 +498,20 @@ DemoResult run_demo(const DemoOptions& o) {
   // so a stage finished by an earlier, interrupted `trex demo` still reports
   // its whole history, not this process's share of it (none, for a stage
   // that was already complete).
-  auto stage_figures = [&](const std::string& name, const train::TrainSummary& s) {
+  auto stage_figures = [&](const std::string& name, const train::TrainSummary& s, double lr) {
     const StageHistory h = read_stage_history(s.metrics_jsonl);
-    report.figures.push_back({name + " steps", std::to_string(s.steps) + " (" +
-                                                   std::to_string(s.skipped_steps) + " skipped, " +
-                                                   std::to_string(s.spikes) + " loss spikes)"});
     report.figures.push_back(
-        {name + " tokens", format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) +
-                               " trained)"});
+        {name + " steps", std::to_string(s.steps) + " (" + std::to_string(s.skipped_steps) +
+                              " skipped, " + std::to_string(s.spikes) + " loss spikes), peak LR " +
+                              format_fixed(lr, 4)});
     report.figures.push_back(
-        {name + " throughput",
-         format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
-             format_fixed(h.model_gflops_per_second(), 1) + " model GFLOP/s, MFU " +
-             format_fixed(100 * h.mfu(), 1) + "% (" + format_fixed(h.seconds, 0) +
-             " s of training steps)"});
+        {name + " tokens",
+         format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) + " trained)"});
+    report.figures.push_back(
+        {name + " throughput", format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
+                                   format_fixed(h.model_gflops_per_second(), 1) +
+                                   " model GFLOP/s, MFU " + format_fixed(100 * h.mfu(), 1) + "% (" +
+                                   format_fixed(h.seconds, 0) + " s of training steps)"});
     report.figures.push_back(
         {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
                                    format_fixed(h.final_lm_loss, 3) + ", validation " +
@@ -507,8 +520,8 @@ DemoResult run_demo(const DemoOptions& o) {
   report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
   report.figures.push_back(
       {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
-  stage_figures("CPT", cpt_summary);
-  stage_figures("SFT", sft_summary);
+  stage_figures("CPT", cpt_summary, preset.cpt_lr);
+  stage_figures("SFT", sft_summary, preset.sft_lr);
   if (base_gen_tps > 0)
     report.figures.push_back({"generation (base)", format_fixed(base_gen_tps, 0) + " tokens/s"});
   if (sft_gen_tps > 0)

@@ -56,6 +56,8 @@ struct DemoOptions {
   uint64_t seed = 1;
   int64_t cpt_steps = -1;  // >= 0 overrides the preset
   int64_t sft_steps = -1;
+  double cpt_lr = -1;  // > 0 overrides the preset's peak learning rate
+  double sft_lr = -1;
   std::string bench_dir = "../shared/or_bench";  // missing: no public slice
   int jobs = 2;                                  // data build and grading workers
   double peak_gflops = 0.0;                      // <= 0: measured once at start
