@@ -29,6 +29,7 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   o.peak_gflops = 100.0;
   o.jobs = 1;
   o.sft_lr = 4e-3;  // overrides the preset's 2e-3
+  o.sft_global_batch = 3;  // overrides the preset's 2 rows per step
   const trex::demo::DemoResult first = trex::demo::run_demo(o);
 
   const std::string report = trex::read_file(first.report_path);
@@ -81,10 +82,11 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   EXPECT_EQ(second.sft_pass1, first.sft_pass1);
   EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"), sft_checkpoint_time);
   // The resumed run's report still has the finished stages' figures (3 CPT
-  // steps x 2 rows x 1024 tokens), read from their metrics, not this run's zeros.
+  // steps x 2 rows x 1024 tokens; SFT 3 x 3 x 1024), read from their metrics,
+  // not this run's zeros.
   const std::string resumed_report = trex::read_file(second.report_path);
   EXPECT_NE(resumed_report.find("| CPT tokens | 6144 ("), std::string::npos) << resumed_report;
-  EXPECT_NE(resumed_report.find("| SFT tokens | 6144 ("), std::string::npos) << resumed_report;
+  EXPECT_NE(resumed_report.find("| SFT tokens | 9216 ("), std::string::npos) << resumed_report;
 }
 
 TEST(Demo, UnknownPresetIsAnError) {
@@ -95,6 +97,9 @@ TEST(Demo, UnknownPresetIsAnError) {
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
   o.cpt_steps = -1;
   o.sft_lr = 0;
+  EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
+  o.sft_lr = -1;
+  o.sft_global_batch = 0;
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
 }
 

@@ -28,6 +28,9 @@ void add_demo_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   d->add_option("--sft-lr", options->sft_lr, "Override the preset's peak SFT learning rate")
       ->check(CLI::PositiveNumber);
+  d->add_option("--sft-batch", options->sft_global_batch,
+                "Override the preset's SFT batch (rows of the preset's SFT length per step)")
+      ->check(CLI::PositiveNumber);
   d->add_option("--bench-dir", options->bench_dir, "Public benchmarks for the public slice")
       ->capture_default_str();
   d->add_option("--jobs", options->jobs, "Worker processes for data building and grading")

@@ -58,6 +58,7 @@ struct DemoOptions {
   int64_t sft_steps = -1;
   double cpt_lr = -1;  // > 0 overrides the preset's peak learning rate
   double sft_lr = -1;
+  int64_t sft_global_batch = -1;                 // > 0 overrides the preset's SFT rows per step
   std::string bench_dir = "../shared/or_bench";  // missing: no public slice
   int jobs = 2;                                  // data build and grading workers
   double peak_gflops = 0.0;                      // <= 0: measured once at start
