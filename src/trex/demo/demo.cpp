@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 #include <optional>
 
 #include "trex/core/atomic_file.hpp"
@@ -332,18 +333,17 @@ DemoResult run_demo(const DemoOptions& o) {
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
   if (preset.cpt_steps < 1 || preset.sft_steps < 1)
     throw Error("the demo needs at least one CPT and one SFT step").field("steps");
-  if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
-  if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
-  if (o.sft_global_batch == 0 || o.sft_global_batch < -1)
-    throw Error("must be >= 1 rows per step").field("sft_global_batch");
-  if (o.sft_global_batch > 0) {
-    preset.sft_global_batch = o.sft_global_batch;
-    // Keep the preset's micro-batch when it divides the new batch.
-    preset.sft_micro_batch = std::min(preset.sft_micro_batch, o.sft_global_batch);
-    if (o.sft_global_batch % preset.sft_micro_batch != 0) preset.sft_micro_batch = 1;
-  }
   if (!(o.cpt_lr < 0 || o.cpt_lr > 0) || !(o.sft_lr < 0 || o.sft_lr > 0))
     throw Error("a learning-rate override must be > 0 (negative: the preset's)").field("lr");
+  if (o.sft_global_batch == 0 || o.sft_global_batch < -1)
+    throw Error("must be >= 1 rows per step").field("sft_global_batch");
+  if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
+  if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
+  if (o.sft_global_batch > 0) {
+    preset.sft_global_batch = o.sft_global_batch;
+    // A micro-batch no larger than the preset's that divides the new batch.
+    preset.sft_micro_batch = std::gcd(preset.sft_micro_batch, o.sft_global_batch);
+  }
   const std::string out = o.out_dir;
   const std::string data_dir = out + "/data";
   fs::create_directories(out);
