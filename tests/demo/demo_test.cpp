@@ -28,7 +28,7 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   o.quiet = true;
   o.peak_gflops = 100.0;
   o.jobs = 1;
-  o.sft_lr = 4e-3;  // overrides the preset's 2e-3
+  o.sft_lr = 4e-3;         // overrides the preset's 2e-3
   o.sft_global_batch = 3;  // overrides the preset's 2 rows per step
   const trex::demo::DemoResult first = trex::demo::run_demo(o);
 
@@ -87,6 +87,35 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   const std::string resumed_report = trex::read_file(second.report_path);
   EXPECT_NE(resumed_report.find("| CPT tokens | 6144 ("), std::string::npos) << resumed_report;
   EXPECT_NE(resumed_report.find("| SFT tokens | 9216 ("), std::string::npos) << resumed_report;
+
+  // Resuming with the other tokenizer is refused, naming the file.
+  o.bare_words = true;
+  try {
+    trex::demo::run_demo(o);
+    ADD_FAILURE() << "a bare-words resume of a DeepSeek-V3-tokenizer run was accepted";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Demo, BareWordsPresetKeepsTokensPerStepAndWidensTheWindow) {
+  const trex::demo::DemoPreset base = trex::demo::demo_preset("default");
+  const trex::demo::DemoPreset p = trex::demo::with_bare_words(base);
+  EXPECT_FALSE(base.bare_words);
+  EXPECT_TRUE(p.bare_words);
+  EXPECT_EQ(p.model_config["sliding_window"], 1024);
+  EXPECT_EQ(p.seq_len * p.global_batch, base.seq_len * base.global_batch);
+  EXPECT_EQ(p.seq_len, 2 * base.seq_len);
+  EXPECT_EQ(p.sft_seq_len * p.sft_global_batch, base.sft_seq_len * base.sft_global_batch);
+  EXPECT_EQ(p.sft_seq_len, 2048);
+  EXPECT_EQ(p.global_batch % p.micro_batch, 0);
+  EXPECT_EQ(p.sft_global_batch % p.sft_micro_batch, 0);
+  EXPECT_EQ(p.max_new_tokens, base.max_new_tokens * 5 / 4);
+  // An odd batch keeps its rows.
+  trex::demo::DemoPreset odd = base;
+  odd.sft_global_batch = 3;
+  odd.sft_micro_batch = 3;
+  EXPECT_EQ(trex::demo::with_bare_words(odd).sft_seq_len, base.sft_seq_len);
 }
 
 TEST(Demo, UnknownPresetIsAnError) {

@@ -325,12 +325,17 @@ TEST(TokenizerTrain, MostFrequentPairFirstThenSmallestIds) {
   EXPECT_EQ(tok.encode(" cd ab"), (std::vector<int32_t>{265, 39, 264}));
 }
 
-TEST(TokenizerTrain, SplitDigitsIndividually) {
+// A 600-token vocabulary on the fixture corpus, with one pre-tokenizer switch set.
+Tokenizer train_small(bool TokenizerTrainOptions::*pre_tokenizer_switch) {
   TokenizerTrainOptions o;
   o.vocab_size = 600;
-  o.split_digits_individually = true;
+  o.*pre_tokenizer_switch = true;
   o.show_progress = false;
-  const Tokenizer tok = Tokenizer::train({fixture("corpus.txt")}, o);
+  return Tokenizer::train({fixture("corpus.txt")}, o);
+}
+
+TEST(TokenizerTrain, SplitDigitsIndividually) {
+  const Tokenizer tok = train_small(&TokenizerTrainOptions::split_digits_individually);
   EXPECT_EQ(tok.pre_tokenize("x=2024"), (std::vector<std::string>{"x", "=", "2", "0", "2", "4"}));
   const auto ids = tok.encode("param avail := 12345 678;");
   int digit_tokens = 0;
@@ -342,6 +347,30 @@ TEST(TokenizerTrain, SplitDigitsIndividually) {
     }
   }
   EXPECT_EQ(digit_tokens, 8);
+}
+
+TEST(TokenizerTrain, BareWordsShareWordTokensAcrossSeparators) {
+  const Tokenizer tok = train_small(&TokenizerTrainOptions::bare_words);
+  // The space is its own pre-token; punctuation no longer glues to the word after it.
+  EXPECT_EQ(
+      tok.pre_tokenize("face mask:=face_mask\nWarren"),
+      (std::vector<std::string>{"face", " ", "mask", ":=", "face", "_", "mask", "\n", "Warren"}));
+  // A name in prose and in a MathProg data line: the words have the same ids.
+  auto word_ids = [&](const std::string& text) {
+    std::vector<int32_t> out;
+    for (int32_t id : tok.encode(text)) {
+      const std::string t = tok.id_to_token(id);
+      if (t != "Ġ" && t != "_" && t != "Ċ") out.push_back(id);
+    }
+    return out;
+  };
+  EXPECT_EQ(word_ids("the pale ale"), word_ids("the_pale_ale"));
+  EXPECT_EQ(word_ids(" Warren"), word_ids("\nWarren"));
+  const std::string text = "set P := pale_ale saison;\nparam c := Warren 18.92 5;";
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  // The default (DeepSeek-V3) split keeps the space on the word: different ids.
+  const Tokenizer v3 = Tokenizer::train({fixture("corpus.txt")}, fixture_train_options());
+  EXPECT_EQ(v3.pre_tokenize("pale ale_ale"), (std::vector<std::string>{"pale", " ale", "_ale"}));
 }
 
 TEST(TokenizerTrain, SaveAndLoadRoundTrip) {

@@ -31,6 +31,9 @@ void add_demo_command(CLI::App& app) {
   d->add_option("--sft-batch", options->sft_global_batch,
                 "Override the preset's SFT batch (rows of the preset's SFT length per step)")
       ->check(CLI::PositiveNumber);
+  d->add_flag("--bare-words", options->bare_words,
+              "Bare-words tokenizer (names copy token for token; ~50% more tokens), with a 1024 "
+              "window and rows twice as long (docs/demo.md)");
   d->add_option("--bench-dir", options->bench_dir, "Public benchmarks for the public slice")
       ->capture_default_str();
   d->add_option("--jobs", options->jobs, "Worker processes for data building and grading")

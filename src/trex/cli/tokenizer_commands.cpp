@@ -32,6 +32,7 @@ struct TrainOptions {
   int64_t min_frequency = 2;
   std::string out;
   bool split_digits = false;
+  bool bare_words = false;
 };
 
 struct EncodeOptions {
@@ -55,6 +56,7 @@ void run_train(const TrainOptions& o) {
   options.vocab_size = o.vocab_size;
   options.min_frequency = o.min_frequency;
   options.split_digits_individually = o.split_digits;
+  options.bare_words = o.bare_words;
   const auto start = std::chrono::steady_clock::now();
   const io::Tokenizer tok = io::Tokenizer::train(split_list(o.corpus, ','), options);
   tok.save(o.out);
@@ -172,6 +174,9 @@ void add_tokenizer_commands(CLI::App& app) {
       ->capture_default_str();
   t->add_flag("--split-digits", train->split_digits,
               "Every digit its own pre-token (default: groups of up to 3 digits, as DeepSeek-V3)");
+  t->add_flag("--bare-words", train->bare_words,
+              "Words without a leading space (the space is its own token), so 'pale ale' and "
+              "'pale_ale' share word tokens");
   t->callback([train] { run_train(*train); });
 
   auto enc = std::make_shared<EncodeOptions>();

@@ -108,13 +108,15 @@ void write_cpt_validation(const std::string& sft_val, const std::string& out) {
   write_file_atomic(out, text);
 }
 
-io::Tokenizer train_demo_tokenizer(const std::string& cpt_path, int64_t vocab_size, bool quiet) {
+io::Tokenizer train_demo_tokenizer(const std::string& cpt_path, int64_t vocab_size, bool bare_words,
+                                   bool quiet) {
   std::vector<std::string> texts;
   read_jsonl(cpt_path, [&](const json& record, long) {
     texts.push_back(record.at("text").get<std::string>());
   });
   io::TokenizerTrainOptions options;
   options.vocab_size = vocab_size;
+  options.bare_words = bare_words;
   options.show_progress = !quiet;
   return io::Tokenizer::train_from_texts(texts, options);
 }
@@ -326,9 +328,26 @@ DemoPreset demo_preset(std::string_view name) {
   return p;
 }
 
+DemoPreset with_bare_words(DemoPreset p) {
+  p.bare_words = true;
+  const int64_t window = p.model_config.at("sliding_window").get<int64_t>();
+  p.model_config["sliding_window"] = std::max<int64_t>(window, 1024);
+  auto longer_rows = [](int64_t& seq_len, int64_t& micro, int64_t& global) {
+    if (global % 2 != 0) return;  // keep the rows when the batch cannot halve
+    seq_len *= 2;
+    global /= 2;
+    micro = std::gcd(micro, global);
+  };
+  longer_rows(p.seq_len, p.micro_batch, p.global_batch);
+  longer_rows(p.sft_seq_len, p.sft_micro_batch, p.sft_global_batch);
+  p.max_new_tokens = p.max_new_tokens * 5 / 4;
+  return p;
+}
+
 DemoResult run_demo(const DemoOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   DemoPreset preset = demo_preset(o.preset);
+  if (o.bare_words) preset = with_bare_words(std::move(preset));
   if (o.cpt_steps >= 0) preset.cpt_steps = o.cpt_steps;
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
   if (preset.cpt_steps < 1 || preset.sft_steps < 1)
@@ -381,12 +400,21 @@ DemoResult run_demo(const DemoOptions& o) {
   const std::string tokenizer_path = out + "/tokenizer.json";
   if (!fs::exists(tokenizer_path)) {
     say(o, "== tokenizer: byte-level BPE, " + std::to_string(preset.vocab_size) +
-               " tokens, on the CPT corpus");
-    io::Tokenizer trained =
-        train_demo_tokenizer(data_dir + "/cpt.jsonl", preset.vocab_size, o.quiet);
+               " tokens at most, on the CPT corpus" +
+               (preset.bare_words ? " (bare words: names copy token for token)" : ""));
+    io::Tokenizer trained = train_demo_tokenizer(data_dir + "/cpt.jsonl", preset.vocab_size,
+                                                 preset.bare_words, o.quiet);
     trained.save(tokenizer_path);
   }
   const io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
+  // A resumed run must not train on a tokenizer of the other pre-tokenizer.
+  if (nlohmann::json(tokenizer.to_json()["pre_tokenizer"]) !=
+      nlohmann::json(io::deepseek_v3_pre_tokenizer_json(false, preset.bare_words)))
+    throw Error(std::string("the tokenizer was trained ") +
+                (preset.bare_words ? "without" : "with") +
+                " --bare-words; use that setting or a new --out-dir")
+        .file(tokenizer_path)
+        .field("pre_tokenizer");
   json model_config = preset.model_config;
   model_config["vocab_size"] = tokenizer.vocab_size();
   model_config["bos_token_id"] = tokenizer.special_ids().bos;

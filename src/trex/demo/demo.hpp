@@ -28,7 +28,14 @@ struct DemoPreset {
   std::string data_preset;  // demo-data preset the sizes start from
   orlib::DemoSizes sizes;
   nlohmann::json model_config;  // released key scheme; vocab/bos/eos set from the tokenizer
-  int64_t vocab_size = 4096;
+  int64_t vocab_size = 4096;    // an upper bound: BPE stops when no pair repeats
+  // Word pre-tokens without a leading space (io::deepseek_v3_pre_tokenizer_json):
+  // `face mask` in a question and `face_mask` in its model share the tokens
+  // `face` and `mask`, so copying a name is an identity over token ids; the
+  // DeepSeek-V3 split gives ` mask` and `_mask` (and `Warren` vs ` Warren` at
+  // a line start), a map the model must learn per word. Off in the presets
+  // until a full run measures it (docs/demo.md); with_bare_words() turns it on.
+  bool bare_words = false;
   // CPT packs documents back to back into rows of `seq_len`; SFT packs whole
   // examples into rows of `sft_seq_len` (a 1024-token row holds 2-3 pairs of
   // ~400 tokens, where a 512-token row holds one and pads the rest).
@@ -49,6 +56,11 @@ struct DemoPreset {
   int64_t checkpoint_interval = 25;
 };
 DemoPreset demo_preset(std::string_view name);  // default | full | smoke; throws trex::Error
+// The preset with the bare-words tokenizer and what its ~50% longer token
+// sequences need: a window over a whole pair (>= 1024), CPT and SFT rows twice
+// as long with half as many per step (the same tokens per step, one pair of
+// ~580 tokens per 1024-token row would pad ~40%), answers up to 5/4 as long.
+DemoPreset with_bare_words(DemoPreset preset);
 
 struct DemoOptions {
   std::string out_dir = "out/demo";
@@ -59,6 +71,7 @@ struct DemoOptions {
   double cpt_lr = -1;  // > 0 overrides the preset's peak learning rate
   double sft_lr = -1;
   int64_t sft_global_batch = -1;                 // > 0 overrides the preset's SFT rows per step
+  bool bare_words = false;                       // with_bare_words(preset)
   std::string bench_dir = "../shared/or_bench";  // missing: no public slice
   int jobs = 2;                                  // data build and grading workers
   double peak_gflops = 0.0;                      // <= 0: measured once at start

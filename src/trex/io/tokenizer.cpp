@@ -147,12 +147,14 @@ std::vector<std::string> default_special_tokens() {
           std::string(kEndThinkToken)};
 }
 
-ordered_json deepseek_v3_pre_tokenizer_json(bool split_digits_individually) {
+ordered_json deepseek_v3_pre_tokenizer_json(bool split_digits_individually, bool bare_words) {
+  const std::string words =
+      bare_words ? "[\\p{L}\\p{M}]+"
+                 : "[!\"#$%&'()*+,\\-./"
+                   ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+";
   const std::string patterns[3] = {
       split_digits_individually ? "\\p{N}" : "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
-      "[!\"#$%&'()*+,\\-./"
-      ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
-      "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
+      words + "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
   ordered_json steps = ordered_json::array();
   for (const std::string& p : patterns) {
     ordered_json split;

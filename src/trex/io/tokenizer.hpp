@@ -32,7 +32,12 @@ std::vector<std::string> default_special_tokens();
 // The DeepSeek-V3 tokenizer.json pre-tokenizer: Split(\p{N}{1,3}) , Split(CJK / kana runs),
 // Split(letters / punctuation / whitespace), ByteLevel(add_prefix_space false, use_regex false).
 // With `split_digits_individually` the first pattern is \p{N} (every digit its own pre-token).
-nlohmann::ordered_json deepseek_v3_pre_tokenizer_json(bool split_digits_individually = false);
+// With `bare_words` a word pre-token carries no leading space or punctuation (the space is its
+// own token), so a name written `pale ale` in a question and `pale_ale` in a model shares the
+// tokens `pale` and `ale`: copying it is an identity over token ids, not a learned map from
+// ` ale` to `_ale` per word. Costs one token per space before a word.
+nlohmann::ordered_json deepseek_v3_pre_tokenizer_json(bool split_digits_individually = false,
+                                                      bool bare_words = false);
 
 struct AddedToken {
   int32_t id = -1;
@@ -50,6 +55,7 @@ struct TokenizerTrainOptions {
   int64_t vocab_size = 8000;  // including special tokens and the 256 byte tokens
   int64_t min_frequency = 2;  // a pair seen fewer times is never merged
   bool split_digits_individually = false;
+  bool bare_words = false;  // see deepseek_v3_pre_tokenizer_json
   std::vector<std::string> special_tokens = default_special_tokens();
   bool show_progress = true;
 };

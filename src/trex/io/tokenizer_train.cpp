@@ -34,7 +34,7 @@ uint64_t key(int32_t a, int32_t b) {
 ordered_json tokenizer_doc(const std::vector<std::string>& specials,
                            const std::vector<std::string>& tokens,
                            const std::vector<std::pair<std::string, std::string>>& merges,
-                           bool split_digits) {
+                           bool split_digits, bool bare_words) {
   ordered_json doc;
   doc["version"] = "1.0";
   doc["truncation"] = nullptr;
@@ -53,7 +53,7 @@ ordered_json tokenizer_doc(const std::vector<std::string>& specials,
   }
   doc["added_tokens"] = added;
   doc["normalizer"] = nullptr;
-  doc["pre_tokenizer"] = deepseek_v3_pre_tokenizer_json(split_digits);
+  doc["pre_tokenizer"] = deepseek_v3_pre_tokenizer_json(split_digits, bare_words);
   doc["post_processor"] = nullptr;
   ordered_json decoder;
   decoder["type"] = "ByteLevel";
@@ -120,9 +120,10 @@ Tokenizer Tokenizer::train_from_texts(const std::vector<std::string>& texts,
     tokens.push_back(byte_level_token(raw));
     token_bytes.push_back(raw);
   }
-  const Tokenizer pre = from_json(
-      nlohmann::json(tokenizer_doc(specials, tokens, {}, options.split_digits_individually)),
-      "<trainer>");
+  const Tokenizer pre =
+      from_json(nlohmann::json(tokenizer_doc(
+                    specials, tokens, {}, options.split_digits_individually, options.bare_words)),
+                "<trainer>");
 
   // Distinct pre-tokens and their counts, in first-seen order (deterministic).
   std::unordered_map<std::string, std::size_t> word_index;
@@ -256,7 +257,8 @@ Tokenizer Tokenizer::train_from_texts(const std::vector<std::string>& texts,
   if (progress) progress->finish(std::to_string(merges.size()) + " merges");
 
   return from_json(
-      nlohmann::json(tokenizer_doc(specials, tokens, merges, options.split_digits_individually)),
+      nlohmann::json(tokenizer_doc(specials, tokens, merges, options.split_digits_individually,
+                                   options.bare_words)),
       "<trained>");
 }
 
