@@ -205,3 +205,48 @@ TEST(GenerateCli, PromptsGenerateEvalPipeline) {
 }
 
 }  // namespace
+
+// `mpirun -np N trex demo` generates one block of a prompts file per rank:
+// the blocks joined in order are the whole file's records, samples included
+// (each prompt keeps its seed stream; batch 1 so that float rounding does not
+// depend on which prompts share a batch).
+TEST(GenerateCli, ShardsJoinedInOrderEqualTheWholeFile) {
+  trex::test::TempDir dir;
+  const std::string ckpt = dir.path() + "/ckpt";
+  std::filesystem::create_directories(ckpt);
+  write_checkpoint(ckpt);
+  const std::string prompts = dir.path() + "/prompts.jsonl";
+  write_lines(prompts, kPrompts);
+  const auto tok = trex::io::Tokenizer::load(ckpt + "/tokenizer.json");
+  const auto model = trex::model::Model<float>::from_checkpoint(ckpt);
+  trex::model::GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.batch_size = 1;
+  o.samples = 2;
+  o.sampling.temperature = 1.5;
+  o.seed = 5;
+  const std::string whole = dir.path() + "/whole.jsonl";
+  trex::model::generate_file(model, tok, prompts, whole, o, false);
+  const auto expected = trex::read_jsonl(whole);
+  ASSERT_EQ(expected.size(), 3u);
+  for (int count : {2, 3}) {
+    std::vector<nlohmann::json> joined;
+    int64_t generated = 0;
+    for (int index = 0; index < count; ++index) {
+      const std::string part = dir.path() + "/part" + std::to_string(index) + ".jsonl";
+      const auto stats =
+          trex::model::generate_file(model, tok, prompts, part, o, false, {index, count});
+      generated += stats.prompts;
+      for (auto& r : trex::read_jsonl(part)) joined.push_back(r);
+    }
+    EXPECT_EQ(generated, 3) << count;
+    EXPECT_EQ(joined, expected) << count << " shards";
+  }
+  // Shard 0 of 2 holds prompt 0 only (blocks [0, 1) and [1, 3)).
+  const std::string first = dir.path() + "/first.jsonl";
+  trex::model::generate_file(model, tok, prompts, first, o, false, {0, 2});
+  ASSERT_EQ(trex::read_jsonl(first).size(), 1u);
+  EXPECT_EQ(trex::read_jsonl(first)[0]["id"], "a-1");
+  EXPECT_THROW(trex::model::generate_file(model, tok, prompts, first, o, false, {2, 2}),
+               trex::Error);
+}

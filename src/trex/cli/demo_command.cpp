@@ -43,6 +43,7 @@ void add_demo_command(CLI::App& app) {
   d->add_flag("--quiet", options->quiet, "Only errors and the final table");
   d->callback([options] {
     const demo::DemoResult r = demo::run_demo(*options);
+    if (!r.root) return;
     std::cout << "\nzero-shot Pass@1 (%)      CPT-only base    SFT model\n";
     for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
       auto cell = [&](const std::map<std::string, double>& m) {

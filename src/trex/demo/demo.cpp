@@ -13,7 +13,9 @@
 #include "trex/core/jsonl.hpp"
 #include "trex/core/log.hpp"
 #include "trex/core/strings.hpp"
+#include "trex/dist/communicator.hpp"
 #include "trex/io/tokenizer.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
 #include "trex/model/decode.hpp"
 #include "trex/or/dataset/demo_report.hpp"
@@ -83,6 +85,61 @@ const std::vector<std::string>& eval_splits() {
   return splits;
 }
 
+// The processes of `mpirun -np N trex demo` (without mpirun: this process
+// alone). Both training stages run data parallel over all of them, every
+// generation splits its prompts into N blocks, and rank 0 alone builds the
+// data, trains the tokenizer, grades, prints and writes the report. On two
+// cores two 1-thread ranks do more work than one 2-thread process (small
+// GEMMs and per-step work parallelise poorly over threads; docs/demo.md).
+class DemoRanks {
+ public:
+  DemoRanks() : world_(dist::world()) {}
+  bool root() const { return world_->rank() == 0; }
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+
+  // Runs fn on every rank, then agrees on the outcome: when any rank failed,
+  // every rank throws (the failing one its own error), so none is left
+  // waiting in a later collective.
+  template <class Fn>
+  void all(const std::string& what, Fn&& fn) {
+    std::exception_ptr failure;
+    try {
+      fn();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    int32_t failed = failure ? 1 : 0;
+    if (size() > 1) world_->all_reduce(&failed, 1, dist::DType::kI32, dist::ReduceOp::kMax);
+    if (failure) std::rethrow_exception(failure);
+    if (failed != 0) throw Error(what + " failed on another rank (its error is printed above)");
+  }
+  // fn on rank 0 only; the others wait for it (and fail with it).
+  template <class Fn>
+  void on_root(const std::string& what, Fn&& fn) {
+    all(what, [&] {
+      if (root()) fn();
+    });
+  }
+  double sum(double value) {
+    if (size() > 1) world_->all_reduce(&value, 1, dist::DType::kF64, dist::ReduceOp::kSum);
+    return value;
+  }
+  double max(double value) {
+    if (size() > 1) world_->all_reduce(&value, 1, dist::DType::kF64, dist::ReduceOp::kMax);
+    return value;
+  }
+  // Rank 0's decision, on every rank (a file check that must not race a write).
+  bool root_decides(bool value) {
+    int32_t v = value ? 1 : 0;
+    if (size() > 1) world_->broadcast(&v, 1, dist::DType::kI32, 0);
+    return v != 0;
+  }
+
+ private:
+  std::shared_ptr<dist::Communicator> world_;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -129,31 +186,53 @@ struct SplitResult {
 };
 
 // Greedy zero-shot generation for one prompts file, then `trex or eval`.
+// Collective over the ranks: each generates its block of the prompts, rank 0
+// joins the blocks in order and grades; every rank gets the result.
 SplitResult generate_and_grade(const model::Model<float>& model, const io::Tokenizer& tokenizer,
                                const std::string& prompts, const std::string& bench,
                                const std::string& stage_dir, const std::string& split,
-                               const DemoPreset& preset, const DemoOptions& o,
+                               const DemoPreset& preset, const DemoOptions& o, DemoRanks& ranks,
                                model::GenerateFileStats* stats_out = nullptr) {
   SplitResult result;
   if (!fs::exists(prompts) || !fs::exists(bench)) return result;
   const std::string completions = stage_dir + "/generations/" + split + ".jsonl";
   const std::string eval_dir = stage_dir + "/eval/" + split;
-  if (!fs::exists(eval_dir + "/report.json")) {
+  if (ranks.root_decides(!fs::exists(eval_dir + "/report.json"))) {
     model::GenerateOptions g;
     g.max_new_tokens = preset.max_new_tokens;
     g.seed = o.seed;
-    ensure_parent_dir(completions);
-    const model::GenerateFileStats stats =
-        model::generate_file(model, tokenizer, prompts, completions, g, !o.quiet);
+    const std::string block =
+        ranks.size() == 1 ? completions : completions + ".rank" + std::to_string(ranks.rank());
+    model::GenerateFileStats stats;
+    ranks.all("generating " + split, [&] {
+      ensure_parent_dir(block);
+      stats = model::generate_file(model, tokenizer, prompts, block, g, !o.quiet,
+                                   {ranks.rank(), ranks.size()});
+    });
+    // The split's throughput: every rank's tokens over the slowest rank's time.
+    stats.generated_tokens = static_cast<int64_t>(ranks.sum(stats.generated_tokens));
+    stats.completions = static_cast<int64_t>(ranks.sum(stats.completions));
+    stats.prompts = static_cast<int64_t>(ranks.sum(stats.prompts));
+    stats.seconds = ranks.max(stats.seconds);
     if (stats_out) *stats_out = stats;
-    orlib::eval::EvalOptions e;
-    e.bench_paths = {bench};
-    e.completions_path = completions;
-    e.out_dir = eval_dir;
-    e.jobs = o.jobs;
-    e.timeout = 20.0;
-    e.progress = false;
-    orlib::eval::run_eval(e);
+    ranks.on_root("grading " + split, [&] {
+      if (ranks.size() > 1) {
+        std::string joined;
+        for (int r = 0; r < ranks.size(); ++r)
+          joined += read_file(completions + ".rank" + std::to_string(r));
+        write_file_atomic(completions, joined);
+        for (int r = 0; r < ranks.size(); ++r)
+          fs::remove(completions + ".rank" + std::to_string(r));
+      }
+      orlib::eval::EvalOptions e;
+      e.bench_paths = {bench};
+      e.completions_path = completions;
+      e.out_dir = eval_dir;
+      e.jobs = o.jobs;
+      e.timeout = 20.0;
+      e.progress = false;
+      orlib::eval::run_eval(e);
+    });
   }
   const orlib::Pass1Cell cell = orlib::read_pass1(eval_dir + "/report.json", split);
   result.present = cell.present;
@@ -170,15 +249,15 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
                                              const std::string& data_dir,
                                              const std::string& stage_dir, const std::string& label,
                                              const DemoPreset& preset, const DemoOptions& o,
-                                             double* generation_tokens_per_s,
+                                             DemoRanks& ranks, double* generation_tokens_per_s,
                                              std::map<std::string, double>* data_lines) {
   std::map<std::string, double> pass1;
   double tokens = 0, seconds = 0;
   for (const std::string& split : eval_splits()) {
     model::GenerateFileStats stats;
-    const SplitResult r =
-        generate_and_grade(model, tokenizer, data_dir + "/prompts/" + split + ".jsonl",
-                           data_dir + "/" + split + ".jsonl", stage_dir, split, preset, o, &stats);
+    const SplitResult r = generate_and_grade(
+        model, tokenizer, data_dir + "/prompts/" + split + ".jsonl",
+        data_dir + "/" + split + ".jsonl", stage_dir, split, preset, o, ranks, &stats);
     tokens += static_cast<double>(stats.generated_tokens);
     seconds += stats.seconds;
     if (!r.present) continue;
@@ -256,9 +335,23 @@ train::RunConfig base_run_config(const DemoPreset& preset, const std::string& to
 }
 
 // Runs (or resumes, or skips when finished) one training stage.
-train::TrainSummary run_stage(train::RunConfig config, const DemoOptions& o,
+// Under mpirun the stage is data parallel over every rank with ZeRO-1 (each
+// rank updates its share of the optimizer state); checkpoints do not depend on
+// the layout, so a run may resume on another number of ranks.
+train::TrainSummary run_stage(train::RunConfig config, const DemoOptions& o, DemoRanks& ranks,
                               std::unique_ptr<train::Trainer>& trainer,
                               const train::Trainer::EvalHook& hook = {}) {
+  config.parallel.dp = ranks.size();
+  if (ranks.size() > 1) {
+    const int64_t dp = ranks.size();
+    if (config.global_batch % dp != 0)
+      throw Error("the stage's " + std::to_string(config.global_batch) +
+                  " rows per step do not split over " + std::to_string(dp) + " ranks")
+          .field("ranks");
+    // Micro-batches a multiple of the ranks: at most the preset's rows each.
+    config.micro_batch = std::gcd(config.micro_batch, config.global_batch / dp);
+    config.parallel.zero = 1;
+  }
   train::TrainerOptions options;
   options.quiet = o.quiet;
   options.resume = train::latest_checkpoint(config.out_dir).has_value();
@@ -344,8 +437,11 @@ DemoPreset with_bare_words(DemoPreset p) {
   return p;
 }
 
-DemoResult run_demo(const DemoOptions& o) {
+DemoResult run_demo(const DemoOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  DemoRanks ranks;
+  DemoOptions o = options;
+  if (!ranks.root()) o.quiet = true;  // rank 0 prints
   DemoPreset preset = demo_preset(o.preset);
   if (o.bare_words) preset = with_bare_words(std::move(preset));
   if (o.cpt_steps >= 0) preset.cpt_steps = o.cpt_steps;
@@ -365,47 +461,54 @@ DemoResult run_demo(const DemoOptions& o) {
   }
   const std::string out = o.out_dir;
   const std::string data_dir = out + "/data";
-  fs::create_directories(out);
+  ranks.on_root("creating " + out, [&] { fs::create_directories(out); });
   std::vector<std::pair<std::string, double>> stage_seconds;  // in stage order
+  if (ranks.size() > 1)
+    say(o, "== ranks: " + std::to_string(ranks.size()) +
+               " (training data parallel with ZeRO-1, generation split over the ranks)");
 
   // 1. Data.
   auto t = std::chrono::steady_clock::now();
   json data_summary;
-  if (fs::exists(data_dir + "/summary.json")) {
-    say(o, "== data: reusing " + data_dir);
-  } else {
-    say(o, "== data: solver-verified problems -> compact SFT set, CPT corpus, eval splits (" +
-               preset.data_preset + " sizes)");
-    orlib::DemoDataOptions d;
-    d.out_dir = data_dir;
-    d.preset = preset.data_preset;
-    d.sizes = preset.sizes;
-    d.seed = o.seed;
-    d.bench_dir = fs::is_directory(o.bench_dir) ? o.bench_dir : "";
-    if (d.bench_dir.empty()) {
-      log::warn("benchmark directory ", o.bench_dir, " not found: no public slice");
-      d.sizes.public_items = 0;
+  ranks.on_root("building the data", [&] {
+    if (fs::exists(data_dir + "/summary.json")) {
+      say(o, "== data: reusing " + data_dir);
+    } else {
+      say(o, "== data: solver-verified problems -> compact SFT set, CPT corpus, eval splits (" +
+                 preset.data_preset + " sizes)");
+      orlib::DemoDataOptions d;
+      d.out_dir = data_dir;
+      d.preset = preset.data_preset;
+      d.sizes = preset.sizes;
+      d.seed = o.seed;
+      d.bench_dir = fs::is_directory(o.bench_dir) ? o.bench_dir : "";
+      if (d.bench_dir.empty()) {
+        log::warn("benchmark directory ", o.bench_dir, " not found: no public slice");
+        d.sizes.public_items = 0;
+      }
+      d.jobs = o.jobs;
+      d.show_progress = !o.quiet;
+      orlib::build_demo_data(d);
     }
-    d.jobs = o.jobs;
-    d.show_progress = !o.quiet;
-    orlib::build_demo_data(d);
-  }
+    if (!fs::exists(data_dir + "/cpt_val.jsonl"))
+      write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
+  });
   data_summary = json::parse(read_file(data_dir + "/summary.json"));
-  if (!fs::exists(data_dir + "/cpt_val.jsonl"))
-    write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
   stage_seconds.push_back({"data", seconds_since(t)});
 
   // 2. Tokenizer.
   t = std::chrono::steady_clock::now();
   const std::string tokenizer_path = out + "/tokenizer.json";
-  if (!fs::exists(tokenizer_path)) {
-    say(o, "== tokenizer: byte-level BPE, " + std::to_string(preset.vocab_size) +
-               " tokens at most, on the CPT corpus" +
-               (preset.bare_words ? " (bare words: names copy token for token)" : ""));
-    io::Tokenizer trained = train_demo_tokenizer(data_dir + "/cpt.jsonl", preset.vocab_size,
-                                                 preset.bare_words, o.quiet);
-    trained.save(tokenizer_path);
-  }
+  ranks.on_root("training the tokenizer", [&] {
+    if (!fs::exists(tokenizer_path)) {
+      say(o, "== tokenizer: byte-level BPE, " + std::to_string(preset.vocab_size) +
+                 " tokens at most, on the CPT corpus" +
+                 (preset.bare_words ? " (bare words: names copy token for token)" : ""));
+      io::Tokenizer trained = train_demo_tokenizer(data_dir + "/cpt.jsonl", preset.vocab_size,
+                                                   preset.bare_words, o.quiet);
+      trained.save(tokenizer_path);
+    }
+  });
   const io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
   // A resumed run must not train on a tokenizer of the other pre-tokenizer.
   if (nlohmann::json(tokenizer.to_json()["pre_tokenizer"]) !=
@@ -420,13 +523,24 @@ DemoResult run_demo(const DemoOptions& o) {
   model_config["bos_token_id"] = tokenizer.special_ids().bos;
   model_config["eos_token_id"] = tokenizer.special_ids().eos;
   const std::string model_config_path = out + "/model-config.json";
-  write_file_atomic(model_config_path, model_config.dump(2) + "\n");
+  ranks.on_root("writing " + model_config_path,
+                [&] { write_file_atomic(model_config_path, model_config.dump(2) + "\n"); });
   stage_seconds.push_back({"tokenizer", seconds_since(t)});
 
-  // The MFU denominator, measured once through the engine's GEMM path.
+  // The MFU denominator, measured once through the engine's GEMM path; with
+  // several ranks each measures its own threads while the others do (what a
+  // rank gets while all train), and the mean is the per-rank peak.
   double peak = o.peak_gflops;
-  const std::string peak_dtype = preset.bf16 ? "bf16" : "fp32";
-  if (peak <= 0) peak = kernels::measure_peak(preset.bf16, {512, 1024}, 3).peak_gflops;
+  std::string peak_dtype = preset.bf16 ? "bf16" : "fp32";
+  if (preset.bf16 && !kernels::gemm_bf16_native()) peak_dtype = "bf16 rounding on fp32";
+  if (peak <= 0) {
+    double measured = 0;
+    ranks.all("measuring the GEMM peak", [&] {
+      measured = kernels::measure_peak(preset.bf16, {512, 1024}, 3).peak_gflops;
+    });
+    peak = ranks.sum(measured) / ranks.size();
+  }
+  if (ranks.size() > 1) peak_dtype += ", per rank";
   say(o, "== peak: " + format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype +
              " GEMM, the MFU denominator)");
 
@@ -447,7 +561,7 @@ DemoResult run_demo(const DemoOptions& o) {
   cpt.eval_interval = std::max<int64_t>(1, preset.cpt_steps / 4);
   cpt.out_dir = out + "/cpt";
   std::unique_ptr<train::Trainer> trainer;
-  const train::TrainSummary cpt_summary = run_stage(cpt, o, trainer);
+  const train::TrainSummary cpt_summary = run_stage(cpt, o, ranks, trainer);
   stage_seconds.push_back({"cpt", seconds_since(t)});
 
   // 4. The CPT-only base, zero-shot.
@@ -456,7 +570,7 @@ DemoResult run_demo(const DemoOptions& o) {
   double base_gen_tps = 0;
   std::map<std::string, double> base_data_lines, sft_data_lines;
   const auto base_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/base",
-                                         "base", preset, o, &base_gen_tps, &base_data_lines);
+                                         "base", preset, o, ranks, &base_gen_tps, &base_data_lines);
   stage_seconds.push_back({"base eval", seconds_since(t)});
   trainer.reset();
 
@@ -483,9 +597,10 @@ DemoResult run_demo(const DemoOptions& o) {
   const std::string val_bench = data_dir + "/val.jsonl";
   auto val_pass1_hook = [&](train::Trainer& tr, int64_t step, train::MetricsRecord& record) {
     const std::string dir = out + "/sft/val-pass1/step-" + std::to_string(step);
-    fs::remove_all(dir);  // a resumed run re-measures the step it repeats
+    // A resumed run re-measures the step it repeats.
+    ranks.on_root("clearing " + dir, [&] { fs::remove_all(dir); });
     const SplitResult r = generate_and_grade(tr.model(), tr.tokenizer(), val_prompts, val_bench,
-                                             dir, "val", preset, o);
+                                             dir, "val", preset, o, ranks);
     if (!r.present) return;
     record.set("val_pass1", r.pass1);
     std::string line = "   step " + std::to_string(step) + ": validation Pass@1 " +
@@ -496,7 +611,7 @@ DemoResult run_demo(const DemoOptions& o) {
     }
     say(o, line);
   };
-  const train::TrainSummary sft_summary = run_stage(sft, o, trainer, val_pass1_hook);
+  const train::TrainSummary sft_summary = run_stage(sft, o, ranks, trainer, val_pass1_hook);
   stage_seconds.push_back({"sft", seconds_since(t)});
 
   // 6. The SFT model, zero-shot.
@@ -504,82 +619,93 @@ DemoResult run_demo(const DemoOptions& o) {
   say(o, "== final: zero-shot answers of the SFT model");
   double sft_gen_tps = 0;
   const auto sft_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/final",
-                                        "sft", preset, o, &sft_gen_tps, &sft_data_lines);
+                                        "sft", preset, o, ranks, &sft_gen_tps, &sft_data_lines);
   stage_seconds.push_back({"final eval", seconds_since(t)});
 
-  // 7. Report.
-  orlib::SvgChart chart;
-  chart.title = "CPT then SFT: training and validation loss (LM + MTP + balance)";
-  auto series = orlib::read_loss_series(cpt_summary.metrics_jsonl, "CPT");
-  for (auto& s : orlib::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
-  write_file_atomic(out + "/loss.svg", orlib::loss_curves_svg(series, chart));
-  orlib::SvgChart pass_chart;
-  pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
-  pass_chart.y_label = "percent";
-  write_file_atomic(out + "/val_pass1.svg",
-                    orlib::loss_curves_svg(
-                        {metric_series(sft_summary.metrics_jsonl, "val_pass1", "validation Pass@1"),
-                         metric_series(sft_summary.metrics_jsonl, "val_data_lines",
-                                       "validation data lines reproduced")},
-                        pass_chart));
-
-  orlib::DemoReportInputs report;
-  report.title = "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(o.seed) + ")";
-  for (const std::string& split : eval_splits()) {
-    const std::string base_report = out + "/base/eval/" + split + "/report.json";
-    const std::string sft_report = out + "/final/eval/" + split + "/report.json";
-    if (fs::exists(base_report)) report.base_reports[split] = base_report;
-    if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
-  }
-  // Stage figures come from the stage's metrics.jsonl (one record per step),
-  // so a stage finished by an earlier, interrupted `trex demo` still reports
-  // its whole history, not this process's share of it (none, for a stage
-  // that was already complete).
-  auto stage_figures = [&](const std::string& name, const train::TrainSummary& s, double lr) {
-    const StageHistory h = read_stage_history(s.metrics_jsonl);
-    report.figures.push_back(
-        {name + " steps", std::to_string(s.steps) + " (" + std::to_string(s.skipped_steps) +
-                              " skipped, " + std::to_string(s.spikes) + " loss spikes), peak LR " +
-                              format_fixed(lr, 4)});
-    report.figures.push_back(
-        {name + " tokens",
-         format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) + " trained)"});
-    report.figures.push_back(
-        {name + " throughput", format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
-                                   format_fixed(h.model_gflops_per_second(), 1) +
-                                   " model GFLOP/s, MFU " + format_fixed(100 * h.mfu(), 1) + "% (" +
-                                   format_fixed(h.seconds, 0) + " s of training steps)"});
-    report.figures.push_back(
-        {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
-                                   format_fixed(h.final_lm_loss, 3) + ", validation " +
-                                   format_fixed(h.final_validation_loss, 3) + ")"});
-  };
-  report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
-  report.figures.push_back(
-      {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
-  stage_figures("CPT", cpt_summary, preset.cpt_lr);
-  stage_figures("SFT", sft_summary, preset.sft_lr);
-  if (base_gen_tps > 0)
-    report.figures.push_back({"generation (base)", format_fixed(base_gen_tps, 0) + " tokens/s"});
-  if (sft_gen_tps > 0)
-    report.figures.push_back({"generation (SFT)", format_fixed(sft_gen_tps, 0) + " tokens/s"});
-  for (const auto& [stage, seconds] : stage_seconds)
-    report.figures.push_back({"time: " + stage, format_fixed(seconds, 1) + " s"});
-  report.figures.push_back({"time: total", format_fixed(seconds_since(start), 1) + " s"});
-  report.charts = {{"Loss curves", "loss.svg"}, {"Validation Pass@1 during SFT", "val_pass1.svg"}};
-  report.data_summary = data_summary;
-  report.base_data_lines = base_data_lines;
-  report.sft_data_lines = sft_data_lines;
-  report.notes =
-      "Pass@1 is greedy zero-shot decoding graded by `trex or eval` (the generated MathProg model "
-      "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "
-      "Reproduce: `trex demo --preset " +
-      preset.name + " --seed " + std::to_string(o.seed) + "`; docs/demo.md.\n";
+  // 7. Report (rank 0).
   DemoResult result;
-  result.report_path = out + "/report.md";
-  orlib::write_demo_report(result.report_path, report);
+  result.root = ranks.root();
   result.base_pass1 = base_pass1;
   result.sft_pass1 = sft_pass1;
+  result.report_path = out + "/report.md";
+  ranks.on_root("writing the report", [&] {
+    orlib::SvgChart chart;
+    chart.title = "CPT then SFT: training and validation loss (LM + MTP + balance)";
+    auto series = orlib::read_loss_series(cpt_summary.metrics_jsonl, "CPT");
+    for (auto& s : orlib::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
+    write_file_atomic(out + "/loss.svg", orlib::loss_curves_svg(series, chart));
+    orlib::SvgChart pass_chart;
+    pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
+    pass_chart.y_label = "percent";
+    write_file_atomic(
+        out + "/val_pass1.svg",
+        orlib::loss_curves_svg(
+            {metric_series(sft_summary.metrics_jsonl, "val_pass1", "validation Pass@1"),
+             metric_series(sft_summary.metrics_jsonl, "val_data_lines",
+                           "validation data lines reproduced")},
+            pass_chart));
+
+    orlib::DemoReportInputs report;
+    report.title = "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(o.seed) + ")";
+    for (const std::string& split : eval_splits()) {
+      const std::string base_report = out + "/base/eval/" + split + "/report.json";
+      const std::string sft_report = out + "/final/eval/" + split + "/report.json";
+      if (fs::exists(base_report)) report.base_reports[split] = base_report;
+      if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
+    }
+    // Stage figures come from the stage's metrics.jsonl (one record per step),
+    // so a stage finished by an earlier, interrupted `trex demo` still reports
+    // its whole history, not this process's share of it (none, for a stage
+    // that was already complete).
+    auto stage_figures = [&](const std::string& name, const train::TrainSummary& s, double lr) {
+      const StageHistory h = read_stage_history(s.metrics_jsonl);
+      report.figures.push_back(
+          {name + " steps", std::to_string(s.steps) + " (" + std::to_string(s.skipped_steps) +
+                                " skipped, " + std::to_string(s.spikes) +
+                                " loss spikes), peak LR " + format_fixed(lr, 4)});
+      report.figures.push_back(
+          {name + " tokens",
+           format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) + " trained)"});
+      report.figures.push_back(
+          {name + " throughput", format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
+                                     format_fixed(h.model_gflops_per_second(), 1) +
+                                     " model GFLOP/s, MFU " + format_fixed(100 * h.mfu(), 1) +
+                                     "% (" + format_fixed(h.seconds, 0) + " s of training steps)"});
+      report.figures.push_back(
+          {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
+                                     format_fixed(h.final_lm_loss, 3) + ", validation " +
+                                     format_fixed(h.final_validation_loss, 3) + ")"});
+    };
+    report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
+    report.figures.push_back(
+        {"processes", ranks.size() == 1
+                          ? std::string("1")
+                          : std::to_string(ranks.size()) +
+                                " MPI ranks (training data parallel, ZeRO-1; generation split)"});
+    report.figures.push_back(
+        {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
+    stage_figures("CPT", cpt_summary, preset.cpt_lr);
+    stage_figures("SFT", sft_summary, preset.sft_lr);
+    if (base_gen_tps > 0)
+      report.figures.push_back({"generation (base)", format_fixed(base_gen_tps, 0) + " tokens/s"});
+    if (sft_gen_tps > 0)
+      report.figures.push_back({"generation (SFT)", format_fixed(sft_gen_tps, 0) + " tokens/s"});
+    for (const auto& [stage, seconds] : stage_seconds)
+      report.figures.push_back({"time: " + stage, format_fixed(seconds, 1) + " s"});
+    report.figures.push_back({"time: total", format_fixed(seconds_since(start), 1) + " s"});
+    report.charts = {{"Loss curves", "loss.svg"},
+                     {"Validation Pass@1 during SFT", "val_pass1.svg"}};
+    report.data_summary = data_summary;
+    report.base_data_lines = base_data_lines;
+    report.sft_data_lines = sft_data_lines;
+    report.notes =
+        "Pass@1 is greedy zero-shot decoding graded by `trex or eval` (the generated MathProg "
+        "model "
+        "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "
+        "Reproduce: `trex demo --preset " +
+        preset.name + " --seed " + std::to_string(o.seed) + "`; docs/demo.md.\n";
+    orlib::write_demo_report(result.report_path, report);
+  });
   result.seconds = seconds_since(start);
   return result;
 }

@@ -79,11 +79,14 @@ struct DemoOptions {
 };
 
 struct DemoResult {
+  bool root = true;  // rank 0 of `mpirun -np N trex demo` (prints; the others are silent)
   std::string report_path;
   std::map<std::string, double> base_pass1, sft_pass1;  // split -> percent
   double seconds = 0.0;
 };
 
+// Under `mpirun -np N` every rank calls this (collective): training is data
+// parallel over the ranks, generation split; rank 0 writes the data and report.
 DemoResult run_demo(const DemoOptions& options);
 
 }  // namespace trex::demo

@@ -716,7 +716,8 @@ GeneratedTokens generate_tokens(const Model<T>& model,
           const int64_t h = k + 1 < K ? decoder.fork_sequence(handles[i]) : handles[i];
           Active a{p, k, h,
                    trex::Rng(options.seed,
-                             {kSampleStream, static_cast<uint64_t>(p), static_cast<uint64_t>(k)})};
+                             {kSampleStream, static_cast<uint64_t>(options.first_prompt_index + p),
+                              static_cast<uint64_t>(k)})};
           const int64_t tok = sample_token(logits.data() + i * V, V, options.sampling, a.rng);
           active.push_back(std::move(a));
           done.push_back(accept(active.back(), tok));
@@ -799,7 +800,11 @@ PromptRecord read_prompt(const json& record, const io::Tokenizer& tokenizer,
 
 GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
                                 const std::string& prompts_path, const std::string& out_path,
-                                const GenerateOptions& options, bool progress) {
+                                const GenerateOptions& options, bool progress, PromptShard shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    throw Error("prompt shard " + std::to_string(shard.index) + " of " +
+                std::to_string(shard.count) + " does not exist")
+        .field("shard");
   if (tokenizer.vocab_size() > model.config().vocab_size)
     throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                 " tokens, the model's vocabulary only " + std::to_string(model.config().vocab_size))
@@ -808,10 +813,15 @@ GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& 
   read_jsonl(prompts_path, [&](const json& record, long line) {
     prompts.push_back(read_prompt(record, tokenizer, prompts_path, line));
   });
+  // Every record is read (and checked) before the shard's block is cut out.
+  const auto block = [&](int i) { return static_cast<int64_t>(prompts.size()) * i / shard.count; };
+  const int64_t first = block(shard.index), last = block(shard.index + 1);
+  prompts = std::vector<PromptRecord>(prompts.begin() + first, prompts.begin() + last);
   std::vector<std::vector<int32_t>> prompt_tokens;
   for (const PromptRecord& p : prompts) prompt_tokens.push_back(p.tokens);
 
   GenerateOptions o = options;
+  o.first_prompt_index = options.first_prompt_index + first;
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -72,10 +72,11 @@ int64_t sample_token(const T* logits, int64_t vocab, const SamplingOptions& opti
 struct GenerateOptions {
   int64_t max_new_tokens = 256;
   SamplingOptions sampling;
-  int64_t samples = 1;      // completions per prompt (n)
-  uint64_t seed = 1;        // sample (p, k) uses Rng(seed, {stream, p, k})
-  int64_t batch_size = 64;  // sequences decoded together
-  int64_t eos_id = -1;      // -1: the tokenizer's EOS (generate), else config eos_token_id
+  int64_t samples = 1;  // completions per prompt (n)
+  uint64_t seed = 1;    // sample (p, k) uses Rng(seed, {stream, first_prompt_index + p, k})
+  int64_t first_prompt_index = 0;  // index of prompt 0 in a larger set (a shard keeps its samples)
+  int64_t batch_size = 64;         // sequences decoded together
+  int64_t eos_id = -1;             // -1: the tokenizer's EOS (generate), else config eos_token_id
   // Called after every decoding step: (finished completions, generated tokens so far).
   std::function<void(int64_t, int64_t)> on_progress;
 };
@@ -107,6 +108,13 @@ Generation generate(const Model<T>& model, const io::Tokenizer& tokenizer,
 
 // `trex generate` on a model in memory (the demo generates with the model it just
 // trained): prompts JSONL (`trex or prompts` records) in, completions JSONL out.
+// The contiguous block `index` of `count` equal blocks of a prompts file (the
+// ranks of `mpirun -np N trex demo` each generate one; docs/demo.md).
+struct PromptShard {
+  int index = 0;
+  int count = 1;
+};
+
 struct GenerateFileStats {
   int64_t prompts = 0;
   int64_t completions = 0;
@@ -123,9 +131,13 @@ struct GenerateFileStats {
 // train::encode_chat_prompt, generates options.samples completions each and writes
 // {"id", "source", "completion" | "completions", "tokens", "prompt_tokens"} per
 // prompt to out_path atomically. progress: draw a progress bar (stderr).
+// With a shard, only that block of the prompts is generated and written, with
+// the samples (seeds) it would get in a whole-file run, so the shards'
+// outputs concatenated in order are the whole file's.
 // Bad records: trex::Error naming the file, line and field (nothing written).
 GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
                                 const std::string& prompts_path, const std::string& out_path,
-                                const GenerateOptions& options, bool progress = true);
+                                const GenerateOptions& options, bool progress = true,
+                                PromptShard shard = {});
 
 }  // namespace trex::model

@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "trex/core/error.hpp"
+#include "trex/core/log.hpp"
 
 namespace trex::kernels {
 namespace {
@@ -78,28 +79,65 @@ void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = to_bf16_bits(src[r * ld + c]);
 }
 
+// The same view as a dense fp32 copy of the bf16-rounded values (bf16
+// semantics on a CPU whose oneDNN has no bf16 matmul).
+void pack_bf16_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld,
+                       std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = bf16_round(src[r * ld + c]);
+}
+
+// oneDNN reports a missing bf16 implementation (e.g. an AVX2-only CPU) as
+// dnnl::error(unimplemented) from the primitive descriptor.
+bool probe_bf16_matmul() {
+  using dt = dnnl::memory::data_type;
+  try {
+    const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::dims{16, 1});
+    const dnnl::memory::desc c({16, 16}, dt::f32, dnnl::memory::dims{16, 1});
+    const dnnl::matmul::desc desc(a, a, c);
+    const dnnl::matmul::primitive_desc pd(desc, dnnl_state().engine);
+    return true;
+  } catch (const dnnl::error&) {
+    log::warn(
+        "oneDNN has no bf16 matmul on this CPU (it needs AVX512-BF16 or AMX): bf16 GEMMs run in "
+        "fp32 on bf16-rounded operands (same results, no bf16 speed-up)");
+    return false;
+  }
+}
+
 void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                bool bf16) {
   using dt = dnnl::memory::data_type;
+  const bool native_bf16 = bf16 && gemm_bf16_native();
   Dnnl& st = dnnl_state();
   std::lock_guard<std::mutex> lock(st.mutex);
   // Stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K].
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K;
   const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N;
   thread_local std::vector<uint16_t> a16, b16;
+  thread_local std::vector<float> a_rounded, b_rounded;
   const void* a_ptr = A;
   const void* b_ptr = B;
   int64_t a_ld = lda, b_ld = ldb;
-  if (bf16) {
+  if (native_bf16) {
     pack_bf16(A, a_rows, a_cols, lda, a16);
     pack_bf16(B, b_rows, b_cols, ldb, b16);
     a_ptr = a16.data();
     b_ptr = b16.data();
     a_ld = a_cols;
     b_ld = b_cols;
+  } else if (bf16) {
+    pack_bf16_rounded(A, a_rows, a_cols, lda, a_rounded);
+    pack_bf16_rounded(B, b_rows, b_cols, ldb, b_rounded);
+    a_ptr = a_rounded.data();
+    b_ptr = b_rounded.data();
+    a_ld = a_cols;
+    b_ld = b_cols;
   }
-  const dt in_type = bf16 ? dt::bf16 : dt::f32;
+  const dt in_type = native_bf16 ? dt::bf16 : dt::f32;
   const dnnl::memory::dims a_strides =
       ta ? dnnl::memory::dims{1, a_ld} : dnnl::memory::dims{a_ld, 1};
   const dnnl::memory::dims b_strides =
@@ -108,7 +146,7 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   dnnl::memory::desc b_md({K, N}, in_type, b_strides);
   dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
 
-  Dnnl::Key key{ta, tb, M, N, K, a_ld, b_ld, ldc, alpha, beta, bf16 ? 1 : 0};
+  Dnnl::Key key{ta, tb, M, N, K, a_ld, b_ld, ldc, alpha, beta, native_bf16 ? 1 : 0};
   auto it = st.cache.find(key);
   if (it == st.cache.end()) {
     dnnl::primitive_attr attr;
@@ -138,6 +176,11 @@ void set_gemm_precision(Precision precision) {
 }
 Precision gemm_precision() {
   return g_precision.load();
+}
+
+bool gemm_bf16_native() {
+  static const bool native = probe_bf16_matmul();
+  return native;
 }
 
 template <>

@@ -1,7 +1,10 @@
 #pragma once
 // The engine's one GEMM entry point. Row-major throughout.
 //   float  -> oneDNN matmul; in Precision::kBF16 the operands are rounded to
-//             bf16 and multiplied with fp32 accumulation and fp32 output.
+//             bf16 and multiplied with fp32 accumulation and fp32 output
+//             (oneDNN's bf16 matmul where the CPU has one, e.g. AVX512-BF16
+//             or AMX; else an fp32 matmul of the bf16-rounded operands: the
+//             same numerics without the speed-up, see gemm_bf16_native()).
 //   double -> a plain blocked loop (finite-difference gradient checks only).
 // Every model GEMM goes through here so that precision, profiling and a
 // future GPU/NPU backend have a single seam.
@@ -14,6 +17,11 @@ enum class Precision { kF32, kBF16 };
 // Process-wide GEMM precision for float operands (double ignores it).
 void set_gemm_precision(Precision precision);
 Precision gemm_precision();
+
+// Whether oneDNN has a native bf16 matmul on this CPU (probed once). Without
+// one, Precision::kBF16 GEMMs still round their operands to bf16 but multiply
+// them in fp32, so a bf16 run gives the same results at fp32 speed or below.
+bool gemm_bf16_native();
 
 // RAII: switch precision for a scope (tests, parity runs).
 class ScopedGemmPrecision {
