@@ -70,23 +70,16 @@ Dnnl& dnnl_state() {
   return state;
 }
 
-// A [rows, cols] view with leading dim ld converted to a dense bf16 copy.
-void pack_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld,
-               std::vector<uint16_t>& out) {
+// A [rows, cols] view with leading dim ld as a dense copy of convert(value):
+// bf16 bits for oneDNN's bf16 matmul, or bf16-rounded floats (bf16 semantics
+// on a CPU whose oneDNN has no bf16 matmul).
+template <class Out, class Convert>
+void pack_dense(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<Out>& out,
+                Convert convert) {
   out.resize(static_cast<size_t>(rows * cols));
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = to_bf16_bits(src[r * ld + c]);
-}
-
-// The same view as a dense fp32 copy of the bf16-rounded values (bf16
-// semantics on a CPU whose oneDNN has no bf16 matmul).
-void pack_bf16_rounded(const float* src, int64_t rows, int64_t cols, int64_t ld,
-                       std::vector<float>& out) {
-  out.resize(static_cast<size_t>(rows * cols));
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = bf16_round(src[r * ld + c]);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert(src[r * ld + c]);
 }
 
 // oneDNN reports a missing bf16 implementation (e.g. an AVX2-only CPU) as
@@ -123,15 +116,15 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const void* b_ptr = B;
   int64_t a_ld = lda, b_ld = ldb;
   if (native_bf16) {
-    pack_bf16(A, a_rows, a_cols, lda, a16);
-    pack_bf16(B, b_rows, b_cols, ldb, b16);
+    pack_dense(A, a_rows, a_cols, lda, a16, to_bf16_bits);
+    pack_dense(B, b_rows, b_cols, ldb, b16, to_bf16_bits);
     a_ptr = a16.data();
     b_ptr = b16.data();
     a_ld = a_cols;
     b_ld = b_cols;
   } else if (bf16) {
-    pack_bf16_rounded(A, a_rows, a_cols, lda, a_rounded);
-    pack_bf16_rounded(B, b_rows, b_cols, ldb, b_rounded);
+    pack_dense(A, a_rows, a_cols, lda, a_rounded, bf16_round);
+    pack_dense(B, b_rows, b_cols, ldb, b_rounded, bf16_round);
     a_ptr = a_rounded.data();
     b_ptr = b_rounded.data();
     a_ld = a_cols;
