@@ -1,7 +1,9 @@
 #include "trex/kernels/cpu/gemm.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +29,38 @@ float to_bf16(float x) {
   float y;
   std::memcpy(&y, &bits, sizeof y);
   return y;
+}
+
+// Tiled fp32 GEMMs: bitwise the same on 1 and 2 threads (a weight-gradient
+// shape, small M·N and long K, where oneDNN's own threading splits K), equal
+// to a double reference within fp32 rounding, with alpha/beta and every
+// transpose, and with tiles that do not divide M or N.
+TEST(Gemm, Fp32TilesIndependentOfThreadCountAndCorrect) {
+  const int64_t M = 100, N = 300, K = 4096;
+  for (int trans = 0; trans < 4; ++trans) {
+    const bool ta = trans & 1, tb = trans & 2;
+    const std::vector<float> A = uniform(31 + trans, M * K), B = uniform(41 + trans, K * N);
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const std::vector<float> C0 = uniform(51, M * N);
+    std::vector<float> one(C0), two(C0);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, one.data(), N);
+    omp_set_num_threads(std::max(2, saved));
+    gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, two.data(), N);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(one, two) << "trans " << trans;
+    double max_err = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k)
+          sum += double(ta ? A[k * lda + i] : A[i * lda + k]) *
+                 double(tb ? B[j * ldb + k] : B[k * ldb + j]);
+        max_err = std::max(max_err, std::fabs(0.5 * sum + 0.25 * C0[i * N + j] - one[i * N + j]));
+      }
+    EXPECT_LT(max_err, 1e-3) << "trans " << trans;
+  }
 }
 
 // Precision::kBF16 means bf16-rounded operands with fp32 accumulation, whether

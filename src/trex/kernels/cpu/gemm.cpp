@@ -1,13 +1,16 @@
 #include "trex/kernels/cpu/gemm.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "trex/core/error.hpp"
@@ -56,18 +59,125 @@ void gemm_loop(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   }
 }
 
+struct DnnlPrimitive {
+  dnnl::matmul matmul;
+  dnnl::memory::desc scratchpad;
+};
+
 struct Dnnl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::mutex mutex;
+  std::mutex mutex;  // guards the cache; primitives execute concurrently
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
                          float, int>;
-  std::map<Key, std::unique_ptr<dnnl::matmul>> cache;
+  std::map<Key, std::shared_ptr<const DnnlPrimitive>> cache;
 };
 
 Dnnl& dnnl_state() {
   static Dnnl state;
   return state;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The output tiles of one GEMM, chosen from its shape alone, never from the
+// thread count: oneDNN's own threading splits K across threads when M·N is
+// small (weight gradients), so its last bits changed between 1 and 2 threads
+// on AVX2 CPUs. Each tile is one single-threaded oneDNN call, so every output
+// element is reduced in an order fixed by the shape, on any thread count.
+struct TileGrid {
+  int64_t tile_m, tile_n, rows, cols;
+  int64_t count() const { return rows * cols; }
+};
+
+TileGrid tile_grid(int64_t M, int64_t N, int64_t K) {
+  constexpr int64_t kTileWork = int64_t{1} << 20;  // multiply-adds: ~10 us on one core
+  constexpr int64_t kMaxTiles = 32;                // balances 2 to 16 threads
+  constexpr int64_t kRowStep = 16, kColStep = 64;  // keep tiles in whole vector blocks
+  const int64_t wanted = std::clamp<int64_t>(M * N * K / kTileWork, 1, kMaxTiles);
+  int64_t tm = M, tn = N;
+  while (ceil_div(M, tm) * ceil_div(N, tn) < wanted) {
+    const int64_t half_m = ceil_div(ceil_div(tm, 2), kRowStep) * kRowStep;
+    const int64_t half_n = ceil_div(ceil_div(tn, 2), kColStep) * kColStep;
+    const bool split_m = half_m < tm, split_n = half_n < tn;
+    if (!split_m && !split_n) break;
+    // Halve the side that is longer in vector blocks.
+    if (split_m && (!split_n || tm * kColStep >= tn * kRowStep))
+      tm = half_m;
+    else
+      tn = half_n;
+  }
+  return {tm, tn, ceil_div(M, tm), ceil_div(N, tn)};
+}
+
+// The primitive for one tile shape, created on first use. fp32 tiles call it
+// with this thread's OpenMP thread count at 1, so oneDNN plans one thread.
+std::shared_ptr<const DnnlPrimitive> dnnl_primitive(const Dnnl::Key& key,
+                                                    const dnnl::memory::desc& a_md,
+                                                    const dnnl::memory::desc& b_md,
+                                                    const dnnl::memory::desc& c_md, float alpha,
+                                                    float beta) {
+  Dnnl& st = dnnl_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  auto it = st.cache.find(key);
+  if (it != st.cache.end()) return it->second;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread buffers: concurrent calls
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::desc desc(a_md, b_md, c_md);
+  const dnnl::matmul::primitive_desc pd(desc, attr, st.engine);
+  if (st.cache.size() > 4096) st.cache.clear();
+  auto entry =
+      std::make_shared<const DnnlPrimitive>(DnnlPrimitive{dnnl::matmul(pd), pd.scratchpad_desc()});
+  st.cache.emplace(key, entry);
+  return entry;
+}
+
+// One tile: C[i0:i0+m, j0:j0+n] from the matching rows of op(A) and columns of
+// op(B); a, b, c already point at the tile's first element.
+void dnnl_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t K, float alpha, const void* a,
+               int64_t a_ld, const void* b, int64_t b_ld, float beta, float* c, int64_t ldc,
+               dnnl::memory::data_type in_type) {
+  using dims = dnnl::memory::dims;
+  const dnnl::memory::desc a_md({m, K}, in_type, ta ? dims{1, a_ld} : dims{a_ld, 1});
+  const dnnl::memory::desc b_md({K, n}, in_type, tb ? dims{1, b_ld} : dims{b_ld, 1});
+  const dnnl::memory::desc c_md({m, n}, dnnl::memory::data_type::f32, dims{ldc, 1});
+  const Dnnl::Key key{ta,
+                      tb,
+                      m,
+                      n,
+                      K,
+                      a_ld,
+                      b_ld,
+                      ldc,
+                      alpha,
+                      beta,
+                      in_type == dnnl::memory::data_type::bf16 ? 1 : 0};
+  const auto primitive = dnnl_primitive(key, a_md, b_md, c_md, alpha, beta);
+  Dnnl& st = dnnl_state();
+  thread_local dnnl::stream stream{st.engine};
+  thread_local std::vector<uint8_t> scratch;
+  const size_t scratch_bytes = primitive->scratchpad.get_size();
+  constexpr size_t kAlign = 64;
+  if (scratch.size() < scratch_bytes + kAlign) scratch.resize(scratch_bytes + kAlign);
+  void* scratch_ptr = scratch.data();
+  size_t space = scratch.size();
+  std::align(kAlign, scratch_bytes, scratch_ptr, space);
+  dnnl::memory a_mem(a_md, st.engine, const_cast<void*>(a));
+  dnnl::memory b_mem(b_md, st.engine, const_cast<void*>(b));
+  dnnl::memory c_mem(c_md, st.engine, c);
+  dnnl::memory scratch_mem(primitive->scratchpad, st.engine, scratch_ptr);
+  primitive->matmul.execute(stream, {{DNNL_ARG_SRC, a_mem},
+                                     {DNNL_ARG_WEIGHTS, b_mem},
+                                     {DNNL_ARG_DST, c_mem},
+                                     {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  stream.wait();
 }
 
 // A [rows, cols] view with leading dim ld as a dense copy of convert(value):
@@ -105,8 +215,6 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
                bool bf16) {
   using dt = dnnl::memory::data_type;
   const bool native_bf16 = bf16 && gemm_bf16_native();
-  Dnnl& st = dnnl_state();
-  std::lock_guard<std::mutex> lock(st.mutex);
   // Stored shapes: A is [M,K] or [K,M]; B is [K,N] or [N,K].
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K;
   const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N;
@@ -131,35 +239,34 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     b_ld = b_cols;
   }
   const dt in_type = native_bf16 ? dt::bf16 : dt::f32;
-  const dnnl::memory::dims a_strides =
-      ta ? dnnl::memory::dims{1, a_ld} : dnnl::memory::dims{a_ld, 1};
-  const dnnl::memory::dims b_strides =
-      tb ? dnnl::memory::dims{1, b_ld} : dnnl::memory::dims{b_ld, 1};
-  dnnl::memory::desc a_md({M, K}, in_type, a_strides);
-  dnnl::memory::desc b_md({K, N}, in_type, b_strides);
-  dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
-
-  Dnnl::Key key{ta, tb, M, N, K, a_ld, b_ld, ldc, alpha, beta, native_bf16 ? 1 : 0};
-  auto it = st.cache.find(key);
-  if (it == st.cache.end()) {
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta != 0.0f) {
-      dnnl::post_ops ops;
-      ops.append_sum(beta);
-      attr.set_post_ops(ops);
-    }
-    dnnl::matmul::desc desc(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(desc, attr, st.engine);
-    if (st.cache.size() > 4096) st.cache.clear();
-    it = st.cache.emplace(key, std::make_unique<dnnl::matmul>(pd)).first;
+  const int64_t elem = native_bf16 ? int64_t{sizeof(uint16_t)} : int64_t{sizeof(float)};
+  const auto* a_bytes = static_cast<const uint8_t*>(a_ptr);
+  const auto* b_bytes = static_cast<const uint8_t*>(b_ptr);
+  if (native_bf16) {
+    // oneDNN's bf16 kernels (AVX512-BF16/AMX) are thread-count invariant and
+    // were slower in tiles (tiny-v4 bench step: 1,451 vs 1,829 tok/s).
+    dnnl_tile(ta, tb, M, N, K, alpha, a_ptr, a_ld, b_ptr, b_ld, beta, C, ldc, in_type);
+    return;
   }
-  dnnl::memory a_mem(a_md, st.engine, const_cast<void*>(a_ptr));
-  dnnl::memory b_mem(b_md, st.engine, const_cast<void*>(b_ptr));
-  dnnl::memory c_mem(c_md, st.engine, C);
-  it->second->execute(st.stream,
-                      {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-  st.stream.wait();
+  const TileGrid grid = tile_grid(M, N, K);
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+#pragma omp parallel for schedule(dynamic, 1) if (grid.count() > 1)
+  for (int64_t t = 0; t < grid.count(); ++t) {
+    const int64_t i0 = (t / grid.cols) * grid.tile_m, j0 = (t % grid.cols) * grid.tile_n;
+    const int64_t m = std::min(grid.tile_m, M - i0), n = std::min(grid.tile_n, N - j0);
+    const int64_t a_offset = ta ? i0 : i0 * a_ld;  // first row of op(A) in the tile
+    const int64_t b_offset = tb ? j0 * b_ld : j0;  // first column of op(B)
+    try {
+      omp_set_num_threads(1);  // oneDNN threads by this task's count: one thread per tile
+      dnnl_tile(ta, tb, m, n, K, alpha, a_bytes + a_offset * elem, a_ld, b_bytes + b_offset * elem,
+                b_ld, beta, C + i0 * ldc + j0, ldc, in_type);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace
