@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_paths.hpp"
@@ -30,7 +31,15 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   o.jobs = 1;
   o.sft_lr = 4e-3;         // overrides the preset's 2e-3
   o.sft_global_batch = 3;  // overrides the preset's 2 rows per step
+  o.copy_drills = 1;       // overrides the preset's 0
   const trex::demo::DemoResult first = trex::demo::run_demo(o);
+
+  // One copy drill per trained problem joined the CPT corpus.
+  std::map<std::string, int> kinds;
+  for (const auto& d : trex::read_jsonl(o.out_dir + "/data/cpt.jsonl"))
+    ++kinds[d["meta"]["kind"].get<std::string>()];
+  EXPECT_GT(kinds["question_model"], 0);
+  EXPECT_EQ(kinds["copy_drill"], kinds["question_model"]);
 
   const std::string report = trex::read_file(first.report_path);
   for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
@@ -129,6 +138,9 @@ TEST(Demo, UnknownPresetIsAnError) {
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
   o.sft_lr = -1;
   o.sft_global_batch = 0;
+  EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
+  o.sft_global_batch = -1;
+  o.val_evals = 0;
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
 }
 

@@ -72,6 +72,37 @@ TEST(DemoData, TextNumbersReadThousandsPercentsAndSkipIdentifiers) {
   EXPECT_EQ(v, expected);
 }
 
+TEST(DemoData, TextNumberSpansGiveWhereAndHowTheDataSectionWritesThem) {
+  const std::string text = "Pay $1,250 or -2.5 for P1.";
+  const auto spans = text_number_spans(text);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(text.substr(spans[0].begin, spans[0].end - spans[0].begin), "1,250");
+  EXPECT_EQ(spans[0].digits, "1250");
+  EXPECT_DOUBLE_EQ(spans[0].value, 1250);
+  EXPECT_EQ(text.substr(spans[1].begin, spans[1].end - spans[1].begin), "-2.5");
+  EXPECT_EQ(spans[1].digits, "-2.5");
+}
+
+TEST(DemoData, CopyDrillsListASpansElementsAndNumbersInOrderHandChecked) {
+  const std::string first = "Zoe charges $411 for the Annual Report and $1,250 for the brochure.";
+  const std::string second = "Umar charges -2.5 for the brochure.";
+  const std::string question = first + "\n" + second + "\nNo values here.";
+  const std::string data =
+      "set A := Zoe Umar;\nset T := annual_report brochure;\nparam c : annual_report brochure "
+      ":=\nZoe 411 1250\nUmar 7 -2.5;\nend;\n";
+  const std::set<std::string> expected = {
+      first + "\nin order: Zoe 411 annual_report 1250 brochure",
+      second + "\nin order: Umar -2.5 brochure",
+      first + "\n" + second + "\nin order: Zoe 411 annual_report 1250 brochure Umar -2.5 brochure"};
+  const auto drills = copy_drills(question, data, 40, 7);
+  ASSERT_EQ(drills.size(), 40u);
+  // Spans start at a segment with a value and cover up to 3 segments, so the
+  // value-less last line is never a span's first segment.
+  EXPECT_EQ(std::set<std::string>(drills.begin(), drills.end()), expected);
+  EXPECT_EQ(copy_drills(question, data, 40, 7), drills);
+  EXPECT_TRUE(copy_drills("No numbers, no names.", data, 3, 7).empty());
+}
+
 TEST(DemoData, ReorderFollowsTheTextHandChecked) {
   // A product-mix instance: the text lists, per product, its two resource uses,
   // then price and cost; the family's data section is resource-major.
@@ -231,9 +262,30 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
                               "cpt.jsonl", "summary.json", "prompts/test.jsonl", "gold/test.jsonl"})
     EXPECT_EQ(read_file(b.dir.path() + "/" + f), read_file(again.path() + "/" + f)) << f;
   DemoDataOptions o = small_options(other.path(), 6);
+  o.sizes.copy_drills = 2;
   build_demo_data(o);
   EXPECT_NE(read_file(b.dir.path() + "/sft_train.jsonl"),
             read_file(other.path() + "/sft_train.jsonl"));
+  // Copy drills: two per trained problem, each a span of that problem's question.
+  std::map<std::string, int> kinds;
+  std::map<std::string, std::string> question_of;
+  const auto docs = lines(other.path() + "/cpt.jsonl");
+  for (const auto& d : docs) {
+    const std::string kind = d["meta"]["kind"];
+    ++kinds[kind];
+    if (kind == "question_model") question_of[d["meta"]["problem_id"]] = d["text"];
+  }
+  EXPECT_EQ(kinds["question_model"], 30);
+  EXPECT_EQ(kinds["formulation"], 30);
+  EXPECT_EQ(kinds["copy_drill"], 60);
+  for (const auto& d : docs) {
+    if (d["meta"]["kind"] != "copy_drill") continue;
+    const std::string text = d["text"];
+    const size_t cut = text.rfind("\nin order: ");
+    ASSERT_NE(cut, std::string::npos) << text;
+    EXPECT_NE(question_of[d["meta"]["problem_id"]].find(text.substr(0, cut)), std::string::npos)
+        << text;
+  }
 }
 
 TEST(DemoData, TrainLoadersReadTheSftSetAndCptCorpus) {

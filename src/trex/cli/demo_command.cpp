@@ -34,6 +34,12 @@ void add_demo_command(CLI::App& app) {
   d->add_flag("--bare-words", options->bare_words,
               "Bare-words tokenizer (names copy token for token; ~50% more tokens), with a 1024 "
               "window and rows twice as long (docs/demo.md)");
+  d->add_option("--copy-drills", options->copy_drills,
+                "Override the preset's CPT copy drills per trained problem (0: none; docs/demo.md)")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--val-evals", options->val_evals,
+                "Override the preset's number of validation Pass@1 points during SFT")
+      ->check(CLI::PositiveNumber);
   d->add_option("--bench-dir", options->bench_dir, "Public benchmarks for the public slice")
       ->capture_default_str();
   d->add_option("--jobs", options->jobs, "Worker processes for data building and grading")

@@ -17,7 +17,7 @@ void add_or_demo_data_command(CLI::App& or_app) {
     std::string train_families, heldout_families, public_files;
     // -1: the preset's value.
     int64_t sft_train = -1, sft_val = -1, test = -1, heldout_template = -1, heldout_family = -1,
-            public_items = -1, cpt_problems = -1, max_chars = -1;
+            public_items = -1, cpt_problems = -1, max_chars = -1, copy_drills = -1;
     double side_constraint_rate = -1;
     int jobs = -1;
     bool quiet = false;
@@ -45,6 +45,8 @@ void add_or_demo_data_command(CLI::App& or_app) {
   c->add_option("--public", st->public_items, "Public benchmark items (0: none)");
   c->add_option("--cpt-problems", st->cpt_problems, "Problems behind the CPT corpus");
   c->add_option("--max-chars", st->max_chars, "Longest prompt + target in characters (0: any)");
+  c->add_option("--copy-drills", st->copy_drills,
+                "CPT copy drills per trained problem (question span -> its values in order)");
   c->add_option("--side-constraints", st->side_constraint_rate,
                 "Probability of each optional side constraint");
   c->add_option("--bench-dir", st->options.bench_dir, "Benchmark directory for the public slice")
@@ -67,6 +69,7 @@ void add_or_demo_data_command(CLI::App& or_app) {
     pick(st->public_items, o.sizes.public_items);
     pick(st->cpt_problems, o.sizes.cpt_problems);
     pick(st->max_chars, o.sizes.max_chars);
+    pick(st->copy_drills, o.sizes.copy_drills);
     if (st->side_constraint_rate >= 0) o.sizes.side_constraint_rate = st->side_constraint_rate;
     auto list = [](const std::string& text) {
       std::vector<std::string> out;

@@ -454,6 +454,10 @@ DemoResult run_demo(const DemoOptions& options) {
     throw Error("must be >= 1 rows per step").field("sft_global_batch");
   if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
   if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
+  if (o.copy_drills >= 0) preset.sizes.copy_drills = o.copy_drills;
+  if (o.val_evals == 0 || o.val_evals < -1)
+    throw Error("must be >= 1 validation points").field("val_evals");
+  if (o.val_evals > 0) preset.val_pass_evals = o.val_evals;
   if (o.sft_global_batch > 0) {
     preset.sft_global_batch = o.sft_global_batch;
     // A micro-batch no larger than the preset's that divides the new batch.

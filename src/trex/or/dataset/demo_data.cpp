@@ -444,6 +444,7 @@ DemoSizes demo_preset_sizes(std::string_view preset) {
     s.cpt_problems = 16000;
     s.side_constraint_rate = 0.2;
     s.max_chars = 2600;
+    s.copy_drills = 8;
   } else {
     throw Error("unknown demo preset '" + std::string(preset) + "' (default|full)").field("preset");
   }
@@ -473,8 +474,8 @@ std::string demo_user_prompt(const std::string& question) {
   return "Write a GNU MathProg model with its data for this problem.\n\n" + question;
 }
 
-std::vector<double> text_numbers(const std::string& text) {
-  std::vector<double> out;
+std::vector<TextNumber> text_number_spans(const std::string& text) {
+  std::vector<TextNumber> out;
   const size_t n = text.size();
   for (size_t i = 0; i < n; ++i) {
     if (!std::isdigit(static_cast<unsigned char>(text[i]))) continue;
@@ -484,7 +485,7 @@ std::vector<double> text_numbers(const std::string& text) {
     }
     const bool negative = i > 0 && text[i - 1] == '-' &&
                           (i == 1 || !std::isalnum(static_cast<unsigned char>(text[i - 2])));
-    std::string digits;
+    std::string digits = negative ? "-" : "";
     size_t j = i;
     while (j < n) {
       char c = text[j];
@@ -504,8 +505,121 @@ std::vector<double> text_numbers(const std::string& text) {
       }
       ++j;
     }
-    out.push_back((negative ? -1.0 : 1.0) * std::strtod(digits.c_str(), nullptr));
+    out.push_back({negative ? i - 1 : i, j, digits, std::strtod(digits.c_str(), nullptr)});
     i = j > i ? j - 1 : i;
+  }
+  return out;
+}
+
+std::vector<double> text_numbers(const std::string& text) {
+  std::vector<double> out;
+  for (const TextNumber& t : text_number_spans(text)) out.push_back(t.value);
+  return out;
+}
+
+namespace {
+
+// Sentences and lines of a question: split after '.', '?', '!' or ':' followed
+// by whitespace, and at every line break; empty pieces are dropped.
+std::vector<std::pair<size_t, size_t>> text_segments(const std::string& text) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0;
+  auto close = [&](size_t end) {
+    while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+    if (end > begin) out.push_back({begin, end});
+    begin = end;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      close(i);
+    } else if ((c == '.' || c == '?' || c == '!' || c == ':') && i + 1 < text.size() &&
+               std::isspace(static_cast<unsigned char>(text[i + 1]))) {
+      close(i + 1);
+    }
+  }
+  close(text.size());
+  return out;
+}
+
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// Where `phrase` occurs in `text` as a whole word, ignoring case.
+std::vector<size_t> word_occurrences(const std::string& text, const std::string& phrase) {
+  std::vector<size_t> out;
+  if (phrase.empty() || phrase.size() > text.size()) return out;
+  for (size_t i = 0; i + phrase.size() <= text.size(); ++i) {
+    if (i > 0 && word_char(text[i - 1])) continue;
+    const size_t end = i + phrase.size();
+    if (end < text.size() && word_char(text[end])) continue;
+    bool same = true;
+    for (size_t k = 0; k < phrase.size() && same; ++k)
+      same = std::tolower(static_cast<unsigned char>(text[i + k])) ==
+             std::tolower(static_cast<unsigned char>(phrase[k]));
+    if (same) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> copy_drills(const std::string& question, const std::string& data_section,
+                                     int count, uint64_t seed) {
+  std::vector<std::string> elements;
+  for (const DataStatement& s : parse_data_section(data_section)) {
+    if (s.kind != DataStatement::set) continue;
+    std::vector<std::string> t = statement_tokens(s.raw);
+    auto assign = std::find(t.begin(), t.end(), ":=");
+    if (assign != t.end()) elements.insert(elements.end(), assign + 1, t.end());
+  }
+  // Every value of the question: numbers and set elements (an element written
+  // `annual_report` also matches "annual report"), longest match first.
+  struct Item {
+    size_t begin, end;
+    std::string text;
+  };
+  std::vector<Item> items;
+  for (const TextNumber& t : text_number_spans(question))
+    items.push_back({t.begin, t.end, t.digits});
+  for (const std::string& e : elements) {
+    std::string spaced = e;
+    std::replace(spaced.begin(), spaced.end(), '_', ' ');
+    for (const std::string& phrase : {e, spaced}) {
+      for (size_t at : word_occurrences(question, phrase))
+        items.push_back({at, at + phrase.size(), e});
+      if (spaced == e) break;
+    }
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+  });
+  std::vector<Item> kept;
+  for (const Item& it : items)
+    if (kept.empty() || it.begin >= kept.back().end) kept.push_back(it);
+
+  std::vector<std::pair<size_t, size_t>> segments;
+  for (const auto& seg : text_segments(question)) {
+    const bool has_value = std::any_of(kept.begin(), kept.end(), [&](const Item& it) {
+      return it.begin >= seg.first && it.end <= seg.second;
+    });
+    if (has_value) segments.push_back(seg);
+  }
+  std::vector<std::string> out;
+  if (segments.empty()) return out;
+  Rng rng(seed, {hash_string("demo-copy-drill")});
+  for (int d = 0; d < count; ++d) {
+    const auto first =
+        static_cast<size_t>(rng.uniform_int(int64_t{0}, static_cast<int64_t>(segments.size()) - 1));
+    const size_t last =
+        std::min(segments.size() - 1, first + static_cast<size_t>(rng.uniform_int(0, 2)));
+    const size_t begin = segments[first].first;
+    const size_t end = segments[last].second;
+    std::string drill = question.substr(begin, end - begin) + "\nin order:";
+    for (const Item& it : kept)
+      if (it.begin >= begin && it.end <= end) drill += " " + it.text;
+    out.push_back(std::move(drill));
   }
   return out;
 }
@@ -912,6 +1026,18 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
                       {{"kind", "formulation"},
                        {"problem_id", it->problem.id},
                        {"family", it->problem.family}}}});
+      const std::string& target = it->target.text;
+      const size_t data_at = target.find("\ndata;");
+      if (o.sizes.copy_drills > 0 && data_at != std::string::npos) {
+        for (std::string& drill :
+             copy_drills(it->problem.nl, target.substr(data_at + 6), o.sizes.copy_drills,
+                         hash_combine(o.seed, hash_string(it->problem.id))))
+          cpt.push_back({{"text", std::move(drill)},
+                         {"meta",
+                          {{"kind", "copy_drill"},
+                           {"problem_id", it->problem.id},
+                           {"family", it->problem.family}}}});
+      }
     }
   Rng shuffle_rng(o.seed, {hash_string("demo-cpt-shuffle")});
   shuffle_rng.shuffle(cpt);
@@ -956,7 +1082,8 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
                 {"public_items", z.public_items},
                 {"cpt_problems", z.cpt_problems},
                 {"side_constraint_rate", z.side_constraint_rate},
-                {"max_chars", z.max_chars}};
+                {"max_chars", z.max_chars},
+                {"copy_drills", z.copy_drills}};
   s.erase("seconds");  // wall time would make summary.json differ between identical runs
   write_file_atomic(o.out_dir + "/summary.json", s.dump(2) + "\n");
   return summary;

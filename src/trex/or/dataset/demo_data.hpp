@@ -27,6 +27,7 @@ struct DemoSizes {
   int64_t cpt_problems = 0;      // problems whose texts make the CPT corpus (>= sft_train)
   double side_constraint_rate = 0.0;
   size_t max_chars = 0;  // prompt + target chars of trained items (held-out: 2x); 0: any
+  int copy_drills = 0;   // CPT copy drills per trained problem (copy_drills())
 };
 DemoSizes demo_preset_sizes(std::string_view preset);  // "default" | "full"; throws trex::Error
 
@@ -92,6 +93,23 @@ CompactTarget compact_target(const std::string& question, const std::string& gmp
 // Numbers of a question text in order ("1,250" -> 1250, "75%" -> 75; digits glued
 // to letters, as in "P1", are not numbers).
 std::vector<double> text_numbers(const std::string& text);
+// The same numbers with where they stand in the text ([begin, end), a leading
+// minus included) and as the data section writes them ("1,250" -> "1250").
+struct TextNumber {
+  size_t begin = 0, end = 0;
+  std::string digits;
+  double value = 0.0;
+};
+std::vector<TextNumber> text_number_spans(const std::string& text);
+// Copy drills for the CPT corpus: `count` short spans of `question` (1-3
+// consecutive sentences or lines that hold a value), each followed by the line
+// "in order: " and the span's set elements (as the data section spells them,
+// from `data_section`) and numbers in the order the span gives them. The SFT
+// copy (question values into the data section, in order) formed only after
+// ~1,000 SFT steps at full length; the same skill on spans of ~20-80 tokens
+// gives the attention a far stronger signal per step (docs/demo.md).
+std::vector<std::string> copy_drills(const std::string& question, const std::string& data_section,
+                                     int count, uint64_t seed);
 // Rewrites a GMPL data section (the text between `data;` and `end;`) so that its
 // values follow the order of `numbers`: 2-D tables may be transposed with (tr),
 // statements are ordered by where their values occur, and 1-D parameters over
