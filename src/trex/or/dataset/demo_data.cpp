@@ -444,7 +444,6 @@ DemoSizes demo_preset_sizes(std::string_view preset) {
     s.cpt_problems = 16000;
     s.side_constraint_rate = 0.2;
     s.max_chars = 2600;
-    s.copy_drills = 8;
   } else {
     throw Error("unknown demo preset '" + std::string(preset) + "' (default|full)").field("preset");
   }
