@@ -192,12 +192,10 @@ void pack_dense(const float* src, int64_t rows, int64_t cols, int64_t ld, std::v
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert(src[r * ld + c]);
 }
 
-// oneDNN reports a missing bf16 implementation (e.g. an AVX2-only CPU) as
-// dnnl::error(unimplemented) from the primitive descriptor.
 // Native bf16 needs AVX512-BF16 (or AMX, whose ISA mask contains it). Without it
-// oneDNN 2.6 still creates bf16 matmuls on AVX-512 CPUs but emulates them: 32.8
-// vs 113 GFLOP/s fp32 on one core of an AVX-512 machine without AVX512-BF16
-// (Dec 2026), and on AVX2-only CPUs it has none at all.
+// oneDNN 2.6 still creates bf16 matmuls on AVX-512 CPUs but emulates them (32.8
+// vs 113 GFLOP/s fp32 on one core, Dec 2026); on AVX2-only CPUs the primitive
+// descriptor throws dnnl::error(unimplemented).
 bool probe_bf16_matmul() {
   using dt = dnnl::memory::data_type;
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());

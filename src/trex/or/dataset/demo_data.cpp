@@ -1025,12 +1025,13 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
                       {{"kind", "formulation"},
                        {"problem_id", it->problem.id},
                        {"family", it->problem.family}}}});
+      constexpr std::string_view data_marker = "\ndata;";
       const std::string& target = it->target.text;
-      const size_t data_at = target.find("\ndata;");
+      const size_t data_at = target.find(data_marker);
       if (o.sizes.copy_drills > 0 && data_at != std::string::npos) {
         for (std::string& drill :
-             copy_drills(it->problem.nl, target.substr(data_at + 6), o.sizes.copy_drills,
-                         hash_combine(o.seed, hash_string(it->problem.id))))
+             copy_drills(it->problem.nl, target.substr(data_at + data_marker.size()),
+                         o.sizes.copy_drills, hash_combine(o.seed, hash_string(it->problem.id))))
           cpt.push_back({{"text", std::move(drill)},
                          {"meta",
                           {{"kind", "copy_drill"},

@@ -104,10 +104,9 @@ std::vector<TextNumber> text_number_spans(const std::string& text);
 // Copy drills for the CPT corpus: `count` short spans of `question` (1-3
 // consecutive sentences or lines that hold a value), each followed by the line
 // "in order: " and the span's set elements (as the data section spells them,
-// from `data_section`) and numbers in the order the span gives them. The SFT
-// copy (question values into the data section, in order) formed only after
-// ~1,000 SFT steps at full length; the same skill on spans of ~20-80 tokens
-// gives the attention a far stronger signal per step (docs/demo.md).
+// from `data_section`) and numbers in the order the span gives them: the SFT
+// copy on spans of ~20-80 tokens. Measured not to make the copy form earlier
+// (docs/demo.md, "Copy drills"), so both presets use none.
 std::vector<std::string> copy_drills(const std::string& question, const std::string& data_section,
                                      int count, uint64_t seed);
 // Rewrites a GMPL data section (the text between `data;` and `end;`) so that its
