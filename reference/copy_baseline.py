@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from copy_probe import MARK, encode  # noqa: E402
+from copy_probe import encode, is_space_token, probe_cases  # noqa: E402
 
 
 def parse_args():
@@ -131,18 +131,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         docs = encode(a.trex, a.tokenizer,
                       [json.loads(line)["text"] for line in open(a.train) if line.strip()], tmp)
-        texts = [json.loads(line)["text"] for line in open(a.drills) if line.strip()]
-        texts = [t for t in texts if MARK in t]
-        random.seed(a.probe_seed)  # the same selection as copy_probe.py
-        texts = random.sample(texts, min(a.count, len(texts)))
-        prefixes = encode(a.trex, a.tokenizer, [t[:t.rfind(MARK) + len(MARK)] for t in texts], tmp)
-        fulls = encode(a.trex, a.tokenizer, texts, tmp)
-    probe = []
-    for prefix, full in zip(prefixes, fulls):
-        m = 0
-        while m < len(prefix) and m < len(full) and prefix[m] == full[m]:
-            m += 1
-        probe.append(([bos] + full + [eos], [-100] * (1 + m) + full[m:] + [-100]))
+    probe = probe_cases(a.trex, a.tokenizer, a.drills, a.count, a.probe_seed, bos, eos)
 
     model = Decoder(a, vocab_size)
     matrices = [w for w in model.parameters() if w.dim() == 2]
@@ -189,7 +178,7 @@ def main():
                              torch.zeros(1, n, dtype=torch.long))[0].argmax(-1)
                 for i in range(n - 1):
                     label = labels[i + 1]
-                    if label == -100 or vocab.get(label) == "\u0120":  # space tokens apart
+                    if label == -100 or is_space_token(vocab, label):
                         continue
                     total += 1
                     right += int(pred[i] == label)

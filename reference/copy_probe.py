@@ -44,6 +44,28 @@ def read_logits(path):
     return values, t["shape"][1], t["shape"][2]
 
 
+def probe_cases(trex, tokenizer, drills_path, count, seed, bos, eos):
+    """The probe's drills as (ids, labels): [BOS] + drill + [EOS], labels only after MARK."""
+    texts = [json.loads(line)["text"] for line in open(drills_path) if line.strip()]
+    texts = [t for t in texts if MARK in t]
+    random.seed(seed)
+    texts = random.sample(texts, min(count, len(texts)))
+    with tempfile.TemporaryDirectory() as tmp:
+        prefixes = encode(trex, tokenizer, [t[:t.rfind(MARK) + len(MARK)] for t in texts], tmp)
+        fulls = encode(trex, tokenizer, texts, tmp)
+    cases = []
+    for prefix, full in zip(prefixes, fulls):
+        m = 0  # the prefix may tokenise differently at its end: keep the common part
+        while m < len(prefix) and m < len(full) and prefix[m] == full[m]:
+            m += 1
+        cases.append(([bos] + full + [eos], [-100] * (1 + m) + full[m:] + [-100]))
+    return cases
+
+
+def is_space_token(vocab, token_id):
+    return vocab.get(token_id) == "\u0120"  # the byte-level space token
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trex", default="build/trex")
@@ -52,24 +74,14 @@ def main():
     p.add_argument("--count", type=int, default=40)
     p.add_argument("--seed", type=int, default=5)
     a = p.parse_args()
-    texts = [json.loads(line)["text"] for line in open(a.drills) if line.strip()]
-    texts = [t for t in texts if MARK in t]
-    random.seed(a.seed)
-    texts = random.sample(texts, min(a.count, len(texts)))
     tokenizer = os.path.join(a.checkpoint, "tokenizer.json")
     model = json.load(open(os.path.join(a.checkpoint, "config.json")))
-    bos, eos = model["bos_token_id"], model["eos_token_id"]
     vocab = {v: k for k, v in json.load(open(tokenizer))["model"]["vocab"].items()}
+    cases = probe_cases(a.trex, tokenizer, a.drills, a.count, a.seed, model["bos_token_id"],
+                        model["eos_token_id"])
     values_total = values_right = spaces_total = spaces_right = whole_right = 0
     with tempfile.TemporaryDirectory() as tmp:
-        prefixes = encode(a.trex, tokenizer, [t[:t.rfind(MARK) + len(MARK)] for t in texts], tmp)
-        fulls = encode(a.trex, tokenizer, texts, tmp)
-        for prefix, full in zip(prefixes, fulls):
-            m = 0  # the prefix may tokenise differently at its end: keep the common part
-            while m < len(prefix) and m < len(full) and prefix[m] == full[m]:
-                m += 1
-            ids = [bos] + full + [eos]
-            labels = [-100] * (1 + m) + full[m:] + [-100]
+        for ids, labels in cases:
             tokens = os.path.join(tmp, "tokens.json")
             json.dump({"input_ids": [ids], "labels": [labels]}, open(tokens, "w"))
             out = os.path.join(tmp, "out.safetensors")
@@ -84,14 +96,14 @@ def main():
                 row = logits[pos * width:(pos + 1) * width]
                 right = max(range(width), key=row.__getitem__) == label
                 all_right &= right
-                if vocab.get(label) == "\u0120":  # the byte-level space token
+                if is_space_token(vocab, label):
                     spaces_total += 1
                     spaces_right += right
                 else:
                     values_total += 1
                     values_right += right
             whole_right += all_right
-    print(json.dumps({"checkpoint": a.checkpoint, "drills": len(texts),
+    print(json.dumps({"checkpoint": a.checkpoint, "drills": len(cases),
                       "value_tokens": values_total,
                       "value_accuracy": round(100.0 * values_right / max(values_total, 1), 1),
                       "space_tokens": spaces_total,
