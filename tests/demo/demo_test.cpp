@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
@@ -29,9 +30,10 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   o.quiet = true;
   o.peak_gflops = 100.0;
   o.jobs = 1;
-  o.sft_lr = 4e-3;         // overrides the preset's 2e-3
-  o.sft_global_batch = 3;  // overrides the preset's 2 rows per step
-  o.copy_drills = 1;       // overrides the preset's 0
+  o.sft_lr = 4e-3;          // overrides the preset's 2e-3
+  o.sft_global_batch = 3;   // overrides the preset's 2 rows per step
+  o.copy_drills = 1;        // overrides the preset's 0
+  o.copy_warmup_steps = 2;  // overrides the preset's 0
   const trex::demo::DemoResult first = trex::demo::run_demo(o);
 
   // One copy drill per trained problem joined the CPT corpus.
@@ -40,6 +42,28 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
     ++kinds[d["meta"]["kind"].get<std::string>()];
   EXPECT_GT(kinds["question_model"], 0);
   EXPECT_EQ(kinds["copy_drill"], kinds["question_model"]);
+
+  // The warm-up trained on those drills alone, split by problem, then CPT
+  // started from its last checkpoint.
+  std::multiset<std::string> drill_texts, warmup_texts;
+  for (const auto& d : trex::read_jsonl(o.out_dir + "/data/cpt.jsonl"))
+    if (d["meta"]["kind"] == "copy_drill") drill_texts.insert(d["text"].get<std::string>());
+  const auto warmup_train = trex::read_jsonl(o.out_dir + "/data/copy_drills.jsonl");
+  const auto warmup_val = trex::read_jsonl(o.out_dir + "/data/copy_drills_val.jsonl");
+  EXPECT_GE(warmup_val.size(), 1u);
+  EXPECT_GT(warmup_train.size(), warmup_val.size());
+  for (const auto* file : {&warmup_train, &warmup_val})
+    for (const auto& d : *file) warmup_texts.insert(d["text"].get<std::string>());
+  EXPECT_EQ(warmup_texts, drill_texts);
+  int warmup_steps = 0;
+  trex::read_jsonl(o.out_dir + "/warmup/metrics.jsonl", [&](const nlohmann::json& r, long) {
+    if (r.contains("loss")) ++warmup_steps;
+  });
+  EXPECT_EQ(warmup_steps, 2);
+  const auto cpt_state = nlohmann::json::parse(
+      trex::read_file(o.out_dir + "/cpt/checkpoints/step-00000003/trainer_state.json"));
+  EXPECT_EQ(cpt_state["run_config"]["model"]["init_checkpoint"],
+            o.out_dir + "/warmup/checkpoints/step-00000002");
 
   const std::string report = trex::read_file(first.report_path);
   for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
@@ -57,6 +81,8 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   }
   EXPECT_TRUE(fs::exists(o.out_dir + "/loss.svg"));
   EXPECT_NE(trex::read_file(o.out_dir + "/loss.svg").find("CPT train"), std::string::npos);
+  EXPECT_NE(trex::read_file(o.out_dir + "/loss.svg").find("warm-up train"), std::string::npos);
+  EXPECT_NE(report.find("| copy warm-up steps | 2 ("), std::string::npos) << report;
 
   // The tokenizer's special ids are the model's BOS/EOS.
   const auto config = nlohmann::json::parse(trex::read_file(o.out_dir + "/model-config.json"));
@@ -95,6 +121,8 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
   // not this run's zeros.
   const std::string resumed_report = trex::read_file(second.report_path);
   EXPECT_NE(resumed_report.find("| CPT tokens | 6144 ("), std::string::npos) << resumed_report;
+  EXPECT_NE(resumed_report.find("| copy warm-up tokens | 4096 ("), std::string::npos)
+      << resumed_report;
   EXPECT_NE(resumed_report.find("| SFT tokens | 9216 ("), std::string::npos) << resumed_report;
 
   // Resuming with the other tokenizer is refused, naming the file.
@@ -142,6 +170,14 @@ TEST(Demo, UnknownPresetIsAnError) {
   o.sft_global_batch = -1;
   o.val_evals = 0;
   EXPECT_THROW(trex::demo::run_demo(o), trex::Error);
+  o.val_evals = -1;
+  o.copy_warmup_steps = 5;  // the smoke preset has no copy drills
+  try {
+    trex::demo::run_demo(o);
+    ADD_FAILURE() << "a copy warm-up without copy drills was accepted";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("copy_drills"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // `trex demo`: the mission end to end on its embedded default (docs/demo.md):
-// data -> tokenizer -> CPT -> zero-shot base -> SFT -> zero-shot SFT -> report.
+// data -> tokenizer -> [copy warm-up] -> CPT -> zero-shot base -> SFT -> zero-shot SFT -> report.
 #include <iostream>
 #include <memory>
 
@@ -36,6 +36,10 @@ void add_demo_command(CLI::App& app) {
               "window and rows twice as long (docs/demo.md)");
   d->add_option("--copy-drills", options->copy_drills,
                 "Override the preset's CPT copy drills per trained problem (0: none; docs/demo.md)")
+      ->check(CLI::NonNegativeNumber);
+  d->add_option("--copy-warmup-steps", options->copy_warmup_steps,
+                "Override the preset's copy warm-up: steps on the copy drills alone before CPT "
+                "(0: none; needs --copy-drills > 0; docs/demo.md)")
       ->check(CLI::NonNegativeNumber);
   d->add_option("--val-evals", options->val_evals,
                 "Override the preset's number of validation Pass@1 points during SFT")

@@ -7,11 +7,13 @@
 #include <iostream>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/log.hpp"
+#include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/dist/communicator.hpp"
 #include "trex/io/tokenizer.hpp"
@@ -163,6 +165,48 @@ void write_cpt_validation(const std::string& sft_val, const std::string& out) {
     text += doc.dump() + "\n";
   });
   write_file_atomic(out, text);
+}
+
+// The copy warm-up's data: the CPT corpus's copy drills (meta.kind
+// "copy_drill"), split by problem so that the warm-up's validation loss is
+// measured on questions it never trained on: the problems with the smallest
+// id hashes, 1 in 50 and at least one, validate. Returns the training drills.
+int64_t write_copy_drill_files(const std::string& cpt_path, const std::string& train_out,
+                               const std::string& val_out) {
+  std::vector<std::pair<std::string, std::string>> drills;  // problem id, line
+  read_jsonl(cpt_path, [&](const json& record, long line) {
+    const auto meta = record.find("meta");
+    if (meta == record.end() || !meta->is_object() || meta->value("kind", "") != "copy_drill")
+      return;
+    const auto id = meta->find("problem_id");
+    if (id == meta->end() || !id->is_string())
+      throw Error("a copy drill without its problem id")
+          .file(cpt_path)
+          .line(line)
+          .field("meta.problem_id");
+    drills.emplace_back(id->get<std::string>(), json{{"text", record.at("text")}}.dump());
+  });
+  std::vector<std::pair<uint64_t, std::string>> problems;
+  for (const auto& [id, _] : drills) problems.emplace_back(hash_string(id), id);
+  std::sort(problems.begin(), problems.end());
+  problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
+  if (problems.size() < 2)
+    throw Error("the copy warm-up needs copy drills of at least two problems, found " +
+                std::to_string(problems.size()) + " (build the data with --copy-drills N > 0)")
+        .file(cpt_path);
+  const size_t val_problems = std::max<size_t>(1, problems.size() / 50);
+  std::set<std::string> validating;
+  for (size_t i = 0; i < val_problems; ++i) validating.insert(problems[i].second);
+  std::string train_text, val_text;
+  int64_t trained = 0;
+  for (const auto& [id, line] : drills) {
+    const bool val = validating.count(id) > 0;
+    (val ? val_text : train_text) += line + "\n";
+    trained += val ? 0 : 1;
+  }
+  write_file_atomic(val_out, val_text);
+  write_file_atomic(train_out, train_text);  // last: its presence marks both done
+  return trained;
 }
 
 io::Tokenizer train_demo_tokenizer(const std::string& cpt_path, int64_t vocab_size, bool bare_words,
@@ -384,10 +428,15 @@ DemoPreset demo_preset(std::string_view name) {
     p.data_preset = "full";
     p.sizes = orlib::demo_preset_sizes("full");
     p.model_config = demo_model_config();
-    p.cpt_steps = 400;
-    p.sft_steps = 1200;
+    // 8 drills per problem (128,000) and a 500-step warm-up on them alone (the
+    // copy at ~95 % of drill values; docs/demo.md), then CPT 200 and SFT 700
+    // steps: ~1 h 50 min on 2 cores.
+    p.sizes.copy_drills = 8;
+    p.copy_warmup_steps = 500;
+    p.cpt_steps = 200;
+    p.sft_steps = 700;
     p.warmup_steps = 20;
-    p.val_pass_evals = 8;
+    p.val_pass_evals = 4;
     p.checkpoint_interval = 100;
   } else if (name == "smoke") {
     p.data_preset = "default";
@@ -445,6 +494,7 @@ DemoResult run_demo(const DemoOptions& options) {
   DemoPreset preset = demo_preset(o.preset);
   if (o.bare_words) preset = with_bare_words(std::move(preset));
   if (o.cpt_steps >= 0) preset.cpt_steps = o.cpt_steps;
+  if (o.copy_warmup_steps >= 0) preset.copy_warmup_steps = o.copy_warmup_steps;
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
   if (preset.cpt_steps < 1 || preset.sft_steps < 1)
     throw Error("the demo needs at least one CPT and one SFT step").field("steps");
@@ -455,6 +505,11 @@ DemoResult run_demo(const DemoOptions& options) {
   if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
   if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
   if (o.copy_drills >= 0) preset.sizes.copy_drills = o.copy_drills;
+  if (preset.copy_warmup_steps > 0 && preset.sizes.copy_drills <= 0)
+    throw Error(
+        "the copy warm-up trains on copy drills: set --copy-drills N > 0 or "
+        "--copy-warmup-steps 0")
+        .field("copy_drills");
   if (o.val_evals == 0 || o.val_evals < -1)
     throw Error("must be >= 1 validation points").field("val_evals");
   if (o.val_evals > 0) preset.val_pass_evals = o.val_evals;
@@ -496,6 +551,9 @@ DemoResult run_demo(const DemoOptions& options) {
     }
     if (!fs::exists(data_dir + "/cpt_val.jsonl"))
       write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
+    if (preset.copy_warmup_steps > 0 && !fs::exists(data_dir + "/copy_drills.jsonl"))
+      write_copy_drill_files(data_dir + "/cpt.jsonl", data_dir + "/copy_drills.jsonl",
+                             data_dir + "/copy_drills_val.jsonl");
   });
   data_summary = json::parse(read_file(data_dir + "/summary.json"));
   stage_seconds.push_back({"data", seconds_since(t)});
@@ -548,14 +606,49 @@ DemoResult run_demo(const DemoOptions& options) {
   say(o, "== peak: " + format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype +
              " GEMM, the MFU denominator)");
 
-  // 3. CPT from scratch.
+  // 3. The copy warm-up from scratch, on the drills alone.
+  std::unique_ptr<train::Trainer> trainer;
+  std::optional<train::TrainSummary> warmup_summary;
+  if (preset.copy_warmup_steps > 0) {
+    t = std::chrono::steady_clock::now();
+    say(o, "== warm-up: " + std::to_string(preset.copy_warmup_steps) + " steps of " +
+               std::to_string(preset.copy_warmup_batch) + " x " +
+               std::to_string(preset.copy_warmup_seq_len) +
+               " tokens of copy drills from random init, peak LR " +
+               format_fixed(preset.cpt_lr, 4));
+    train::RunConfig warmup = base_run_config(preset, tokenizer_path, peak, o.seed);
+    warmup.model_config = model_config_path;
+    warmup.init_seed = o.seed;
+    warmup.mode = train::DataMode::kCpt;
+    warmup.train_file = data_dir + "/copy_drills.jsonl";
+    warmup.validation_file = data_dir + "/copy_drills_val.jsonl";
+    warmup.seq_len = preset.copy_warmup_seq_len;
+    warmup.global_batch = preset.copy_warmup_batch;
+    warmup.micro_batch = preset.copy_warmup_batch;
+    warmup.steps = preset.copy_warmup_steps;
+    warmup.peak_lr = preset.cpt_lr;
+    warmup.min_lr = preset.cpt_lr / 10;
+    warmup.eval_interval = std::max<int64_t>(1, preset.copy_warmup_steps / 4);
+    warmup.out_dir = out + "/warmup";
+    warmup_summary = run_stage(warmup, o, ranks, trainer);
+    trainer.reset();
+    stage_seconds.push_back({"warm-up", seconds_since(t)});
+  }
+
+  // 4. CPT, from the warm-up or from scratch.
   t = std::chrono::steady_clock::now();
   say(o, "== cpt: " + std::to_string(preset.cpt_steps) + " steps of " +
              std::to_string(preset.global_batch) + " x " + std::to_string(preset.seq_len) +
-             " tokens from random init, peak LR " + format_fixed(preset.cpt_lr, 4));
+             " tokens from " +
+             (warmup_summary ? warmup_summary->last_checkpoint : std::string("random init")) +
+             ", peak LR " + format_fixed(preset.cpt_lr, 4));
   train::RunConfig cpt = base_run_config(preset, tokenizer_path, peak, o.seed);
-  cpt.model_config = model_config_path;
-  cpt.init_seed = o.seed;
+  if (warmup_summary) {
+    cpt.init_checkpoint = warmup_summary->last_checkpoint;
+  } else {
+    cpt.model_config = model_config_path;
+    cpt.init_seed = o.seed;
+  }
   cpt.mode = train::DataMode::kCpt;
   cpt.train_file = data_dir + "/cpt.jsonl";
   cpt.validation_file = data_dir + "/cpt_val.jsonl";
@@ -564,11 +657,10 @@ DemoResult run_demo(const DemoOptions& options) {
   cpt.min_lr = preset.cpt_lr / 10;
   cpt.eval_interval = std::max<int64_t>(1, preset.cpt_steps / 4);
   cpt.out_dir = out + "/cpt";
-  std::unique_ptr<train::Trainer> trainer;
   const train::TrainSummary cpt_summary = run_stage(cpt, o, ranks, trainer);
   stage_seconds.push_back({"cpt", seconds_since(t)});
 
-  // 4. The CPT-only base, zero-shot.
+  // 5. The CPT-only base, zero-shot.
   t = std::chrono::steady_clock::now();
   say(o, "== base: zero-shot answers of the CPT-only model");
   double base_gen_tps = 0;
@@ -578,7 +670,7 @@ DemoResult run_demo(const DemoOptions& options) {
   stage_seconds.push_back({"base eval", seconds_since(t)});
   trainer.reset();
 
-  // 5. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
+  // 6. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
   t = std::chrono::steady_clock::now();
   say(o, "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
              std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
@@ -618,7 +710,7 @@ DemoResult run_demo(const DemoOptions& options) {
   const train::TrainSummary sft_summary = run_stage(sft, o, ranks, trainer, val_pass1_hook);
   stage_seconds.push_back({"sft", seconds_since(t)});
 
-  // 6. The SFT model, zero-shot.
+  // 7. The SFT model, zero-shot.
   t = std::chrono::steady_clock::now();
   say(o, "== final: zero-shot answers of the SFT model");
   double sft_gen_tps = 0;
@@ -626,7 +718,7 @@ DemoResult run_demo(const DemoOptions& options) {
                                         "sft", preset, o, ranks, &sft_gen_tps, &sft_data_lines);
   stage_seconds.push_back({"final eval", seconds_since(t)});
 
-  // 7. Report (rank 0).
+  // 8. Report (rank 0).
   DemoResult result;
   result.root = ranks.root();
   result.base_pass1 = base_pass1;
@@ -634,8 +726,11 @@ DemoResult run_demo(const DemoOptions& options) {
   result.report_path = out + "/report.md";
   ranks.on_root("writing the report", [&] {
     orlib::SvgChart chart;
-    chart.title = "CPT then SFT: training and validation loss (LM + MTP + balance)";
-    auto series = orlib::read_loss_series(cpt_summary.metrics_jsonl, "CPT");
+    chart.title = std::string(warmup_summary ? "Copy warm-up, CPT" : "CPT") +
+                  " then SFT: training and validation loss (LM + MTP + balance)";
+    std::vector<orlib::CurveSeries> series;
+    if (warmup_summary) series = orlib::read_loss_series(warmup_summary->metrics_jsonl, "warm-up");
+    for (auto& s : orlib::read_loss_series(cpt_summary.metrics_jsonl, "CPT")) series.push_back(s);
     for (auto& s : orlib::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
     write_file_atomic(out + "/loss.svg", orlib::loss_curves_svg(series, chart));
     orlib::SvgChart pass_chart;
@@ -688,6 +783,7 @@ DemoResult run_demo(const DemoOptions& options) {
                                 " MPI ranks (training data parallel, ZeRO-1; generation split)"});
     report.figures.push_back(
         {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
+    if (warmup_summary) stage_figures("copy warm-up", *warmup_summary, preset.cpt_lr);
     stage_figures("CPT", cpt_summary, preset.cpt_lr);
     stage_figures("SFT", sft_summary, preset.sft_lr);
     if (base_gen_tps > 0)
