@@ -45,7 +45,8 @@ void BM_BuildAndVerify(benchmark::State& state) {
   state.SetLabel(std::string(family.name()));
   SynthSettings settings;
   int64_t index = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(build_and_verify(family, index++, 0, settings).accepted);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(build_and_verify(family, index++, 0, settings).accepted);
 }
 BENCHMARK(BM_BuildAndVerify)
     ->DenseRange(0, static_cast<int>(all_families().size()) - 1)

@@ -6,10 +6,16 @@
 
 namespace trex::test {
 
-inline std::string source_dir() { return TREX_SOURCE_DIR; }
-inline std::string trex_binary() { return TREX_BINARY; }
+inline std::string source_dir() {
+  return TREX_SOURCE_DIR;
+}
+inline std::string trex_binary() {
+  return TREX_BINARY;
+}
 // Shared benchmark data lives next to the repository: ../shared.
-inline std::string shared_dir() { return source_dir() + "/../shared"; }
+inline std::string shared_dir() {
+  return source_dir() + "/../shared";
+}
 
 // A fresh temporary directory, removed by the destructor.
 class TempDir {

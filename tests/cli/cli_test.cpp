@@ -37,7 +37,8 @@ TEST(Cli, SolveReportsBothSolvers) {
   EXPECT_NE(r.output.find("GLPK: optimal, objective 3.5"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("CBC : optimal, objective 3.5"), std::string::npos) << r.output;
 
-  write_file_atomic(dir.file("ok.lp"), "Minimize\n cost: 2 x + 3 y\nSubject To\n need: x + y >= 4\nEnd\n");
+  write_file_atomic(dir.file("ok.lp"),
+                    "Minimize\n cost: 2 x + 3 y\nSubject To\n need: x + y >= 4\nEnd\n");
   r = run_trex("or solve " + dir.file("ok.lp"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("objective 8"), std::string::npos) << r.output;
@@ -57,12 +58,15 @@ TEST(Cli, MalformedModelsGiveAClearErrorNotACrash) {
   EXPECT_NE(r.output.find("bad.mod:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("trex: error:"), std::string::npos) << r.output;
 
-  write_file_atomic(dir.file("bad.lp"), "Maximize\n obj: x + y\nSubject To\n c1: x <= y + 1\nEnd\n");
+  write_file_atomic(dir.file("bad.lp"),
+                    "Maximize\n obj: x + y\nSubject To\n c1: x <= y + 1\nEnd\n");
   r = run_trex("or solve " + dir.file("bad.lp"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("bad.lp:4"), std::string::npos) << r.output;
 
-  const char binary[] = "\x7f" "ELF\x01\x02\x00\xff\xfe garbage";
+  const char binary[] =
+      "\x7f"
+      "ELF\x01\x02\x00\xff\xfe garbage";
   write_file_atomic(dir.file("binary.mod"), std::string(binary, sizeof binary - 1));
   r = run_trex("or solve " + dir.file("binary.mod"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -81,7 +85,8 @@ TEST(Cli, SynthValidatesArgumentsAndWritesSummary) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("unknown problem family 'nope'"), std::string::npos) << r.output;
 
-  r = run_trex("or synth --n 6 --families knapsack --seed 3 --reproducible --quiet --out " + dir.file("k.jsonl"));
+  r = run_trex("or synth --n 6 --families knapsack --seed 3 --reproducible --quiet --out " +
+               dir.file("k.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto records = read_jsonl(dir.file("k.jsonl"));
   EXPECT_EQ(records.size(), 6u);

@@ -14,8 +14,8 @@
 namespace trex {
 namespace {
 
-using test::run_trex;
 using test::CliRun;
+using test::run_trex;
 
 std::string config(const std::string& name) {
   return test::source_dir() + "/configs/models/" + name + ".json";

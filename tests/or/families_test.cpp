@@ -44,9 +44,11 @@ TEST_P(EveryFamily, GeneratesRendersSolvesAndChecks) {
       SolveResult g = model.solve_glpk(), c = model.solve_cbc();
       ASSERT_EQ(g.status, SolveStatus::optimal) << g.message;
       ASSERT_EQ(c.status, SolveStatus::optimal) << c.message;
-      EXPECT_TRUE(objectives_agree(g.objective, c.objective)) << g.objective << " vs " << c.objective;
+      EXPECT_TRUE(objectives_agree(g.objective, c.objective))
+          << g.objective << " vs " << c.objective;
       for (const SolveResult* r : {&g, &c}) {
-        CheckResult check = inst->check(Solution::from_columns(r->objective, model.column_names(), r->x));
+        CheckResult check =
+            inst->check(Solution::from_columns(r->objective, model.column_names(), r->x));
         EXPECT_TRUE(check.feasible) << (check.violations.empty() ? "" : check.violations[0]);
         EXPECT_TRUE(objectives_agree(r->objective, check.objective))
             << "solver " << r->objective << " vs checker " << check.objective;
@@ -75,7 +77,8 @@ TEST_P(EveryFamily, EveryTemplateRendersDistinctText) {
     EXPECT_EQ(inst->nl_template(), t);
     std::string nl = inst->nl();
     ASSERT_FALSE(nl.empty());
-    EXPECT_EQ(nl.find("{"), std::string::npos) << "unfilled placeholder in template " << t << ": " << nl;
+    EXPECT_EQ(nl.find("{"), std::string::npos)
+        << "unfilled placeholder in template " << t << ": " << nl;
     openings.insert(nl.substr(0, 40));
   }
   EXPECT_EQ(static_cast<int>(openings.size()), family.nl_templates())

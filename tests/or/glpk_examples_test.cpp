@@ -32,10 +32,11 @@ struct GlpsolResult {
   double objective = std::nan("");
 };
 
-GlpsolResult run_glpsol(const std::string& model, const std::string& dir) {
+GlpsolResult run_glpsol(const std::string& model, const std::string& dir, int time_limit_s) {
   std::string sol = dir + "/out.sol";
-  std::string cmd = "cd '" + dir + "' && timeout 60 glpsol -m '" + model + "' --tmlim 20 -o '" + sol +
-                    "' > /dev/null 2>&1";
+  std::string cmd = "cd '" + dir + "' && timeout " + std::to_string(3 * time_limit_s) +
+                    " glpsol -m '" + model + "' --tmlim " + std::to_string(time_limit_s) + " -o '" +
+                    sol + "' > /dev/null 2>&1";
   GlpsolResult r;
   if (std::system(cmd.c_str()) != 0) return r;
   std::string text = read_file(sol);
@@ -57,7 +58,8 @@ GlpsolResult run_glpsol(const std::string& model, const std::string& dir) {
 }
 
 TEST(GlpkExamples, SolverPathReproducesGlpsol) {
-  if (!std::filesystem::exists(kExamples)) GTEST_SKIP() << kExamples << " missing (install glpk-utils)";
+  if (!std::filesystem::exists(kExamples))
+    GTEST_SKIP() << kExamples << " missing (install glpk-utils)";
   ASSERT_EQ(std::system("command -v glpsol > /dev/null"), 0) << "glpsol not installed";
   std::vector<std::string> models;
   for (const auto& e : std::filesystem::directory_iterator(kExamples))
@@ -77,7 +79,14 @@ TEST(GlpkExamples, SolverPathReproducesGlpsol) {
       continue;
     }
     SCOPED_TRACE(name);
-    GlpsolResult ref = run_glpsol(path, dir.path());
+    GlpsolResult ref = run_glpsol(path, dir.path(), 20);
+    // Under CI load an example that glpsol proves in a few seconds idle (planarity)
+    // has hit the 20 s limit: one retry with a longer limit before failing.
+    if (ref.status != "OPTIMAL" && ref.status != "INTEGER OPTIMAL") {
+      std::printf("  %-12s glpsol status '%s' at 20 s; retrying with 120 s\n", name.c_str(),
+                  ref.status.c_str());
+      ref = run_glpsol(path, dir.path(), 120);
+    }
     ASSERT_TRUE(ref.status == "OPTIMAL" || ref.status == "INTEGER OPTIMAL")
         << "glpsol status '" << ref.status << "'; add to kNotCompared with a reason";
     LinearModel model = LinearModel::from_mathprog_file(path);

@@ -58,7 +58,8 @@ end;
 
 TEST(Solver, InfeasibleLpAndMip) {
   for (const char* type : {"", " integer"}) {
-    std::string text = std::string("var x >= 0") + type + ";\nminimize z: x;\ns.t. a: x >= 5;\ns.t. b: x <= 3;\nend;\n";
+    std::string text = std::string("var x >= 0") + type +
+                       ";\nminimize z: x;\ns.t. a: x >= 5;\ns.t. b: x <= 3;\nend;\n";
     LinearModel m = LinearModel::from_mathprog(text);
     EXPECT_EQ(m.solve_glpk().status, SolveStatus::infeasible) << type;
     EXPECT_EQ(m.solve_cbc().status, SolveStatus::infeasible) << type;
@@ -67,7 +68,8 @@ TEST(Solver, InfeasibleLpAndMip) {
 
 TEST(Solver, UnboundedLpAndMip) {
   for (const char* type : {"", " integer"}) {
-    std::string text = std::string("var x >= 0") + type + ";\nvar y >= 0;\nmaximize z: x + y;\ns.t. a: x - y <= 2;\nend;\n";
+    std::string text = std::string("var x >= 0") + type +
+                       ";\nvar y >= 0;\nmaximize z: x + y;\ns.t. a: x - y <= 2;\nend;\n";
     LinearModel m = LinearModel::from_mathprog(text);
     EXPECT_EQ(m.solve_glpk().status, SolveStatus::unbounded) << type;
     EXPECT_EQ(m.solve_cbc().status, SolveStatus::unbounded) << type;
@@ -99,7 +101,8 @@ TEST(Solver, NonLinearMathProgIsRejectedWithReason) {
 }
 
 TEST(Solver, MissingDataIsAGenerationError) {
-  EXPECT_THROW(LinearModel::from_mathprog("param n;\nvar x{1..n} >= 0;\nminimize z: sum{i in 1..n} x[i];\nend;\n"),
+  EXPECT_THROW(LinearModel::from_mathprog(
+                   "param n;\nvar x{1..n} >= 0;\nminimize z: sum{i in 1..n} x[i];\nend;\n"),
                ModelError);
 }
 

@@ -50,7 +50,8 @@ TEST(Synth, ShardsConcatenateToTheUnshardedRun) {
     r.shard_index = i;
     r.shard_count = 4;
     auto part = run(r);
-    EXPECT_EQ(static_cast<int64_t>(part.size()), shard_range(n, i, 4).second - shard_range(n, i, 4).first);
+    EXPECT_EQ(static_cast<int64_t>(part.size()),
+              shard_range(n, i, 4).second - shard_range(n, i, 4).first);
     joined.insert(joined.end(), part.begin(), part.end());
   }
   EXPECT_EQ(joined, full);
@@ -63,8 +64,9 @@ TEST(Synth, RecordsCarryEveryFieldAndReverify) {
   std::set<std::string> families, ids, texts;
   for (const auto& text : records) {
     json r = json::parse(text);
-    for (const char* field : {"id", "family", "difficulty", "size", "nl", "alg", "gmpl", "lp", "status",
-                              "objective", "solvers", "x_ref", "checks", "seed", "generator_version"})
+    for (const char* field :
+         {"id", "family", "difficulty", "size", "nl", "alg", "gmpl", "lp", "status", "objective",
+          "solvers", "x_ref", "checks", "seed", "generator_version"})
       ASSERT_TRUE(r.contains(field)) << field;
     EXPECT_EQ(r["status"], "optimal");
     EXPECT_EQ(r["solvers"]["glpk"]["status"], "optimal");

@@ -38,7 +38,8 @@ std::string summary_path(const std::string& out) {
 int run_solve(const std::string& path, const std::string& data, double time_limit) {
   using namespace trex::orlib;
   const bool lp = path.size() > 3 && to_lower(path.substr(path.size() - 3)) == ".lp";
-  LinearModel model = lp ? LinearModel::from_lp_file(path) : LinearModel::from_mathprog_file(path, data);
+  LinearModel model =
+      lp ? LinearModel::from_lp_file(path) : LinearModel::from_mathprog_file(path, data);
   std::cout << "model: " << path << " (" << (lp ? "CPLEX LP" : "GNU MathProg") << ")\n"
             << "  rows " << model.num_rows() << ", columns " << model.num_cols() << " ("
             << model.num_integer() << " integer, " << model.num_binary() << " binary), nonzeros "
@@ -57,8 +58,8 @@ int run_solve(const std::string& path, const std::string& data, double time_limi
   show("GLPK", glpk);
   show("CBC ", cbc);
   if (!glpk.output.empty()) std::cout << "model output:\n" << glpk.output;
-  bool agree = glpk.status == cbc.status &&
-               (glpk.status != SolveStatus::optimal || objectives_agree(glpk.objective, cbc.objective));
+  bool agree = glpk.status == cbc.status && (glpk.status != SolveStatus::optimal ||
+                                             objectives_agree(glpk.objective, cbc.objective));
   std::cout << "solvers " << (agree ? "agree" : "DISAGREE") << "\n";
   return agree ? 0 : 3;
 }
@@ -74,7 +75,8 @@ int run_synth_command(const SynthCliOptions& o) {
   request.families = parse_family_list(o.families);
   request.settings.seed = o.seed;
   request.settings.mixed_difficulty = o.difficulty == "mix";
-  if (!request.settings.mixed_difficulty) request.settings.difficulty = parse_difficulty(o.difficulty);
+  if (!request.settings.mixed_difficulty)
+    request.settings.difficulty = parse_difficulty(o.difficulty);
   request.settings.time_limit_seconds = o.time_limit;
   request.settings.record_timings = !o.reproducible;
   std::tie(request.shard_index, request.shard_count) = parse_shard(o.shard);
@@ -94,8 +96,8 @@ int run_synth_command(const SynthCliOptions& o) {
   write_file_atomic(summary_path(o.out), sj.dump(2) + "\n");
   if (!o.quiet) {
     std::cout << format_summary(summary);
-    std::cout << "wrote " << summary.written << " records to " << o.out << " (summary: "
-              << summary_path(o.out) << ")\n";
+    std::cout << "wrote " << summary.written << " records to " << o.out
+              << " (summary: " << summary_path(o.out) << ")\n";
   }
   return 0;
 }
@@ -108,20 +110,25 @@ void add_or_commands(CLI::App& app) {
 
   auto synth = std::make_shared<SynthCliOptions>();
   auto* s = orc->add_subcommand("synth", "Generate solver-verified OR problem instances (JSONL)");
-  s->add_option("--n", synth->n, "Number of records in the whole (unsharded) run")->capture_default_str();
-  s->add_option("--families", synth->families, "'all' or a comma-separated list (see `trex or families`)")
+  s->add_option("--n", synth->n, "Number of records in the whole (unsharded) run")
+      ->capture_default_str();
+  s->add_option("--families", synth->families,
+                "'all' or a comma-separated list (see `trex or families`)")
       ->capture_default_str();
   s->add_option("--seed", synth->seed, "Random seed")->capture_default_str();
   s->add_option("--out", synth->out, "Output JSONL file (written atomically)")->required();
-  s->add_option("--shard", synth->shard, "Write shard i of k (0-based): i/k; shards concatenate to the full run")
+  s->add_option("--shard", synth->shard,
+                "Write shard i of k (0-based): i/k; shards concatenate to the full run")
       ->capture_default_str();
   s->add_option("--difficulty", synth->difficulty, "easy|medium|hard|mix")
       ->check(CLI::IsMember({"easy", "medium", "hard", "mix"}))
       ->capture_default_str();
   s->add_option("--jobs", synth->jobs, "Worker processes (default: one per core; 0 = in-process)");
-  s->add_option("--time-limit", synth->time_limit, "Per-solve time limit in seconds")->capture_default_str();
+  s->add_option("--time-limit", synth->time_limit, "Per-solve time limit in seconds")
+      ->capture_default_str();
   s->add_flag("--reproducible", synth->reproducible,
-              "Write null solve times so the same seed gives a byte-identical file (times stay in the summary)");
+              "Write null solve times so the same seed gives a byte-identical file (times stay in "
+              "the summary)");
   s->add_flag("--quiet", synth->quiet, "No progress bar or summary table");
   s->callback([synth] { run_synth_command(*synth); });
 
@@ -135,10 +142,12 @@ void add_or_commands(CLI::App& app) {
   auto solve_file = std::make_shared<std::string>();
   auto solve_data = std::make_shared<std::string>();
   auto solve_limit = std::make_shared<double>(60.0);
-  auto* sv = orc->add_subcommand("solve", "Solve a GNU MathProg (.mod) or CPLEX LP (.lp) model with GLPK and CBC");
+  auto* sv = orc->add_subcommand(
+      "solve", "Solve a GNU MathProg (.mod) or CPLEX LP (.lp) model with GLPK and CBC");
   sv->add_option("model", *solve_file, "FILE.mod or FILE.lp")->required()->check(CLI::ExistingFile);
   sv->add_option("--data", *solve_data, "Separate MathProg data file")->check(CLI::ExistingFile);
-  sv->add_option("--time-limit", *solve_limit, "Per-solver time limit in seconds")->capture_default_str();
+  sv->add_option("--time-limit", *solve_limit, "Per-solver time limit in seconds")
+      ->capture_default_str();
   sv->callback([=] {
     int rc = run_solve(*solve_file, *solve_data, *solve_limit);
     if (rc != 0) throw CLI::RuntimeError(rc);

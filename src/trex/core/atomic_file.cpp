@@ -24,7 +24,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   ensure_parent_dir(path_);
   temp_path_ = path_ + ".tmp." + std::to_string(getpid());
   file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (file_ == nullptr) throw Error(std::string("cannot open for writing: ") + std::strerror(errno)).file(temp_path_);
+  if (file_ == nullptr)
+    throw Error(std::string("cannot open for writing: ") + std::strerror(errno)).file(temp_path_);
 }
 
 AtomicFile::~AtomicFile() {

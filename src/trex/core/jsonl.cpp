@@ -13,7 +13,9 @@ std::string dump_compact(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-void JsonlWriter::write(const json& record) { write_line(dump_compact(record)); }
+void JsonlWriter::write(const json& record) {
+  write_line(dump_compact(record));
+}
 
 void JsonlWriter::write_line(std::string_view serialized) {
   file_.write(serialized);

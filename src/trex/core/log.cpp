@@ -30,8 +30,12 @@ std::mutex& write_mutex() {
 
 }  // namespace
 
-Level level() { return static_cast<Level>(current().load(std::memory_order_relaxed)); }
-void set_level(Level l) { current().store(static_cast<int>(l)); }
+Level level() {
+  return static_cast<Level>(current().load(std::memory_order_relaxed));
+}
+void set_level(Level l) {
+  current().store(static_cast<int>(l));
+}
 
 void write(Level l, const std::string& message) {
   static const char* names[] = {"debug", "info", "warn", "error"};

@@ -68,7 +68,9 @@ class Rng {
   int uniform_int(int lo, int hi) {
     return static_cast<int>(uniform_int(static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
   }
-  size_t index(size_t n) { return static_cast<size_t>(uniform_int(int64_t{0}, static_cast<int64_t>(n) - 1)); }
+  size_t index(size_t n) {
+    return static_cast<size_t>(uniform_int(int64_t{0}, static_cast<int64_t>(n) - 1));
+  }
 
   bool bernoulli(double p) { return uniform() < p; }
 

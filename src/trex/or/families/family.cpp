@@ -9,9 +9,12 @@ namespace trex::orlib {
 
 const char* to_string(Difficulty d) {
   switch (d) {
-    case Difficulty::easy: return "easy";
-    case Difficulty::medium: return "medium";
-    case Difficulty::hard: return "hard";
+    case Difficulty::easy:
+      return "easy";
+    case Difficulty::medium:
+      return "medium";
+    case Difficulty::hard:
+      return "hard";
   }
   return "medium";
 }
@@ -26,9 +29,12 @@ Difficulty parse_difficulty(std::string_view text) {
 
 const char* to_string(ProblemClass c) {
   switch (c) {
-    case ProblemClass::lp: return "LP";
-    case ProblemClass::ip: return "IP";
-    case ProblemClass::milp: return "MILP";
+    case ProblemClass::lp:
+      return "LP";
+    case ProblemClass::ip:
+      return "IP";
+    case ProblemClass::milp:
+      return "MILP";
   }
   return "LP";
 }
@@ -117,15 +123,17 @@ void Checker::binary(double v, const std::string& what) {
     record(what + " is not binary: " + format_number(v));
 }
 
-void Checker::fail(const std::string& what) { record(what); }
+void Checker::fail(const std::string& what) {
+  record(what);
+}
 
 CheckResult Checker::result(double objective) const {
   CheckResult r;
   r.feasible = violations_ == 0;
   r.violations = messages_;
   if (violations_ > static_cast<int>(messages_.size()))
-    r.violations.push_back("... and " + std::to_string(violations_ - static_cast<int>(messages_.size())) +
-                           " more");
+    r.violations.push_back(
+        "... and " + std::to_string(violations_ - static_cast<int>(messages_.size())) + " more");
   r.objective = objective;
   return r;
 }

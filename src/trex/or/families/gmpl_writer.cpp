@@ -21,7 +21,8 @@ GmplData& GmplData::param(const std::string& name, const std::vector<std::string
                           const std::vector<double>& values) {
   require(keys.size() == values.size(), "GmplData::param: keys and values differ in length");
   text_ += "param " + name + " :=";
-  for (size_t i = 0; i < keys.size(); ++i) text_ += "\n  " + keys[i] + " " + format_number(values[i]);
+  for (size_t i = 0; i < keys.size(); ++i)
+    text_ += "\n  " + keys[i] + " " + format_number(values[i]);
   text_ += ";\n";
   return *this;
 }
@@ -43,7 +44,8 @@ GmplData& GmplData::param(const std::string& name, const std::vector<std::string
 }
 
 GmplData& GmplData::param_sparse(
-    const std::string& name, const std::vector<std::pair<std::vector<std::string>, double>>& entries) {
+    const std::string& name,
+    const std::vector<std::pair<std::vector<std::string>, double>>& entries) {
   text_ += "param " + name + " :=";
   for (const auto& [key, v] : entries) text_ += "\n  [" + join(key, ",") + "] " + format_number(v);
   text_ += ";\n";

@@ -16,50 +16,75 @@ namespace trex::orlib {
 namespace {
 
 struct Theme {
-  std::string intro;       // story opening; {org} is replaced by an organisation name
-  std::string item_noun;   // "item", "project", ...
+  std::string intro;      // story opening; {org} is replaced by an organisation name
+  std::string item_noun;  // "item", "project", ...
   std::vector<std::string> item_names;
-  std::string value_name;  // "usefulness", "net present value"
-  std::string value_unit;  // "points", "thousand dollars"
+  std::string value_name;                                      // "usefulness", "net present value"
+  std::string value_unit;                                      // "points", "thousand dollars"
   std::vector<std::pair<std::string, std::string>> resources;  // (name, unit), up to 3
   bool table;  // data as a Markdown table (else one sentence per item)
 };
 
 const std::vector<Theme>& themes() {
   static const std::vector<Theme> t = {
-      {"A hiking club is preparing one member's backpack for a long trek.", "piece of gear",
-       {"tent", "stove", "water filter", "first-aid kit", "headlamp", "rain jacket", "sleeping bag",
-        "camera", "map set", "trekking poles", "solar charger", "binoculars", "rope", "fleece",
-        "snacks", "cooking pot", "compass", "sunscreen", "gaiters", "book", "knife", "towel",
-        "pillow", "radio", "sandals", "hat", "gloves", "tripod", "hammock", "mosquito net"},
-       "usefulness", "points", {{"weight", "kg"}, {"volume", "litres"}, {"cost", "dollars"}}, false},
-      {"{org} is choosing which capital projects to fund next year.", "project",
-       text::projects(), "net present value", "thousand dollars",
-       {{"budget", "thousand dollars"}, {"engineering effort", "person-months"},
+      {"A hiking club is preparing one member's backpack for a long trek.",
+       "piece of gear",
+       {"tent",          "stove",        "water filter", "first-aid kit", "headlamp",
+        "rain jacket",   "sleeping bag", "camera",       "map set",       "trekking poles",
+        "solar charger", "binoculars",   "rope",         "fleece",        "snacks",
+        "cooking pot",   "compass",      "sunscreen",    "gaiters",       "book",
+        "knife",         "towel",        "pillow",       "radio",         "sandals",
+        "hat",           "gloves",       "tripod",       "hammock",       "mosquito net"},
+       "usefulness",
+       "points",
+       {{"weight", "kg"}, {"volume", "litres"}, {"cost", "dollars"}},
+       false},
+      {"{org} is choosing which capital projects to fund next year.",
+       "project",
+       text::projects(),
+       "net present value",
+       "thousand dollars",
+       {{"budget", "thousand dollars"},
+        {"engineering effort", "person-months"},
         {"management attention", "review hours"}},
        true},
       {"A cargo airline must decide which consignments to load on tonight's flight for {org}.",
-       "consignment", {}, "profit", "dollars",
-       {{"weight", "tonnes"}, {"volume", "cubic metres"}, {"floor space", "square metres"}}, true},
+       "consignment",
+       {},
+       "profit",
+       "dollars",
+       {{"weight", "tonnes"}, {"volume", "cubic metres"}, {"floor space", "square metres"}},
+       true},
       {"The marketing team of {org} can run a subset of the following campaigns this quarter.",
        "campaign",
-       {"TV spot", "radio ad", "podcast sponsorship", "billboard", "email blast", "search ads",
-        "social video", "influencer deal", "trade show", "webinar", "print ad", "loyalty offer",
-        "referral bonus", "flash sale", "sports sponsorship", "cinema ad", "bus wrap",
-        "street team", "newsletter", "catalogue", "pop-up store", "charity run", "app banner",
-        "coupon mailer", "case study", "product demo", "quiz contest", "radio jingle", "blog series",
-        "student promo"},
-       "expected new customers", "customers",
-       {{"budget", "dollars"}, {"staff time", "hours"}, {"design time", "hours"}}, false},
-      {"A research satellite operated for {org} has room for only some of the proposed experiments.",
+       {"TV spot",        "radio ad",        "podcast sponsorship",
+        "billboard",      "email blast",     "search ads",
+        "social video",   "influencer deal", "trade show",
+        "webinar",        "print ad",        "loyalty offer",
+        "referral bonus", "flash sale",      "sports sponsorship",
+        "cinema ad",      "bus wrap",        "street team",
+        "newsletter",     "catalogue",       "pop-up store",
+        "charity run",    "app banner",      "coupon mailer",
+        "case study",     "product demo",    "quiz contest",
+        "radio jingle",   "blog series",     "student promo"},
+       "expected new customers",
+       "customers",
+       {{"budget", "dollars"}, {"staff time", "hours"}, {"design time", "hours"}},
+       false},
+      {"A research satellite operated for {org} has room for only some of the proposed "
+       "experiments.",
        "experiment",
-       {"spectrometer", "magnetometer", "dust counter", "ion probe", "star tracker test",
-        "plant growth", "crystal growth", "radiation badge", "laser link", "gravity probe",
-        "ozone sensor", "thermal camera", "cosmic ray detector", "antenna test", "battery test",
-        "micro-thruster", "solar cell test", "bacteria culture", "fluid mixing", "gyro test",
-        "sail deployment", "x-ray imager", "lightning sensor", "radar altimeter", "GPS receiver",
-        "clock test", "camera array", "memory test", "coating test", "ice detector"},
-       "science value", "points", {{"power", "watts"}, {"mass", "kg"}, {"data volume", "MB per day"}},
+       {"spectrometer",        "magnetometer",     "dust counter",     "ion probe",
+        "star tracker test",   "plant growth",     "crystal growth",   "radiation badge",
+        "laser link",          "gravity probe",    "ozone sensor",     "thermal camera",
+        "cosmic ray detector", "antenna test",     "battery test",     "micro-thruster",
+        "solar cell test",     "bacteria culture", "fluid mixing",     "gyro test",
+        "sail deployment",     "x-ray imager",     "lightning sensor", "radar altimeter",
+        "GPS receiver",        "clock test",       "camera array",     "memory test",
+        "coating test",        "ice detector"},
+       "science value",
+       "points",
+       {{"power", "watts"}, {"mass", "kg"}, {"data volume", "MB per day"}},
        false},
   };
   return t;
@@ -69,11 +94,11 @@ class KnapsackInstance : public Instance {
  public:
   int template_id = 0;
   std::string org;
-  std::vector<std::string> names;         // display names
-  std::vector<std::string> keys;          // MathProg symbols
-  std::vector<double> value;              // v_i
-  std::vector<std::vector<double>> weight;  // w_{d,i}
-  std::vector<double> capacity;           // W_d
+  std::vector<std::string> names;              // display names
+  std::vector<std::string> keys;               // MathProg symbols
+  std::vector<double> value;                   // v_i
+  std::vector<std::vector<double>> weight;     // w_{d,i}
+  std::vector<double> capacity;                // W_d
   std::vector<std::pair<int, int>> exclusive;  // not both
   std::vector<std::pair<int, int>> implies;    // first chosen => second chosen
 
@@ -82,7 +107,8 @@ class KnapsackInstance : public Instance {
   size_t dims() const { return capacity.size(); }
 
   json size() const override {
-    return {{"items", n()}, {"dimensions", dims()},
+    return {{"items", n()},
+            {"dimensions", dims()},
             {"side_constraints", exclusive.size() + implies.size()}};
   }
   std::vector<std::string> variants() const override {
@@ -153,9 +179,11 @@ class KnapsackInstance : public Instance {
     f.objective("\\max \\sum_{i \\in I} v_i x_i", "Maximise the total " + theme().value_name);
     f.constraint("capacity", "\\sum_{i \\in I} w_{d,i} x_i \\le W_d \\quad \\forall d \\in D");
     for (auto [a, b] : exclusive)
-      f.constraint("exclusion", "x_{" + latex_name(keys[a]) + "} + x_{" + latex_name(keys[b]) + "} \\le 1");
+      f.constraint("exclusion",
+                   "x_{" + latex_name(keys[a]) + "} + x_{" + latex_name(keys[b]) + "} \\le 1");
     for (auto [a, b] : implies)
-      f.constraint("dependency", "x_{" + latex_name(keys[a]) + "} \\le x_{" + latex_name(keys[b]) + "}");
+      f.constraint("dependency",
+                   "x_{" + latex_name(keys[a]) + "} \\le x_{" + latex_name(keys[b]) + "}");
     return f.markdown();
   }
 
@@ -202,7 +230,9 @@ class KnapsackInstance : public Instance {
 class KnapsackFamily : public Family {
  public:
   std::string_view name() const override { return "knapsack"; }
-  std::string_view title() const override { return "Knapsack (multi-dimensional, with logical side constraints)"; }
+  std::string_view title() const override {
+    return "Knapsack (multi-dimensional, with logical side constraints)";
+  }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
   int nl_templates() const override { return static_cast<int>(themes().size()); }
 

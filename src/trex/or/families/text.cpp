@@ -10,121 +10,156 @@
 namespace trex::orlib::text {
 
 const std::vector<std::string>& companies() {
-  static const std::vector<std::string> v = {
-      "Acme Manufacturing", "Blue Ridge Foods", "Crestline Logistics", "Delta Components",
-      "Evergreen Textiles", "Falcon Aerospace", "Granite Works", "Harbor Freight Lines",
-      "Ironwood Furniture", "Juniper Pharmaceuticals", "Keystone Steel", "Lakeside Dairy",
-      "Meridian Electronics", "Northwind Traders", "Oakridge Paper", "Pinnacle Plastics",
-      "Quarry Stone Co.", "Riverbend Brewing", "Summit Outdoor Gear", "Trident Chemicals",
-      "Unity Health Supplies", "Vanguard Motors", "Westfield Bakery", "Xenon Lighting",
-      "Yellowstone Lumber", "Zenith Appliances", "Atlas Packaging", "Beacon Solar",
-      "Cobalt Robotics", "Dunmore Glassworks", "Emerald Farms", "Frontier Mining"};
+  static const std::vector<std::string> v = {"Acme Manufacturing",    "Blue Ridge Foods",
+                                             "Crestline Logistics",   "Delta Components",
+                                             "Evergreen Textiles",    "Falcon Aerospace",
+                                             "Granite Works",         "Harbor Freight Lines",
+                                             "Ironwood Furniture",    "Juniper Pharmaceuticals",
+                                             "Keystone Steel",        "Lakeside Dairy",
+                                             "Meridian Electronics",  "Northwind Traders",
+                                             "Oakridge Paper",        "Pinnacle Plastics",
+                                             "Quarry Stone Co.",      "Riverbend Brewing",
+                                             "Summit Outdoor Gear",   "Trident Chemicals",
+                                             "Unity Health Supplies", "Vanguard Motors",
+                                             "Westfield Bakery",      "Xenon Lighting",
+                                             "Yellowstone Lumber",    "Zenith Appliances",
+                                             "Atlas Packaging",       "Beacon Solar",
+                                             "Cobalt Robotics",       "Dunmore Glassworks",
+                                             "Emerald Farms",         "Frontier Mining"};
   return v;
 }
 
 const std::vector<std::string>& products() {
   static const std::vector<std::string> v = {
-      "chairs",    "tables",     "desks",     "bookshelves", "cabinets",   "lamps",
-      "bicycles",  "scooters",   "helmets",   "backpacks",   "jackets",    "boots",
-      "laptops",   "tablets",    "monitors",  "keyboards",   "printers",   "routers",
-      "sofas",     "mattresses", "wardrobes", "stools",      "benches",    "shelves",
-      "kettles",   "toasters",   "blenders",  "heaters",     "fans",       "speakers",
-      "tents",     "kayaks",     "skis",      "snowboards",  "skateboards", "drones"};
+      "chairs",   "tables",     "desks",     "bookshelves", "cabinets",    "lamps",
+      "bicycles", "scooters",   "helmets",   "backpacks",   "jackets",     "boots",
+      "laptops",  "tablets",    "monitors",  "keyboards",   "printers",    "routers",
+      "sofas",    "mattresses", "wardrobes", "stools",      "benches",     "shelves",
+      "kettles",  "toasters",   "blenders",  "heaters",     "fans",        "speakers",
+      "tents",    "kayaks",     "skis",      "snowboards",  "skateboards", "drones"};
   return v;
 }
 
 const std::vector<std::string>& cities() {
   static const std::vector<std::string> v = {
-      "Springfield", "Riverton",  "Lakewood",   "Fairview",   "Georgetown", "Clinton",
-      "Franklin",    "Greenville", "Bristol",   "Salem",      "Madison",    "Arlington",
-      "Ashland",     "Burlington", "Dayton",    "Dover",      "Hudson",     "Kingston",
-      "Lexington",   "Milford",    "Newport",   "Oxford",     "Princeton",  "Richmond",
-      "Shelby",      "Trenton",    "Vernon",    "Warren",     "Winchester", "Auburn",
-      "Camden",      "Easton",     "Jackson",   "Marion",     "Norwood",    "Preston"};
+      "Springfield", "Riverton",   "Lakewood", "Fairview", "Georgetown", "Clinton",
+      "Franklin",    "Greenville", "Bristol",  "Salem",    "Madison",    "Arlington",
+      "Ashland",     "Burlington", "Dayton",   "Dover",    "Hudson",     "Kingston",
+      "Lexington",   "Milford",    "Newport",  "Oxford",   "Princeton",  "Richmond",
+      "Shelby",      "Trenton",    "Vernon",   "Warren",   "Winchester", "Auburn",
+      "Camden",      "Easton",     "Jackson",  "Marion",   "Norwood",    "Preston"};
   return v;
 }
 
 const std::vector<std::string>& people() {
   static const std::vector<std::string> v = {
-      "Alice", "Bruno", "Chen",  "Dana",   "Elif",  "Farid", "Grace", "Hiro",   "Ines",
-      "Jonas", "Kemal", "Lena",  "Marco",  "Nadia", "Omar",  "Priya", "Quinn",  "Rosa",
-      "Sven",  "Tara",  "Umar",  "Vera",   "Wei",   "Ximena", "Yusuf", "Zoe",   "Amir",
-      "Bea",   "Carlos", "Dmitri", "Emma", "Felix", "Gita",  "Hugo",  "Ivy",    "Jamal"};
+      "Alice", "Bruno",  "Chen",   "Dana",  "Elif",  "Farid",  "Grace", "Hiro",  "Ines",
+      "Jonas", "Kemal",  "Lena",   "Marco", "Nadia", "Omar",   "Priya", "Quinn", "Rosa",
+      "Sven",  "Tara",   "Umar",   "Vera",  "Wei",   "Ximena", "Yusuf", "Zoe",   "Amir",
+      "Bea",   "Carlos", "Dmitri", "Emma",  "Felix", "Gita",   "Hugo",  "Ivy",   "Jamal"};
   return v;
 }
 
 const std::vector<std::string>& foods() {
   static const std::vector<std::string> v = {
-      "oats",    "rice",    "lentils",  "chickpeas", "spinach", "broccoli", "carrots",
-      "apples",  "bananas", "yogurt",   "milk",      "cheese",  "eggs",     "chicken",
-      "salmon",  "tuna",    "tofu",     "almonds",   "peanuts", "quinoa",   "barley",
-      "potatoes", "beans",  "corn",     "peas",      "oranges", "pasta",    "bread",
-      "turkey",  "beef",    "walnuts",  "kale"};
+      "oats",    "rice",    "lentils", "chickpeas", "spinach", "broccoli", "carrots", "apples",
+      "bananas", "yogurt",  "milk",    "cheese",    "eggs",    "chicken",  "salmon",  "tuna",
+      "tofu",    "almonds", "peanuts", "quinoa",    "barley",  "potatoes", "beans",   "corn",
+      "peas",    "oranges", "pasta",   "bread",     "turkey",  "beef",     "walnuts", "kale"};
   return v;
 }
 
 const std::vector<std::string>& nutrients() {
   static const std::vector<std::string> v = {
-      "protein", "fiber",    "calcium",  "iron",     "vitamin_A", "vitamin_C", "potassium",
-      "magnesium", "zinc",   "folate",   "calories", "vitamin_D", "vitamin_B12", "omega3",
-      "sodium",  "phosphorus", "selenium", "copper",  "vitamin_E", "vitamin_K", "niacin",
-      "riboflavin", "thiamin", "iodine", "manganese", "choline", "biotin", "chromium",
-      "molybdenum", "chloride"};
+      "protein",     "fiber",     "calcium", "iron",       "vitamin_A",  "vitamin_C",
+      "potassium",   "magnesium", "zinc",    "folate",     "calories",   "vitamin_D",
+      "vitamin_B12", "omega3",    "sodium",  "phosphorus", "selenium",   "copper",
+      "vitamin_E",   "vitamin_K", "niacin",  "riboflavin", "thiamin",    "iodine",
+      "manganese",   "choline",   "biotin",  "chromium",   "molybdenum", "chloride"};
   return v;
 }
 
 const std::vector<std::string>& resources() {
-  static const std::vector<std::string> v = {
-      "assembly hours", "machining hours", "painting hours", "packaging hours",
-      "inspection hours", "welding hours",  "cutting hours",  "sanding hours",
-      "steel",           "aluminium",       "plastic resin",  "timber",
-      "glass",           "copper wire",     "fabric",         "rubber",
-      "labour hours",    "oven hours",      "press hours",    "warehouse space",
-      "cooling capacity", "testing hours",  "drying hours",   "polishing hours",
-      "electricity",     "water",           "forklift hours", "crane hours",
-      "quality checks",  "design hours"};
+  static const std::vector<std::string> v = {"assembly hours",
+                                             "machining hours",
+                                             "painting hours",
+                                             "packaging hours",
+                                             "inspection hours",
+                                             "welding hours",
+                                             "cutting hours",
+                                             "sanding hours",
+                                             "steel",
+                                             "aluminium",
+                                             "plastic resin",
+                                             "timber",
+                                             "glass",
+                                             "copper wire",
+                                             "fabric",
+                                             "rubber",
+                                             "labour hours",
+                                             "oven hours",
+                                             "press hours",
+                                             "warehouse space",
+                                             "cooling capacity",
+                                             "testing hours",
+                                             "drying hours",
+                                             "polishing hours",
+                                             "electricity",
+                                             "water",
+                                             "forklift hours",
+                                             "crane hours",
+                                             "quality checks",
+                                             "design hours"};
   return v;
 }
 
 const std::vector<std::string>& projects() {
   static const std::vector<std::string> v = {
-      "Solar Farm",    "Wind Park",     "Data Center",   "New Warehouse", "Fleet Upgrade",
-      "ERP Rollout",   "Robot Cell",    "Cold Storage",  "Training Hub",  "Retail Kiosk",
-      "Water Recycling", "Rooftop Garden", "EV Chargers", "Packaging Line", "Mobile App",
-      "Lab Expansion", "Heat Pump",     "Drone Survey",  "Smart Meters",  "Call Center",
-      "Bridge Repair", "School Wing",   "Clinic",        "Bike Lanes",    "Library Annex",
-      "Sports Field",  "Fiber Network", "Biogas Plant",  "Flood Barrier", "Bus Depot"};
+      "Solar Farm",      "Wind Park",      "Data Center",  "New Warehouse",  "Fleet Upgrade",
+      "ERP Rollout",     "Robot Cell",     "Cold Storage", "Training Hub",   "Retail Kiosk",
+      "Water Recycling", "Rooftop Garden", "EV Chargers",  "Packaging Line", "Mobile App",
+      "Lab Expansion",   "Heat Pump",      "Drone Survey", "Smart Meters",   "Call Center",
+      "Bridge Repair",   "School Wing",    "Clinic",       "Bike Lanes",     "Library Annex",
+      "Sports Field",    "Fiber Network",  "Biogas Plant", "Flood Barrier",  "Bus Depot"};
   return v;
 }
 
 const std::vector<std::string>& assets() {
-  static const std::vector<std::string> v = {
-      "US Treasuries", "Corporate Bonds", "Tech Stocks",   "Utilities",     "Real Estate Fund",
-      "Gold",          "Emerging Markets", "Small Caps",   "Energy Stocks", "Healthcare Fund",
-      "Municipal Bonds", "Infrastructure", "Commodities",  "Euro Bonds",    "Dividend Fund",
-      "Money Market",  "Biotech Fund",    "Green Bonds",   "Value Fund",    "Growth Fund",
-      "REIT Index",    "Silver",          "Asia Fund",     "Latin Fund",    "Consumer Staples",
-      "Banks",         "Insurers",        "Telecoms",      "Transport Fund", "Index Fund"};
+  static const std::vector<std::string> v = {"US Treasuries",    "Corporate Bonds",
+                                             "Tech Stocks",      "Utilities",
+                                             "Real Estate Fund", "Gold",
+                                             "Emerging Markets", "Small Caps",
+                                             "Energy Stocks",    "Healthcare Fund",
+                                             "Municipal Bonds",  "Infrastructure",
+                                             "Commodities",      "Euro Bonds",
+                                             "Dividend Fund",    "Money Market",
+                                             "Biotech Fund",     "Green Bonds",
+                                             "Value Fund",       "Growth Fund",
+                                             "REIT Index",       "Silver",
+                                             "Asia Fund",        "Latin Fund",
+                                             "Consumer Staples", "Banks",
+                                             "Insurers",         "Telecoms",
+                                             "Transport Fund",   "Index Fund"};
   return v;
 }
 
 const std::vector<std::string>& ingredients() {
   static const std::vector<std::string> v = {
-      "wheat",      "barley",     "soybean meal", "fish meal",   "corn gluten", "limestone",
-      "molasses",   "bran",       "sorghum",      "canola meal", "alfalfa",     "oat hulls",
-      "sunflower meal", "peas",   "rice bran",    "bone meal",   "salt",        "whey",
-      "crude oil A", "crude oil B", "naphtha",    "kerosene",    "ethanol",     "butane",
-      "scrap steel", "pig iron",  "ferrosilicon", "manganese ore", "copper scrap", "nickel"};
+      "wheat",          "barley",      "soybean meal", "fish meal",     "corn gluten",  "limestone",
+      "molasses",       "bran",        "sorghum",      "canola meal",   "alfalfa",      "oat hulls",
+      "sunflower meal", "peas",        "rice bran",    "bone meal",     "salt",         "whey",
+      "crude oil A",    "crude oil B", "naphtha",      "kerosene",      "ethanol",      "butane",
+      "scrap steel",    "pig iron",    "ferrosilicon", "manganese ore", "copper scrap", "nickel"};
   return v;
 }
 
 const std::vector<std::string>& tasks() {
   static const std::vector<std::string> v = {
-      "Audit",     "Billing",  "Cleaning",  "Delivery", "Editing",  "Filing",   "Grading",
-      "Hiring",    "Imaging",  "Joining",   "Keying",   "Labeling", "Milling",  "Netting",
-      "Ordering",  "Packing",  "Quoting",   "Routing",  "Sorting",  "Testing",  "Uploading",
-      "Valuation", "Welding",  "Xray",      "Yield",    "Zoning",   "Assembly", "Baking",
-      "Coating",   "Drilling", "Etching",   "Framing"};
+      "Audit",     "Billing",  "Cleaning", "Delivery", "Editing",  "Filing",   "Grading",
+      "Hiring",    "Imaging",  "Joining",  "Keying",   "Labeling", "Milling",  "Netting",
+      "Ordering",  "Packing",  "Quoting",  "Routing",  "Sorting",  "Testing",  "Uploading",
+      "Valuation", "Welding",  "Xray",     "Yield",    "Zoning",   "Assembly", "Baking",
+      "Coating",   "Drilling", "Etching",  "Framing"};
   return v;
 }
 
@@ -173,7 +208,9 @@ std::string markdown_table(const std::vector<std::string>& header,
   return out;
 }
 
-std::string num(double v) { return format_number(v); }
+std::string num(double v) {
+  return format_number(v);
+}
 
 std::string money(double v) {
   bool cents = std::fabs(v - std::round(v)) > 1e-9;

@@ -11,16 +11,16 @@ namespace trex::orlib::text {
 
 // Pools of realistic names. Each pool has at least 30 entries.
 const std::vector<std::string>& companies();
-const std::vector<std::string>& products();       // manufactured goods
+const std::vector<std::string>& products();  // manufactured goods
 const std::vector<std::string>& cities();
-const std::vector<std::string>& people();         // first names
+const std::vector<std::string>& people();  // first names
 const std::vector<std::string>& foods();
 const std::vector<std::string>& nutrients();
-const std::vector<std::string>& resources();      // machines, labour, materials
-const std::vector<std::string>& projects();       // investment / project names
-const std::vector<std::string>& assets();         // financial assets
-const std::vector<std::string>& ingredients();    // blending inputs
-const std::vector<std::string>& tasks();          // job / task names
+const std::vector<std::string>& resources();    // machines, labour, materials
+const std::vector<std::string>& projects();     // investment / project names
+const std::vector<std::string>& assets();       // financial assets
+const std::vector<std::string>& ingredients();  // blending inputs
+const std::vector<std::string>& tasks();        // job / task names
 
 // k distinct entries of `pool`, in random order.
 std::vector<std::string> pick_distinct(Rng& rng, const std::vector<std::string>& pool, size_t k);

@@ -3,13 +3,13 @@
 #include <glpk.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cctype>
-#include <cfloat>
 #include <limits>
 #include <utility>
 
@@ -51,7 +51,7 @@ class TerminalCapture {
   static int hook(void* self, const char* s) {
     auto* capture = static_cast<TerminalCapture*>(self);
     if (capture->text_.size() < (1u << 20)) capture->text_ += s;  // cap runaway output
-    return 1;                                                      // suppress printing
+    return 1;                                                     // suppress printing
   }
   std::string text_;
 };
@@ -113,16 +113,23 @@ long first_error_line(const std::string& log, const std::string& name) {
 
 const char* to_string(SolveStatus status) {
   switch (status) {
-    case SolveStatus::optimal: return "optimal";
-    case SolveStatus::infeasible: return "infeasible";
-    case SolveStatus::unbounded: return "unbounded";
-    case SolveStatus::time_limit: return "time_limit";
-    case SolveStatus::error: return "error";
+    case SolveStatus::optimal:
+      return "optimal";
+    case SolveStatus::infeasible:
+      return "infeasible";
+    case SolveStatus::unbounded:
+      return "unbounded";
+    case SolveStatus::time_limit:
+      return "time_limit";
+    case SolveStatus::error:
+      return "error";
   }
   return "error";
 }
 
-LinearModel::LinearModel(LinearModel&& other) noexcept { *this = std::move(other); }
+LinearModel::LinearModel(LinearModel&& other) noexcept {
+  *this = std::move(other);
+}
 
 LinearModel& LinearModel::operator=(LinearModel&& other) noexcept {
   if (this != &other) {
@@ -168,11 +175,13 @@ LinearModel LinearModel::from_mathprog_file(const std::string& model_path,
   model.tran_ = glp_mpl_alloc_wksp();
   model.prob_ = glp_create_prob();
   auto fail = [&](const char* what) { throw_model_error(what, capture.take(), model_path); };
-  if (access(model_path.c_str(), R_OK) != 0) throw ModelError("cannot read model file").file(model_path);
+  if (access(model_path.c_str(), R_OK) != 0)
+    throw ModelError("cannot read model file").file(model_path);
   if (glp_mpl_read_model(model.tran_, model_path.c_str(), data_path.empty() ? 0 : 1) != 0)
     fail("MathProg model error");
   if (!data_path.empty()) {
-    if (access(data_path.c_str(), R_OK) != 0) throw ModelError("cannot read data file").file(data_path);
+    if (access(data_path.c_str(), R_OK) != 0)
+      throw ModelError("cannot read data file").file(data_path);
     if (glp_mpl_read_data(model.tran_, data_path.c_str()) != 0) fail("MathProg data error");
   }
   if (glp_mpl_generate(model.tran_, nullptr) != 0) fail("MathProg generation error");
@@ -217,13 +226,27 @@ void LinearModel::read_column_names() {
   }
 }
 
-int LinearModel::num_rows() const { return glp_get_num_rows(prob_); }
-int LinearModel::num_cols() const { return glp_get_num_cols(prob_); }
-int LinearModel::num_nonzeros() const { return glp_get_num_nz(prob_); }
-int LinearModel::num_integer() const { return glp_get_num_int(prob_); }
-int LinearModel::num_binary() const { return glp_get_num_bin(prob_); }
-bool LinearModel::maximize() const { return glp_get_obj_dir(prob_) == GLP_MAX; }
-double LinearModel::objective_constant() const { return glp_get_obj_coef(prob_, 0); }
+int LinearModel::num_rows() const {
+  return glp_get_num_rows(prob_);
+}
+int LinearModel::num_cols() const {
+  return glp_get_num_cols(prob_);
+}
+int LinearModel::num_nonzeros() const {
+  return glp_get_num_nz(prob_);
+}
+int LinearModel::num_integer() const {
+  return glp_get_num_int(prob_);
+}
+int LinearModel::num_binary() const {
+  return glp_get_num_bin(prob_);
+}
+bool LinearModel::maximize() const {
+  return glp_get_obj_dir(prob_) == GLP_MAX;
+}
+double LinearModel::objective_constant() const {
+  return glp_get_obj_coef(prob_, 0);
+}
 
 std::string LinearModel::to_cplex_lp() const {
   TempFile temp("", ".lp");
@@ -246,12 +269,15 @@ SolveStatus lp_status(glp_prob* prob, int rc, std::string& message) {
     return SolveStatus::error;
   }
   switch (glp_get_status(prob)) {
-    case GLP_OPT: return SolveStatus::optimal;
-    case GLP_NOFEAS: return SolveStatus::infeasible;
-    case GLP_UNBND: return SolveStatus::unbounded;
+    case GLP_OPT:
+      return SolveStatus::optimal;
+    case GLP_NOFEAS:
+      return SolveStatus::infeasible;
+    case GLP_UNBND:
+      return SolveStatus::unbounded;
     default:
       return glp_get_prim_stat(prob) == GLP_NOFEAS ? SolveStatus::infeasible
-                                                  : SolveStatus::unbounded;
+                                                   : SolveStatus::unbounded;
   }
 }
 
@@ -382,7 +408,8 @@ SolveResult LinearModel::solve_cbc(const SolveOptions& options) const {
   CbcMain0(model, data);
   std::string seconds = format_number(std::max(0.01, options.time_limit_seconds));
   const char* argv[] = {"trex", "-log", "0", "-sec", seconds.c_str(), "-solve", "-quit"};
-  CbcMain1(7, argv, model, [](CbcModel*, int) { return 0; }, data);
+  CbcMain1(
+      7, argv, model, [](CbcModel*, int) { return 0; }, data);
 
   result.seconds = seconds_since(start);
   if (model.isProvenOptimal()) {
@@ -400,7 +427,8 @@ SolveResult LinearModel::solve_cbc(const SolveOptions& options) const {
                      std::to_string(model.secondaryStatus());
   }
   if (result.status == SolveStatus::optimal) {
-    const double* x = model.bestSolution() ? model.bestSolution() : model.solver()->getColSolution();
+    const double* x =
+        model.bestSolution() ? model.bestSolution() : model.solver()->getColSolution();
     result.x.assign(x, x + n);
     result.objective = model.getObjValue() + objective_constant();
   } else if (result.message.empty()) {

@@ -93,10 +93,10 @@ class LinearModel {
   struct RowSensitivity {
     std::string name;
     double activity = 0.0;
-    double lower = 0.0;   // -inf when free below
-    double upper = 0.0;   // +inf when free above
-    double dual = 0.0;    // shadow price (0 for a MIP)
-    bool binding = false; // activity at a finite bound (within 1e-7 relative)
+    double lower = 0.0;    // -inf when free below
+    double upper = 0.0;    // +inf when free above
+    double dual = 0.0;     // shadow price (0 for a MIP)
+    bool binding = false;  // activity at a finite bound (within 1e-7 relative)
   };
   struct ColumnSensitivity {
     std::string name;

@@ -224,8 +224,9 @@ class WorkerPool {
     waitpid(w.pid, &status, 0);
     VerifyOutcome o;
     o.reject_reason = "worker_crash";
-    o.detail = WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
-                                   : "worker exited with status " + std::to_string(WEXITSTATUS(status));
+    o.detail = WIFSIGNALED(status)
+                   ? "worker killed by signal " + std::to_string(WTERMSIG(status))
+                   : "worker exited with status " + std::to_string(WEXITSTATUS(status));
     start(w);
     return {t, o};
   }
@@ -366,14 +367,18 @@ nlohmann::json summary_json(const SynthSummary& s) {
     j["families"][name] = {
         {"accepted", f.accepted},
         {"rejected", f.rejected},
-        {"rejection_rate", f.accepted + fam_rejected > 0
-                               ? static_cast<double>(fam_rejected) /
-                                     static_cast<double>(f.accepted + fam_rejected)
-                               : 0.0},
+        {"rejection_rate",
+         f.accepted + fam_rejected > 0
+             ? static_cast<double>(fam_rejected) / static_cast<double>(f.accepted + fam_rejected)
+             : 0.0},
         {"median_glpk_seconds", median(f.glpk_seconds)},
         {"median_cbc_seconds", median(f.cbc_seconds)},
-        {"max_glpk_seconds", f.glpk_seconds.empty() ? 0.0 : *std::max_element(f.glpk_seconds.begin(), f.glpk_seconds.end())},
-        {"max_cbc_seconds", f.cbc_seconds.empty() ? 0.0 : *std::max_element(f.cbc_seconds.begin(), f.cbc_seconds.end())},
+        {"max_glpk_seconds", f.glpk_seconds.empty()
+                                 ? 0.0
+                                 : *std::max_element(f.glpk_seconds.begin(), f.glpk_seconds.end())},
+        {"max_cbc_seconds", f.cbc_seconds.empty()
+                                ? 0.0
+                                : *std::max_element(f.cbc_seconds.begin(), f.cbc_seconds.end())},
         {"example_rejection", f.example_rejection}};
   }
   j["rejected"] = rejected;
@@ -402,14 +407,18 @@ std::string format_summary(const SynthSummary& s) {
     total_rej += rej;
     all_g.insert(all_g.end(), f.glpk_seconds.begin(), f.glpk_seconds.end());
     all_c.insert(all_c.end(), f.cbc_seconds.begin(), f.cbc_seconds.end());
-    double rate = f.accepted + rej ? 100.0 * static_cast<double>(rej) / static_cast<double>(f.accepted + rej) : 0;
-    std::snprintf(line, sizeof line, "%-22s %8lld %8lld %6.1f%% %8.1fms %8.1fms  %s\n", name.c_str(),
-                  static_cast<long long>(f.accepted), static_cast<long long>(rej), rate,
-                  1e3 * median(f.glpk_seconds), 1e3 * median(f.cbc_seconds),
+    double rate = f.accepted + rej
+                      ? 100.0 * static_cast<double>(rej) / static_cast<double>(f.accepted + rej)
+                      : 0;
+    std::snprintf(line, sizeof line, "%-22s %8lld %8lld %6.1f%% %8.1fms %8.1fms  %s\n",
+                  name.c_str(), static_cast<long long>(f.accepted), static_cast<long long>(rej),
+                  rate, 1e3 * median(f.glpk_seconds), 1e3 * median(f.cbc_seconds),
                   join(reasons, " ").c_str());
     out += line;
   }
-  double rate = total_acc + total_rej ? 100.0 * static_cast<double>(total_rej) / static_cast<double>(total_acc + total_rej) : 0;
+  double rate = total_acc + total_rej ? 100.0 * static_cast<double>(total_rej) /
+                                            static_cast<double>(total_acc + total_rej)
+                                      : 0;
   std::snprintf(line, sizeof line, "%-22s %8lld %8lld %6.1f%% %8.1fms %8.1fms\n", "TOTAL",
                 static_cast<long long>(total_acc), static_cast<long long>(total_rej), rate,
                 1e3 * median(all_g), 1e3 * median(all_c));

@@ -15,13 +15,13 @@
 namespace trex::orlib {
 
 struct SynthRequest {
-  int64_t count = 100;                    // records in the whole (unsharded) run
-  std::vector<const Family*> families;    // round-robin by index
+  int64_t count = 100;                  // records in the whole (unsharded) run
+  std::vector<const Family*> families;  // round-robin by index
   SynthSettings settings;
-  int shard_index = 0;                    // this run writes indices [lo, hi) of shard i/k
+  int shard_index = 0;  // this run writes indices [lo, hi) of shard i/k
   int shard_count = 1;
-  int jobs = 1;                           // worker processes; 0 = in this process
-  int max_attempts = 200;                 // per index, before giving up with an error
+  int jobs = 1;            // worker processes; 0 = in this process
+  int max_attempts = 200;  // per index, before giving up with an error
   bool show_progress = true;
 };
 
@@ -30,7 +30,7 @@ struct FamilyStats {
   std::map<std::string, int64_t> rejected;  // reason -> count
   std::vector<double> glpk_seconds;         // accepted instances
   std::vector<double> cbc_seconds;
-  std::string example_rejection;            // first rejection detail, for diagnosis
+  std::string example_rejection;  // first rejection detail, for diagnosis
 };
 
 struct SynthSummary {

@@ -80,9 +80,8 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   Rng rng(settings.seed, {hash_string(family.name()), static_cast<uint64_t>(index),
                           static_cast<uint64_t>(attempt)});
   GenOptions options;
-  options.difficulty = settings.mixed_difficulty
-                           ? static_cast<Difficulty>(rng.uniform_int(0, 2))
-                           : settings.difficulty;
+  options.difficulty = settings.mixed_difficulty ? static_cast<Difficulty>(rng.uniform_int(0, 2))
+                                                 : settings.difficulty;
   options.side_constraint_rate = settings.side_constraint_rate;
 
   std::unique_ptr<Instance> instance;
@@ -114,12 +113,13 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   if (cbc.status != SolveStatus::optimal)
     return reject(std::string("cbc_") + to_string(cbc.status), cbc.message, gs, cs);
   if (!objectives_agree(glpk.objective, cbc.objective))
-    return reject("solvers_disagree",
-                  "GLPK " + format_number(glpk.objective) + " vs CBC " + format_number(cbc.objective),
-                  gs, cs);
+    return reject(
+        "solvers_disagree",
+        "GLPK " + format_number(glpk.objective) + " vs CBC " + format_number(cbc.objective), gs,
+        cs);
   const double printed = printed_objective(glpk.output);
-  if (!std::isfinite(printed) || std::fabs(printed - glpk.objective) >
-                                     1e-6 * std::max(1.0, std::fabs(glpk.objective)))
+  if (!std::isfinite(printed) ||
+      std::fabs(printed - glpk.objective) > 1e-6 * std::max(1.0, std::fabs(glpk.objective)))
     return reject("printed_objective", "model printed '" + trim(glpk.output) + "'", gs, cs);
 
   const auto& names = model->column_names();
@@ -150,9 +150,9 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   record["id"] = id;
   record["family"] = family.name();
   // The class of this instance's model (a family may be LP in one story and IP in another).
-  record["problem_class"] = model->num_integer() == 0                 ? "LP"
+  record["problem_class"] = model->num_integer() == 0                   ? "LP"
                             : model->num_integer() == model->num_cols() ? "IP"
-                                                                      : "MILP";
+                                                                        : "MILP";
   record["difficulty"] = to_string(options.difficulty);
   record["size"] = size;
   record["variants"] = instance->variants();
@@ -164,14 +164,11 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   record["status"] = "optimal";
   record["objective"] = glpk.objective;
   record["solvers"] = {{"glpk", solver_json(glpk, settings.record_timings)},
-                        {"cbc", solver_json(cbc, settings.record_timings)}};
+                       {"cbc", solver_json(cbc, settings.record_timings)}};
   record["x_ref"] = x_ref;
-  record["checks"] = {{"glpk_cbc_agree", true},
-                      {"checker_glpk", true},
-                      {"checker_cbc", true},
-                      {"checker_objective", check_glpk.objective},
-                      {"printed_objective", printed},
-                      {"nontrivial", true}};
+  record["checks"] = {{"glpk_cbc_agree", true},       {"checker_glpk", true},
+                      {"checker_cbc", true},          {"checker_objective", check_glpk.objective},
+                      {"printed_objective", printed}, {"nontrivial", true}};
   record["seed"] = settings.seed;
   record["index"] = index;
   record["attempt"] = attempt;
