@@ -12,6 +12,7 @@
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/model/indexer.hpp"
 #include "trex/model/model.hpp"
 
 namespace {
@@ -47,6 +48,16 @@ std::vector<int64_t> random_tokens(int64_t vocab, int64_t n, uint64_t seed) {
   return ids;
 }
 
+// The decoder scores the indexer's blocks with its own loops, so its top-k and
+// the full forward's agree when the only boundary decisions near a tie are
+// exact ties (ReLU-zeroed blocks, both sides: lower block index first).
+void expect_clear_indexer_boundaries(const trex::model::IndexerSelectionStats& stats,
+                                     double min_margin) {
+  EXPECT_GT(stats.min_margin, min_margin) << "a near tie at the indexer's top-k boundary";
+  EXPECT_EQ(stats.boundary_ties, stats.zero_ties) << "an exact tie between non-zero scores";
+  EXPECT_GT(stats.min_zero_block_relu_margin, min_margin) << "a zero block near the ReLU kink";
+}
+
 // Logits [S, V] of the full forward of one sequence.
 std::vector<double> full_logits(Model<double>& m, const std::vector<int64_t>& ids) {
   trex::model::Batch batch;
@@ -56,7 +67,12 @@ std::vector<double> full_logits(Model<double>& m, const std::vector<int64_t>& id
   trex::model::LossOptions loss;
   loss.mtp_weight = 0.0;
   std::vector<double> logits(ids.size() * static_cast<size_t>(m.config().vocab_size));
-  m.forward_backward(batch, loss, {false, false}, logits.data());
+  trex::model::IndexerSelectionStats stats;
+  {
+    trex::model::IndexerSelectionProbe probe(stats);
+    m.forward_backward(batch, loss, {false, false}, logits.data());
+  }
+  expect_clear_indexer_boundaries(stats, 1e-9);
   return logits;
 }
 
@@ -218,7 +234,12 @@ TEST(Decode, FloatDecoderMatchesFloatForward) {
   trex::model::LossOptions loss;
   loss.mtp_weight = 0.0;
   std::vector<float> want(static_cast<size_t>(S * V)), got(want.size());
-  m.forward_backward(batch, loss, {false, false}, want.data());
+  trex::model::IndexerSelectionStats stats;
+  {
+    trex::model::IndexerSelectionProbe probe(stats);
+    m.forward_backward(batch, loss, {false, false}, want.data());
+  }
+  expect_clear_indexer_boundaries(stats, 1e-4);
   Decoder<float> dec(m);
   const int64_t s = dec.add_sequence();
   dec.feed(std::vector<int64_t>(6, s), std::vector<int64_t>(ids.begin(), ids.begin() + 6),

@@ -1,8 +1,10 @@
 #include "trex/model/indexer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -24,6 +26,81 @@ void IndexerDims::validate() const {
   if (topk <= 0) throw Error("indexer top-k must be positive").field("index_topk");
   if (q_lora <= 0) throw Error("q_lora_rank must be positive").field("q_lora_rank");
   compressor().validate();
+}
+
+template <class T>
+int64_t select_top_indices(const T* scores, int64_t n, int64_t k, int64_t* out,
+                           std::vector<int64_t>& order) {
+  const int64_t take = std::max<int64_t>(0, std::min(k, n));
+  order.resize(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  // ranks_before is a strict total order, so the first `take` are unique
+  // whatever partial_sort does internally.
+  std::partial_sort(order.begin(), order.begin() + take, order.end(),
+                    [&](int64_t x, int64_t y) { return ranks_before(scores[x], x, scores[y], y); });
+  std::copy(order.begin(), order.begin() + take, out);
+  return take;
+}
+
+namespace {
+
+std::atomic<IndexerSelectionStats*> g_probe{nullptr};
+std::mutex g_probe_mutex;  // serialises additions to *g_probe
+
+// One token row's part of IndexerSelectionStats.
+struct RowBoundary {
+  bool decides = false, tie = false, zero_tie = false;
+  double margin = std::numeric_limits<double>::infinity();
+  double zero_relu = std::numeric_limits<double>::infinity();
+};
+
+// scores [visible], dots [heads, visible], picks [take] (take = min(k, visible)).
+template <class T>
+RowBoundary row_boundary(const T* scores, const T* dots, int64_t heads, int64_t visible,
+                         const int64_t* picks, int64_t take) {
+  RowBoundary rb;
+  double dot_scale = 0.0, score_scale = 0.0;
+  for (int64_t i = 0; i < heads * visible; ++i)
+    dot_scale = std::max(dot_scale, std::abs(static_cast<double>(dots[i])));
+  for (int64_t i = 0; i < visible; ++i) {
+    score_scale = std::max(score_scale, std::abs(static_cast<double>(scores[i])));
+    if (scores[i] != T(0)) continue;
+    double max_dot = -std::numeric_limits<double>::infinity();
+    for (int64_t h = 0; h < heads; ++h)
+      max_dot = std::max(max_dot, static_cast<double>(dots[h * visible + i]));
+    rb.zero_relu = std::min(rb.zero_relu, -max_dot / std::max(dot_scale, 1e-300));
+  }
+  if (visible <= take) return rb;
+  rb.decides = true;
+  std::vector<char> picked(static_cast<size_t>(visible), 0);
+  for (int64_t k = 0; k < take; ++k) picked[static_cast<size_t>(picks[k])] = 1;
+  int64_t next = -1;  // the (take+1)-th in ranks_before order
+  for (int64_t i = 0; i < visible; ++i)
+    if (!picked[static_cast<size_t>(i)] &&
+        (next < 0 || ranks_before(scores[i], i, scores[next], next)))
+      next = i;
+  const T kth = scores[picks[take - 1]], after = scores[next];
+  if (kth == after) {
+    rb.tie = true;
+    rb.zero_tie = kth == T(0);
+  } else {
+    rb.margin =
+        (static_cast<double>(kth) - static_cast<double>(after)) / std::max(score_scale, 1e-300);
+  }
+  return rb;
+}
+
+}  // namespace
+
+IndexerSelectionProbe::IndexerSelectionProbe(IndexerSelectionStats& stats) {
+  IndexerSelectionStats* expected = nullptr;
+  if (!g_probe.compare_exchange_strong(expected, &stats, std::memory_order_acq_rel))
+    throw Error("an IndexerSelectionProbe is already installed");
+}
+
+IndexerSelectionProbe::~IndexerSelectionProbe() {
+  std::lock_guard<std::mutex> lock(g_probe_mutex);
+  g_probe.store(nullptr, std::memory_order_release);
 }
 
 template <class T>
@@ -94,6 +171,8 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
     }
   } else {
     cache.selected.assign(static_cast<size_t>(tokens * k_max), -1);
+    IndexerSelectionStats* const probe = g_probe.load(std::memory_order_acquire);
+    std::vector<RowBoundary> boundaries(probe ? static_cast<size_t>(tokens) : 0);
 #pragma omp parallel for schedule(dynamic, 4) if (tokens * cache.blocks * qdim > kParallelWork)
     for (int64_t r = 0; r < tokens; ++r) {
       const int64_t visible = visible_blocks(r % shape.S, dims.ratio, cache.blocks);
@@ -113,16 +192,29 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
       for (int64_t h = 0; h < dims.heads; ++h)
         for (int64_t i = 0; i < visible; ++i)
           scores[i] += hw[h] * std::max(dots[h * visible + i], T(0));
-      std::vector<int64_t> order(static_cast<size_t>(visible));
-      std::iota(order.begin(), order.end(), int64_t{0});
       // top-min(k, N) over all blocks with invisible ones at −∞, invisible picks
-      // discarded == top-min(k, visible) over the visible ones.
-      const int64_t take = std::min(k_max, visible);
-      std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                        [&](int64_t x, int64_t y) {
-                          return scores[x] > scores[y] || (scores[x] == scores[y] && x < y);
-                        });
-      for (int64_t k = 0; k < take; ++k) cache.selected[r * k_max + k] = order[k];
+      // discarded == top-min(k, visible) over the visible ones. Ties: ranks_before
+      // (lower block index first), each row by one thread from its own scores.
+      std::vector<int64_t> order;
+      int64_t* picks = cache.selected.data() + r * k_max;
+      const int64_t take = select_top_indices(scores.data(), visible, k_max, picks, order);
+      if (probe)
+        boundaries[static_cast<size_t>(r)] =
+            row_boundary(scores.data(), dots.data(), dims.heads, visible, picks, take);
+    }
+    if (probe) {
+      std::lock_guard<std::mutex> lock(g_probe_mutex);
+      // Re-checked under the lock: a probe removed meanwhile receives nothing.
+      if (g_probe.load(std::memory_order_acquire) != probe) boundaries.clear();
+      for (const RowBoundary& rb : boundaries) {
+        probe->min_zero_block_relu_margin =
+            std::min(probe->min_zero_block_relu_margin, rb.zero_relu);
+        if (!rb.decides) continue;
+        ++probe->decisions;
+        probe->boundary_ties += rb.tie;
+        probe->zero_ties += rb.zero_tie;
+        probe->min_margin = std::min(probe->min_margin, rb.margin);
+      }
     }
   }
   cache.selected_scores.assign(static_cast<size_t>(tokens * k_max), T(0));
@@ -243,6 +335,8 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
 }
 
 #define TREX_INSTANTIATE_INDEXER(T)                                                                \
+  template int64_t select_top_indices<T>(const T*, int64_t, int64_t, int64_t*,                     \
+                                         std::vector<int64_t>&);                                   \
   template T indexer_score<T>(const IndexerDims&, const IndexerCache<T>&, const SeqShape&,         \
                               int64_t, int64_t);                                                   \
   template void indexer_forward<T>(const IndexerDims&, const IndexerWeights<T>&, const SeqShape&,  \

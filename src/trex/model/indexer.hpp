@@ -4,7 +4,9 @@
 // learns from the KL loss between the main attention's distribution over the
 // selected compressed entries and softmax of its own scores, with its inputs
 // (a, c_Q) detached.
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "trex/kernels/cpu/rope.hpp"
@@ -46,8 +48,9 @@ struct IndexerCache {
   std::vector<T> head_weights;  // w_t incl. c_I^-1/2·n_I^-1/2 [B·S, n_I]
   std::vector<T> keys;          // K^I [B·N, c_I]
   CompressorCache<T> compressor;
-  // Per token, top-min(k_I, visible) block indices i (within the sequence) by
-  // descending score (ties: lower i first), padded with −1: [B·S, k_I].
+  // Per token, top-min(k_I, visible) block indices i (within the sequence) in
+  // ranks_before order (descending score, ties: lower i first), padded with −1:
+  // [B·S, k_I].
   std::vector<int64_t> selected;
   std::vector<T> selected_scores;  // I_{t, selected[k]} (0 for −1 pads) [B·S, k_I]
   std::vector<T> dscores;          // filled by indexer_loss: dL_I/dI [B·S, k_I]
@@ -59,9 +62,58 @@ inline int64_t visible_blocks(int64_t t, int64_t ratio, int64_t blocks) {
   return complete < blocks ? complete : blocks;
 }
 
+// The engine's top-k rule (indexer selection; the router's select_top_k in
+// moe.cpp follows the same order): a strict total order on (score, index).
+// Higher score first; among exactly equal scores (+0 == −0) the lower index
+// first; NaN after every number, NaNs by index. The selected set and its order
+// are therefore a pure function of the scores: independent of the OpenMP thread
+// count, of how rows are split between threads and of std::partial_sort's
+// internals. torch.topk leaves the order among equal scores unspecified; the
+// parity oracle (reference/oracle_port.py) uses this rule (a stable descending
+// sort). Exact ties are common at random init: a block whose q·k are all ≤ 0
+// scores exactly 0 (ReLU).
+template <class T>
+inline bool ranks_before(T score_x, int64_t x, T score_y, int64_t y) {
+  if (score_x > score_y) return true;
+  if (score_x == score_y) return x < y;
+  return std::isnan(score_y) && (!std::isnan(score_x) || x < y);
+}
+
+// out[0..take) = the take = min(k, n) first of the indices 0..n−1 in
+// ranks_before order of scores[0..n); returns take. `order` is scratch.
+template <class T>
+int64_t select_top_indices(const T* scores, int64_t n, int64_t k, int64_t* out,
+                           std::vector<int64_t>& order);
+
+// Boundary statistics of the indexer's top-k decisions (tests, diagnostics). A
+// row decides when more blocks are visible than k_I; its margin is
+// (k-th − (k+1)-th score) / max |visible score| (the definition of
+// reference/make_v4_fixtures.py, whose fixtures record the same figures).
+struct IndexerSelectionStats {
+  int64_t decisions = 0;
+  int64_t boundary_ties = 0;  // decisions whose k-th and (k+1)-th scores are equal
+  int64_t zero_ties = 0;      // ... and both exactly 0 (blocks zeroed by the ReLU)
+  double min_margin = std::numeric_limits<double>::infinity();  // over untied decisions
+  // Over visible blocks scoring exactly 0: −max_h(q_h·k) / max |q·k| of the row's
+  // visible blocks (how far the ReLU is from letting such a block score ≠ 0).
+  double min_zero_block_relu_margin = std::numeric_limits<double>::infinity();
+};
+
+// While alive, every indexer_forward that selects (from any thread) adds its
+// rows to `stats`. At most one probe at a time (a second one throws). Costs
+// nothing when no probe is installed.
+class IndexerSelectionProbe {
+ public:
+  explicit IndexerSelectionProbe(IndexerSelectionStats& stats);
+  ~IndexerSelectionProbe();
+  IndexerSelectionProbe(const IndexerSelectionProbe&) = delete;
+  IndexerSelectionProbe& operator=(const IndexerSelectionProbe&) = delete;
+};
+
 // Computes q^I, w, K^I and the scores of the selected entries. Without
-// fixed_selection it scores every visible entry and (re)selects the top-k;
-// with it, cache.selected must already hold a selection for this shape.
+// fixed_selection it scores every visible entry and (re)selects the top-k by
+// select_top_indices; with it, cache.selected must already hold a selection
+// for this shape.
 template <class T>
 void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const SeqShape& shape,
                      const T* a, const T* c_q, const kernels::RopeTable& rope,

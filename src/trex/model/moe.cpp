@@ -208,7 +208,9 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
   kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, /*accumulate_dx=*/dX != nullptr);
 }
 
-// Stable descending top-k of (s + b); ties go to the lower expert index.
+// Top-k of (s + b) in descending order, by the engine's tie rule (ranks_before,
+// model/indexer.hpp): equal values go to the lower expert index, NaN after
+// every number. One token per call, so independent of the thread count.
 template <class T>
 void select_top_k(const T* scores, const T* bias, int64_t E, int64_t K, int32_t* out,
                   std::vector<char>& taken) {
