@@ -309,7 +309,7 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
     std::vector<T> logits;
     std::vector<const T*> keys;
     std::vector<T> scores;
-    std::vector<int64_t> order;
+    std::vector<int64_t> order, selected;
     for (int64_t r : groups[static_cast<size_t>(gi)]) {
       LayerState<T>& st =
           sequences[static_cast<size_t>(seq_of_row[r])].layers[static_cast<size_t>(layer)];
@@ -345,15 +345,13 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
             }
             scores[i] = score;
           }
-          order.resize(static_cast<size_t>(visible));
-          std::iota(order.begin(), order.end(), int64_t{0});
-          const int64_t take = std::min(id.topk, visible);
-          std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                            [&](int64_t x, int64_t y) {
-                              return scores[x] > scores[y] || (scores[x] == scores[y] && x < y);
-                            });
+          // The training forward's rule (ranks_before), so decoding selects
+          // exactly the blocks the full forward selects, ties and NaN included.
+          selected.resize(static_cast<size_t>(std::min(id.topk, visible)));
+          const int64_t take =
+              select_top_indices(scores.data(), visible, id.topk, selected.data(), order);
           for (int64_t k = 0; k < take; ++k)
-            keys.push_back(st.compressor.entries.data() + order[k] * c);
+            keys.push_back(st.compressor.entries.data() + selected[k] * c);
         }
       } else if (d.has_compressor()) {
         const int64_t visible = std::min((t + 1) / d.ratio, st.compressor.count);
