@@ -773,7 +773,7 @@ struct Trainer::Impl {
     const bool injected = activation_fault || gradient_fault || injection("loss_spike", step);
     if (injected) rec.set("fault_injected", 1.0);
 
-    std::string skip_reason;
+    std::string skip_reason, skip_detail;  // the detail goes to the log line only
     double grad_norm = NAN;
     if (!finite_loss) {
       skip_reason = "non-finite loss";
@@ -784,7 +784,7 @@ struct Trainer::Impl {
       if (!std::isfinite(grad_norm)) {
         skip_reason = "non-finite gradient norm";
         const std::string tensor = first_non_finite_gradient(params);
-        if (!tensor.empty()) skip_reason += " (first non-finite gradient in '" + tensor + "')";
+        if (!tensor.empty()) skip_detail = " (first non-finite gradient in '" + tensor + "')";
       }
     }
     rec.set("grad_norm", grad_norm);
@@ -797,7 +797,7 @@ struct Trainer::Impl {
     } else {
       skipped_steps += 1;
       summary.skip_reasons.push_back("step " + std::to_string(step) + ": " + skip_reason);
-      if (root) log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
+      if (root) log::warn("step ", step, " skipped: ", skip_reason, skip_detail, " (no update)");
     }
     if (gradient_scatter() && !pipeline)
       // ZeRO-2: past the update this rank's reduced ranges are not needed
