@@ -1,7 +1,5 @@
 // Checkpoints as sets of safetensors files: the reader (single file, index.json,
 // or directory) with its dtype conversions, and the atomic sharded writer.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -41,13 +39,6 @@ Error tensor_error(const TensorView& view, const std::string& what) {
 bool is_shard_name(const std::string& file_name) {
   static const std::regex pattern(R"(model-\d{5}-of-\d{5}\.safetensors)");
   return std::regex_match(file_name, pattern);
-}
-
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort: some filesystems refuse directory fds
-  ::fsync(fd);
-  ::close(fd);
 }
 
 void validate_tensors_to_write(const std::vector<TensorToWrite>& tensors,

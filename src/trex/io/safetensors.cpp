@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "trex/core/checksum.hpp"
 #include "trex/core/error.hpp"
 
 namespace trex {
@@ -170,6 +171,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 // ----------------------------------------------------------- SafetensorsFile
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  // A file of a directory with a checksum manifest (a training checkpoint) is
+  // checked against it first: a corrupt file is refused by name.
+  verify_file_against_manifest(path);
   SafetensorsFile file;
   file.map_ = MappedFile::open(path);
   const uint8_t* bytes = file.map_.data();

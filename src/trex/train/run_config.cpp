@@ -60,6 +60,12 @@ class Section {
     }
   }
 
+  // The raw value of `key` (null when absent), marked as consumed.
+  const nlohmann::json* raw(const std::string& key) {
+    used_.insert(key);
+    return json_.contains(key) ? &json_.at(key) : nullptr;
+  }
+
   Section child(const std::string& key) {
     used_.insert(key);
     static const nlohmann::json kEmpty = nlohmann::json::object();
@@ -179,6 +185,21 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
     g.read("window", c.spike_window);
     g.read("z_threshold", c.spike_z_threshold);
     g.reject_unknown();
+  }
+  {
+    Section dbg = root.child("debug");
+    if (const nlohmann::json* inject = dbg.raw("inject")) {
+      if (!inject->is_array()) dbg.fail("inject", "expected an array of strings");
+      for (const auto& entry : *inject) {
+        if (!entry.is_string()) dbg.fail("inject", "expected an array of strings");
+        try {
+          c.debug_inject.push_back(FaultInjection::parse(entry.get<std::string>()));
+        } catch (const Error& e) {
+          dbg.fail("inject", e.message());
+        }
+      }
+    }
+    dbg.reject_unknown();
   }
   {
     Section p = root.child("parallel");
@@ -334,6 +355,40 @@ void RunConfig::validate(const std::string& origin) const {
              " (raise global_batch or use \"1f1b\")");
 }
 
+std::string FaultInjection::text() const {
+  return kind == "nan_weight_on_load" ? kind : kind + "@step=" + std::to_string(step);
+}
+
+FaultInjection FaultInjection::parse(const std::string& text) {
+  static const std::set<std::string> kStepped = {"nan_grad", "inf_grad", "nan_activation",
+                                                 "inf_activation", "loss_spike"};
+  FaultInjection f;
+  const size_t at = text.find('@');
+  f.kind = text.substr(0, at);
+  if (f.kind == "nan_weight_on_load") {
+    if (at != std::string::npos)
+      throw Error("\"nan_weight_on_load\" takes no step, got \"" + text + "\"");
+    return f;
+  }
+  if (!kStepped.count(f.kind))
+    throw Error("unknown fault \"" + text +
+                "\" (expected nan_grad, inf_grad, nan_activation, inf_activation or loss_spike "
+                "@step=N, or nan_weight_on_load)");
+  const std::string prefix = "@step=";
+  if (at == std::string::npos || text.compare(at, prefix.size(), prefix) != 0)
+    throw Error("expected \"" + f.kind + "@step=N\", got \"" + text + "\"");
+  const std::string number = text.substr(at + prefix.size());
+  size_t used = 0;
+  try {
+    f.step = std::stoll(number, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  if (number.empty() || used != number.size() || f.step < 1)
+    throw Error("expected a step >= 1 in \"" + text + "\"");
+  return f;
+}
+
 nlohmann::json RunConfig::to_json() const {
   nlohmann::json model = {{"seed", std::to_string(init_seed)}};
   if (!model_config.empty()) model["config"] = model_config;
@@ -343,7 +398,7 @@ nlohmann::json RunConfig::to_json() const {
                          {"seed", std::to_string(data_seed)},
                          {"shuffle", shuffle}};
   if (!validation_file.empty()) data["validation"] = validation_file;
-  return {
+  nlohmann::json out = {
       {"model", model},
       {"tokenizer", tokenizer},
       {"data", data},
@@ -391,6 +446,12 @@ nlohmann::json RunConfig::to_json() const {
         {"ep_overlap", parallel.ep_overlap},
         {"expert_placement", parallel.expert_placement}}},
   };
+  if (!debug_inject.empty()) {
+    nlohmann::json inject = nlohmann::json::array();
+    for (const FaultInjection& f : debug_inject) inject.push_back(f.text());
+    out["debug"] = {{"inject", inject}};
+  }
+  return out;
 }
 
 }  // namespace trex::train

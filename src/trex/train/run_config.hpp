@@ -6,6 +6,7 @@
 // a trex::Error naming the file and the key path (e.g. "schedule.peak_lr").
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,15 @@ struct ParallelConfig {
   std::string expert_placement;
   int64_t world_size() const { return dp * ep * pp; }
   int64_t data_size() const { return dp * ep; }  // ranks that take different micro-batches
+};
+
+// One `debug.inject` entry: "KIND@step=N" (or "nan_weight_on_load").
+struct FaultInjection {
+  // nan_grad, inf_grad, nan_activation, inf_activation, loss_spike, nan_weight_on_load
+  std::string kind;
+  int64_t step = 0;          // the step it fires at (0 for nan_weight_on_load)
+  std::string text() const;  // back to "KIND@step=N"
+  static FaultInjection parse(const std::string& text);  // throws trex::Error (message only)
 };
 
 struct RunConfig {
@@ -81,6 +91,10 @@ struct RunConfig {
   double spike_z_threshold = 4.0;
 
   ParallelConfig parallel;
+
+  // Fault injection, for tests of the stability guard only (`debug.inject`,
+  // docs/training.md "Fault injection"): never set in a real run.
+  std::vector<FaultInjection> debug_inject;
 
   int64_t accumulation_steps() const { return global_batch / micro_batch; }
   LrSchedule schedule(int64_t total_steps) const {

@@ -7,20 +7,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include "trex/core/checksum.hpp"
 #include "trex/core/error.hpp"
 
 namespace trex::train {
 namespace {
-
-std::array<uint32_t, 256> make_crc_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
 
 // Protobuf wire format pieces.
 void put_varint(std::string& out, uint64_t v) {
@@ -64,10 +55,7 @@ double now_seconds() {
 }  // namespace
 
 uint32_t crc32c(std::string_view data) {
-  static const std::array<uint32_t, 256> table = make_crc_table();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : data) crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+  return trex::crc32c(data);
 }
 
 uint32_t masked_crc32c(std::string_view data) {

@@ -13,7 +13,8 @@
 
 namespace trex::train {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), and TFRecord's mask:
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78; trex::crc32c in
+// core/checksum.hpp), and TFRecord's mask:
 // ((crc >> 15) | (crc << 17)) + 0xA282EAD8.
 uint32_t crc32c(std::string_view data);
 uint32_t masked_crc32c(std::string_view data);

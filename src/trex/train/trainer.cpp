@@ -108,6 +108,7 @@ model::ModelConfig run_model_config(const RunConfig& c) {
 // checkpoint is read for just them.
 model::Model<float> build_model(const RunConfig& c, const model::ExpertOwnership* ownership) {
   if (!c.init_checkpoint.empty()) {
+    verify_checkpoint(c.init_checkpoint);  // checksums: a corrupt file is refused by name
     if (!ownership) return model::Model<float>::from_checkpoint(c.init_checkpoint);
     model::LoadedCheckpoint<float> loaded =
         model::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
@@ -218,6 +219,35 @@ double exposed_seconds(dist::ProcessGrid& grid) {
          grid.pp().stats().exposed_seconds;
 }
 
+// The weights file of a checkpoint directory (for messages).
+std::string weights_file_of(const std::string& dir) {
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"}) {
+    const std::filesystem::path p = std::filesystem::path(dir) / name;
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  return dir;
+}
+
+// The tensor holding flat offset `at` of `params`.
+const model::ParamSpec& spec_at(const model::ParamStore<float>& params, int64_t at) {
+  for (const model::ParamSpec& spec : params.specs()) {
+    const int64_t begin = params.offset(spec.name);
+    if (at >= begin && at < begin + spec.numel()) return spec;
+  }
+  throw Error("internal: offset " + std::to_string(at) + " is in no parameter");
+}
+
+// The first tensor with a non-finite gradient, or "" (for the skip message).
+std::string first_non_finite_gradient(const model::ParamStore<float>& params) {
+  const auto& g = params.grads();
+  for (const model::ParamSpec& spec : params.specs()) {
+    const int64_t begin = params.offset(spec.name);
+    for (int64_t i = begin; i < begin + spec.numel(); ++i)
+      if (!std::isfinite(g[static_cast<size_t>(i)])) return spec.name;
+  }
+  return "";
+}
+
 std::string fmt(double v, const char* spec = "%.4g") {
   char buf[64];
   std::snprintf(buf, sizeof(buf), spec, v);
@@ -321,6 +351,9 @@ struct Trainer::Impl {
   // Every rank reads the (layout-free) checkpoint and keeps its shard of the
   // optimizer state (and with EP, only its experts).
   void restore_from(const std::string& dir) {
+    // Every file against the manifest's checksums before anything is read: a
+    // corrupt checkpoint is refused naming the file (never a silent fresh start).
+    verify_checkpoint(dir);
     const std::string optimizer_file =
         (std::filesystem::path(dir) / "optimizer.safetensors").string();
     if (ownership) {
@@ -356,6 +389,59 @@ struct Trainer::Impl {
     }
     data.restore(LoaderState::from_json(state.at("loader"), origin + ": loader"));
     last_checkpoint_step = step;
+  }
+
+  // ---- fault injection (debug.inject; tests of the guard only) ----
+  const FaultInjection* injection(const std::string& kind, int64_t at_step) const {
+    for (const FaultInjection& f : config.debug_inject)
+      if (f.kind == kind && f.step == at_step) return &f;
+    return nullptr;
+  }
+  void note_injection(const FaultInjection& f, const std::string& what) const {
+    if (root) log::warn("fault injection (debug.inject ", f.text(), "): ", what);
+  }
+  // The first tensor the optimizer trains (a NaN there reaches the global norm).
+  const model::ParamSpec& first_trained_spec() const {
+    for (const model::ParamSpec& spec : model.params().specs())
+      if (spec.group != model::OptimizerGroup::kNotTrained) return spec;
+    throw Error("internal: the model has no trained parameter");
+  }
+
+  // Refuses to start from weights holding a NaN or an infinity (a diverged
+  // run's checkpoint, a bad conversion): names the first such tensor and the
+  // file it came from. Collective: every rank refuses together.
+  void check_loaded_weights(const std::string& file) {
+    model::ParamStore<float>& params = model.params();
+    if (const FaultInjection* f = injection("nan_weight_on_load", 0)) {
+      const model::ParamSpec& spec = params.specs()[params.specs().size() / 2];
+      params.value(spec.name)[0] = NAN;
+      note_injection(*f, "element 0 of loaded weight '" + spec.name + "' set to NaN");
+    }
+    std::string message;
+    for (const model::ParamSpec& spec : params.specs()) {
+      const float* v = params.value(spec.name);
+      int64_t count = 0, first = -1;
+      for (int64_t i = 0; i < spec.numel(); ++i)
+        if (!std::isfinite(v[i])) {
+          if (first < 0) first = i;
+          ++count;
+        }
+      if (count == 0) continue;
+      message = "loaded weight tensor '" + spec.name + "' holds " + std::to_string(count) +
+                " non-finite value" + (count == 1 ? "" : "s") +
+                " (first: " + fmt(static_cast<double>(v[first])) + " at element " +
+                std::to_string(first) + " of " + std::to_string(spec.numel()) +
+                "): refusing to start training from these weights";
+      break;
+    }
+    double bad = message.empty() ? 0.0 : 1.0;
+    if (grid->world().size() > 1) bad = grid->world().all_reduce_value(bad);
+    if (!message.empty()) throw Error(message).file(file);
+    if (bad > 0)
+      throw Error(
+          "another rank found a non-finite loaded weight (see its message): refusing "
+          "to start training")
+          .file(file);
   }
 
   nlohmann::json trainer_state() const {
@@ -622,6 +708,28 @@ struct Trainer::Impl {
                             ? 1.0f / static_cast<float>(step_trained)
                             : 1.0f;
 
+    // Fault injection: a NaN / Inf activation. The engine has no activation
+    // hook, so the embedding row of the step's first token is poisoned for
+    // this step's forward (its output, the activation entering block 0, is
+    // non-finite) and restored right after.
+    std::vector<float> saved_row;
+    float* poisoned_row = nullptr;
+    const FaultInjection* activation_fault = injection("nan_activation", step);
+    if (!activation_fault) activation_fault = injection("inf_activation", step);
+    if (activation_fault && params.contains("embed.weight") && !batches.empty() &&
+        !batches.front().input_ids.empty()) {
+      const int64_t d = model.config().hidden_size;
+      const int64_t token = batches.front().input_ids.front();
+      poisoned_row = params.value("embed.weight") + token * d;
+      saved_row.assign(poisoned_row, poisoned_row + d);
+      std::fill(poisoned_row, poisoned_row + d,
+                activation_fault->kind == "nan_activation" ? NAN : INFINITY);
+      note_injection(*activation_fault,
+                     "the embedding activation of token " + std::to_string(token) + " set to " +
+                         (activation_fault->kind == "nan_activation" ? "NaN" : "Inf") +
+                         " for this step's forward");
+    }
+
     // The pipeline weights every micro-batch by nᵢ (its backward starts before
     // the step's later forwards), so its step always divides by N.
     LocalStep totals =
@@ -633,7 +741,20 @@ struct Trainer::Impl {
     reducer.finish(scale);
     const double reduce_seconds = seconds_since(reduce_start);
     reduce_step_totals(totals);
+    if (poisoned_row) std::copy(saved_row.begin(), saved_row.end(), poisoned_row);
     if (gradient_hook) gradient_hook(step, params);
+    const FaultInjection* gradient_fault = injection("nan_grad", step);
+    if (!gradient_fault) gradient_fault = injection("inf_grad", step);
+    if (gradient_fault) {
+      // This rank's first gradient value of the first trained tensor (ZeRO-2:
+      // of its own reduced range).
+      int64_t at = params.offset(first_trained_spec().name);
+      if (gradient_scatter()) at = std::max(at, zero_ranges().front().begin);
+      params.grads()[static_cast<size_t>(at)] = gradient_fault->kind == "nan_grad" ? NAN : INFINITY;
+      note_injection(*gradient_fault, "a gradient value of '" + spec_at(params, at).name +
+                                          "' set to " +
+                                          (gradient_fault->kind == "nan_grad" ? "NaN" : "Inf"));
+    }
 
     MetricsRecord rec;
     rec.step = step;
@@ -649,8 +770,10 @@ struct Trainer::Impl {
     rec.set("loss_mtp", mtp);
     rec.set("loss_balance", balance);
     rec.set("lr", lr);
+    const bool injected = activation_fault || gradient_fault || injection("loss_spike", step);
+    if (injected) rec.set("fault_injected", 1.0);
 
-    std::string skip_reason;
+    std::string skip_reason, skip_detail;  // the detail goes to the log line only
     double grad_norm = NAN;
     if (!finite_loss) {
       skip_reason = "non-finite loss";
@@ -658,7 +781,11 @@ struct Trainer::Impl {
       skip_reason = "no trained tokens in the step";
     } else {
       grad_norm = clip_gradients();
-      if (!std::isfinite(grad_norm)) skip_reason = "non-finite gradient norm";
+      if (!std::isfinite(grad_norm)) {
+        skip_reason = "non-finite gradient norm";
+        const std::string tensor = first_non_finite_gradient(params);
+        if (!tensor.empty()) skip_detail = " (first non-finite gradient in '" + tensor + "')";
+      }
     }
     rec.set("grad_norm", grad_norm);
     if (skip_reason.empty()) {
@@ -670,7 +797,7 @@ struct Trainer::Impl {
     } else {
       skipped_steps += 1;
       summary.skip_reasons.push_back("step " + std::to_string(step) + ": " + skip_reason);
-      if (root) log::warn("step ", step, " skipped: ", skip_reason, " (no update)");
+      if (root) log::warn("step ", step, " skipped: ", skip_reason, skip_detail, " (no update)");
     }
     if (gradient_scatter() && !pipeline)
       // ZeRO-2: past the update this rank's reduced ranges are not needed
@@ -680,13 +807,21 @@ struct Trainer::Impl {
     params.zero_grads();
     rec.set("skipped", skip_reason.empty() ? 0.0 : 1.0);
 
-    const SpikeDetector::Result spike = spike_detector.observe(finite_loss ? loss : NAN);
+    double observed_loss = finite_loss ? loss : NAN;
+    if (const FaultInjection* f = injection("loss_spike", step)) {
+      observed_loss *= 100.0;
+      note_injection(*f, "the loss the spike detector sees multiplied by 100 (" + fmt(loss) +
+                             " -> " + fmt(observed_loss) + ")");
+    }
+    const SpikeDetector::Result spike = spike_detector.observe(observed_loss);
     rec.set("loss_z", spike.z);
     rec.set("spike", spike.spike ? 1.0 : 0.0);
     if (spike.spike) {
       spikes += 1;
       if (root)
-        log::warn("step ", step, ": loss spike ", fmt(loss), " (z = ", fmt(spike.z, "%.1f"), ")");
+        log::warn("step ", step, ": loss spike ", fmt(observed_loss),
+                  " (z = ", fmt(spike.z, "%.1f"), " > ", fmt(config.spike_z_threshold, "%.1f"),
+                  "): reported and counted, the step's update is kept");
     }
 
     consumed_tokens += tokens;
@@ -1017,6 +1152,7 @@ struct Trainer::Impl {
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(config), options)) {
+  if (impl_->root) remove_interrupted_checkpoint_writes(impl_->config.out_dir);
   if (options.resume) {
     const std::optional<std::string> latest = latest_checkpoint(impl_->config.out_dir);
     if (!latest)
@@ -1025,6 +1161,12 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
           .field("out_dir");
     impl_->restore_from(*latest);
     impl_->summary.last_checkpoint = *latest;
+    impl_->check_loaded_weights(weights_file_of(*latest));
+  } else if (!impl_->config.init_checkpoint.empty()) {
+    impl_->check_loaded_weights(weights_file_of(impl_->config.init_checkpoint));
+  } else {
+    impl_->check_loaded_weights("random initialisation of " + impl_->config.model_config +
+                                " (model.seed " + std::to_string(impl_->config.init_seed) + ")");
   }
 }
 
