@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
-.PHONY: demo test deps build build-trex build-asan test-release test-asan format clean
+.PHONY: demo test deps build build-trex build-asan test-release test-asan fuzz format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -55,6 +55,13 @@ test-asan: build-asan
 	  ctest --output-on-failure -j $(JOBS)
 
 test: test-release test-asan
+
+# libFuzzer targets (clang, ASan + UBSan) in build-fuzz, each run FUZZ_SECONDS on
+# a scratch copy of its seed corpus; prints executions, coverage and findings per
+# target (docs/fuzzing.md). FUZZ_TARGETS="jsonl lp" runs a subset.
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

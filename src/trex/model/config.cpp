@@ -446,7 +446,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   json parsed;
   try {
     parsed = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw Error(std::string("invalid JSON: ") + e.what()).file(path);
   }
   return from_json(parsed, path);

@@ -133,7 +133,7 @@ ClusterSpec ClusterSpec::load(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw Error(std::string("invalid JSON: ") + e.what()).file(path);
   }
   return from_json(j, path);

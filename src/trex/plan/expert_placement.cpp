@@ -28,7 +28,7 @@ json parse_json_file(const std::string& path, const std::string& what) {
   if (!in) throw Error("cannot open " + what).file(path);
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw Error(std::string("invalid JSON: ") + e.what()).file(path);
   }
 }

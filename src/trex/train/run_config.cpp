@@ -1,6 +1,7 @@
 #include "trex/train/run_config.hpp"
 
 #include <toml++/toml.h>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -37,7 +38,8 @@ class Section {
       if (!v.is_string()) fail(key, "expected a string");
       out = v.get<std::string>();
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (!v.is_number()) fail(key, "expected a number");
+      // TOML has inf and nan; JSON (what to_json() writes back) has neither.
+      if (!v.is_number() || !std::isfinite(v.get<double>())) fail(key, "expected a finite number");
       out = v.get<double>();
     } else if constexpr (std::is_unsigned_v<T>) {
       if (v.is_string()) {  // 64-bit seeds may be written as decimal strings
@@ -280,7 +282,7 @@ RunConfig RunConfig::load(const std::string& path) {
   } else {
     try {
       json = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
       throw Error(std::string("invalid JSON: ") + e.what()).file(path);
     }
   }

@@ -463,7 +463,10 @@ Extraction extract_code(std::string_view completion, CodeKind hint) {
       other_tags.push_back(blocks[i].tag.empty() ? "untagged" : blocks[i].tag);
       continue;
     }
-    if (strip(blocks[i].content).empty()) {
+    // Blank once AMPL-only commands are dropped (a block of just `option ...;`) is empty too.
+    if (strip(kind == CodeKind::mathprog ? normalize_mathprog(blocks[i].content)
+                                         : blocks[i].content)
+            .empty()) {
       ++empty_code_blocks;
       continue;
     }
@@ -506,9 +509,10 @@ Extraction extract_code(std::string_view completion, CodeKind hint) {
   CodeKind kind = best_kind(score(completion), hint, 4);
   if (kind != CodeKind::none) {
     std::string code = carve(completion, kind);
+    if (kind == CodeKind::mathprog) code = normalize_mathprog(code);
     if (!strip(code).empty()) {
       ex.kind = kind;
-      ex.code = kind == CodeKind::mathprog ? normalize_mathprog(code) : code;
+      ex.code = code;
       ex.method = "unfenced";
       return ex;
     }

@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/strings.hpp"
@@ -295,10 +297,41 @@ SolveStatus solve_lp(glp_prob* prob, int limit_ms, std::string& message) {
   return lp_status(prob, glp_simplex(prob, &smcp), message);
 }
 
+// GLPK's scaling aborts the whole process (glp_set_rii: invalid scale factor)
+// on a constraint coefficient whose square leaves the double range (magnitude
+// above about 1e154 or below about 1e-154). Such a model is reported instead:
+// the first coefficient outside [kMinCoefficient, kMaxCoefficient], or empty.
+constexpr double kMaxCoefficient = 1e150;
+constexpr double kMinCoefficient = 1e-150;
+
+std::string coefficient_out_of_range(glp_prob* prob) {
+  const int m = glp_get_num_rows(prob);
+  std::vector<int> index(static_cast<size_t>(glp_get_num_cols(prob)) + 1);
+  std::vector<double> value(index.size());
+  for (int i = 1; i <= m; ++i) {
+    const int len = glp_get_mat_row(prob, i, index.data(), value.data());
+    for (int k = 1; k <= len; ++k) {
+      const double a = std::fabs(value[static_cast<size_t>(k)]);
+      if (a >= kMinCoefficient && a <= kMaxCoefficient) continue;
+      const char* row = glp_get_row_name(prob, i);
+      const char* col = glp_get_col_name(prob, index[static_cast<size_t>(k)]);
+      return "coefficient " + format_number(value[static_cast<size_t>(k)]) + " of " +
+             (col ? std::string(col) : "column " + std::to_string(index[static_cast<size_t>(k)])) +
+             " in " + (row ? std::string(row) : "row " + std::to_string(i)) +
+             " is outside GLPK's range [1e-150, 1e150]";
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
   SolveResult result;
+  if (std::string bad = coefficient_out_of_range(prob_); !bad.empty()) {
+    result.message = "GLPK cannot solve this model: " + bad;
+    return result;  // status error
+  }
   TerminalCapture capture;
   auto start = Clock::now();
   const int limit_ms = static_cast<int>(std::min(options.time_limit_seconds * 1000.0, 2.0e9));

@@ -1,0 +1,16 @@
+param n := 4;
+set S := 1..n by 1;
+set P := setof{i in S, j in S: i < j} (i, j);
+param w{i in S} := if i mod 2 = 0 then i ** 2 else abs(-i) + floor(2.5) + ceil(0.1) + round(1.26, 1) + trunc(3.9) + sqrt(4) + exp(0) + log(1) + log10(10) + max(1, 2) + min(3, 4);
+param s symbolic := sprintf("n=%d", n) & substr("abcdef", 2, 3) & length("xy");
+var x{S} binary;
+var y{(i, j) in P} >= 0, <= 1;
+maximize z: sum{i in S} w[i] * x[i] - sum{(i, j) in P} y[i, j];
+s.t. pick: sum{i in S} x[i] <= 2;
+s.t. link{(i, j) in P}: y[i, j] >= x[i] + x[j] - 1;
+s.t. rng: -1 <= x[1] - x[2] <= 1;
+s.t. card: card(S) >= 1 and 1 in S or exists{i in S} i = 3;
+solve;
+printf "%s %.3f\n", s, z;
+printf{i in S: x[i] = 1} "%d ", i;
+end;
