@@ -162,12 +162,19 @@ TEST(GenerateCli, BadPromptNamesFileAndLine) {
   const std::string prompts = dir.path() + "/prompts.jsonl";
   write_lines(prompts,
               {kPrompts[0], R"({"id": "b", "messages": [{"role": "robot", "content": "x"}]})"});
-  const auto r = run_trex("generate --checkpoint " + ckpt + " --prompts " + prompts + " --out " +
-                          dir.path() + "/out.jsonl");
+  const auto r = run_trex("generate --strict --checkpoint " + ckpt + " --prompts " + prompts +
+                          " --out " + dir.path() + "/out.jsonl");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("prompts.jsonl"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(":2"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/out.jsonl"));
+  // Without --strict the bad prompt is skipped and counted (exit 3), the good one generated.
+  const auto lenient = run_trex("generate --checkpoint " + ckpt + " --prompts " + prompts +
+                                " --out " + dir.path() + "/out.jsonl");
+  EXPECT_EQ(lenient.exit_code, 3) << lenient.output;
+  EXPECT_NE(lenient.output.find("prompts.jsonl:2"), std::string::npos) << lenient.output;
+  EXPECT_NE(lenient.output.find("1 record, 1 line skipped"), std::string::npos) << lenient.output;
+  EXPECT_EQ(trex::read_jsonl(dir.path() + "/out.jsonl").size(), 1u);
 }
 
 }  // namespace

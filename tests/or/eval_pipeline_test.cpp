@@ -184,15 +184,23 @@ TEST(EvalPipeline, BadCompletionFilesNameTheLine) {
   write_jsonl(dir.file("eps.jsonl"), {{{"id", 0}, {"answer", 1.0}}});
   write_file_atomic(dir.file("completions.jsonl"),
                     "{\"id\": 0, \"completion\": \"x\"}\n{\"id\": 1,\n");
+  EvalOptions strict = options(dir, {dir.file("eps.jsonl")});
+  strict.strict = true;
   try {
-    run_eval(options(dir, {dir.file("eps.jsonl")}));
+    run_eval(strict);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.line_number(), 2);
     EXPECT_NE(std::string(e.what()).find("completions.jsonl"), std::string::npos);
   }
+  // Lenient (the default): the bad line is skipped and counted, the rest graded.
+  json lenient = run_eval(options(dir, {dir.file("eps.jsonl")}));
+  EXPECT_EQ(lenient["skipped_lines"], 1);
+  EXPECT_EQ(lenient["input"]["completions"]["skipped_lines"][0]["line"], 2);
+  EXPECT_EQ(lenient["samples"], 1);
   write_file_atomic(dir.file("completions.jsonl"), "{\"id\": 0, \"answer\": 3}\n");
-  EXPECT_THROW(run_eval(options(dir, {dir.file("eps.jsonl")})), Error);
+  EXPECT_THROW(run_eval(strict), Error);
+  EXPECT_EQ(run_eval(options(dir, {dir.file("eps.jsonl")}))["skipped_lines"], 1);
 }
 
 TEST(EvalPipeline, RulesDecideVerdicts) {

@@ -208,6 +208,11 @@ TEST(TrainCptLoader, TokenisesJsonlWithBosAndEos) {
     EXPECT_EQ(e.line_number(), 2);
     EXPECT_EQ(e.field_name(), "text");
   }
+  // The loader reads leniently unless strict: the bad document is skipped and counted.
+  CptLoader lenient = CptLoader::from_jsonl(dir.file("bad.jsonl"), tok, o);
+  EXPECT_EQ(lenient.document_count(), 1);
+  EXPECT_EQ(lenient.input().skipped, 1);
+  EXPECT_THROW(CptLoader::from_jsonl(dir.file("bad.jsonl"), tok, o, /*strict=*/true), trex::Error);
 }
 
 std::vector<int32_t> concat(std::initializer_list<std::vector<int32_t>> parts) {
@@ -376,12 +381,18 @@ TEST(TrainSftLoader, JsonlLoaderIsDeterministicAndResumable) {
   write_lines(dir.file("bad.jsonl"),
               {lines[0], R"({"messages": [{"role": "user", "content": 5}]})"});
   try {
-    SftLoader::from_jsonl(dir.file("bad.jsonl"), tok, o);
+    SftLoader::from_jsonl(dir.file("bad.jsonl"), tok, o, /*strict=*/true);
     FAIL() << "expected an error";
   } catch (const trex::Error& e) {
     EXPECT_EQ(e.line_number(), 2);
     EXPECT_EQ(e.field_name(), "messages[0].content");
   }
+  // Lenient (the default): the bad record is skipped and counted.
+  SftLoader lenient = SftLoader::from_jsonl(dir.file("bad.jsonl"), tok, o);
+  EXPECT_EQ(lenient.stats().examples, 1);
+  EXPECT_EQ(lenient.stats().input.skipped, 1);
+  ASSERT_EQ(lenient.stats().input.skips.size(), 1u);
+  EXPECT_EQ(lenient.stats().input.skips[0].line, 2);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/decode.hpp"
 
@@ -29,6 +30,7 @@ struct GenerateCli {
   int64_t n = 1;
   uint64_t seed = 1;
   int64_t batch_size = 64;
+  bool strict = false;
 };
 
 int run_generate(const GenerateCli& o) {
@@ -49,7 +51,9 @@ int run_generate(const GenerateCli& o) {
   options.batch_size = o.batch_size;
   model::GenerateFileStats s;
   try {
-    s = model::generate_file(m, tokenizer, o.prompts, o.out, options);
+    JsonlOptions read;
+    read.strict = o.strict;
+    s = model::generate_file(m, tokenizer, o.prompts, o.out, options, true, {}, read);
   } catch (Error& e) {
     if (e.file_name().empty() && e.field_name() == "vocab_size") e.file(tokenizer_path);
     throw;
@@ -62,6 +66,13 @@ int run_generate(const GenerateCli& o) {
                 static_cast<long long>(s.generated_tokens), static_cast<long long>(s.prompt_tokens),
                 s.seconds, s.tokens_per_second(), static_cast<long long>(s.stopped_at_eos));
   std::cout << summary << " -> " << o.out << "\n";
+  std::cout << "prompts file: " << s.input.summary() << "\n";
+  if (s.input.skipped > 0) {
+    std::cerr << "trex: warning: " << o.prompts << ": " << s.input.summary() << "\n";
+    for (const auto& k : s.input.skips)
+      std::cerr << "  " << o.prompts << ":" << k.line << ": " << k.reason << "\n";
+    return kExitRecordsSkipped;  // completed, but some prompts were not generated for
+  }
   return 0;
 }
 
@@ -99,6 +110,9 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the checkpoint's)");
+  cmd->add_flag("--strict", o->strict,
+                "Stop at the first bad prompt line (default: skip and count it, and exit 3 when "
+                "any was skipped)");
   cmd->callback([o] {
     if (!(o->top_p > 0.0)) throw Error("--top-p must be in (0, 1]").field("top_p");
     const int rc = run_generate(*o);

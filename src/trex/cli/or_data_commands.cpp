@@ -6,6 +6,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/cpt.hpp"
 #include "trex/or/dataset/sft.hpp"
@@ -13,6 +14,21 @@
 namespace trex::cli {
 
 void add_or_demo_data_command(CLI::App& or_app);  // or_demo_data_command.cpp
+
+namespace {
+
+// Bad lines of the problems file were skipped: say so and exit 3.
+void finish_input(const JsonlStats& input) {
+  if (input.skipped == 0) return;
+  std::cerr << "trex: warning: " << input.path << ": " << input.summary() << "\n";
+  throw CLI::RuntimeError(kExitRecordsSkipped);
+}
+
+const char* kStrictHelp =
+    "Stop at the first bad line of the problems file (default: skip and count it, and exit 3 "
+    "when any was skipped)";
+
+}  // namespace
 
 void add_or_data_commands(CLI::App& or_app) {
   add_or_demo_data_command(or_app);
@@ -46,6 +62,7 @@ void add_or_data_commands(CLI::App& or_app) {
       ->capture_default_str();
   s->add_option("--jobs", *sft_jobs, "Worker processes (default: one per core; 0 = in-process)");
   s->add_flag("--quiet", *sft_quiet, "No progress bar or summary");
+  s->add_flag("--strict", sft->strict, kStrictHelp);
   s->callback([=] {
     SftOptions o = *sft;
     o.jobs = *sft_jobs >= 0 ? *sft_jobs : jobs_default();
@@ -60,7 +77,9 @@ void add_or_data_commands(CLI::App& or_app) {
       std::cout << join(parts, ", ") << "); decontamination dropped " << summary.decontam_dropped
                 << ", duplicates " << summary.duplicates << "; card: " << o.out_dir
                 << "/README.md\n";
+      std::cout << "problems file: " << summary.input.summary() << "\n";
     }
+    finish_input(summary.input);
   });
 
   auto cpt = std::make_shared<CptOptions>();
@@ -78,10 +97,12 @@ void add_or_data_commands(CLI::App& or_app) {
   c->add_option("--jobs", cpt->jobs, "Worker processes for the error narratives (0 = in-process)")
       ->capture_default_str();
   c->add_flag("--quiet", *cpt_quiet, "No summary");
+  c->add_flag("--strict", cpt->strict, kStrictHelp);
   c->callback([=] {
     CptOptions o = *cpt;
     CptSummary summary = build_cpt(o);
     if (!*cpt_quiet) std::cout << format_cpt_summary(summary);
+    finish_input(summary.input);
   });
 }
 

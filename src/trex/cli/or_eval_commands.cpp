@@ -6,6 +6,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/eval/corpora.hpp"
 #include "trex/or/eval/eval.hpp"
@@ -34,6 +35,7 @@ struct EvalCli {
   std::string sentinel = "no-solution";
   bool self_test = false;
   bool quiet = false;
+  bool strict = false;
   bool timeout_given = false;
 };
 
@@ -99,13 +101,21 @@ void run_eval_cli(const EvalCli& c) {
   o.sandbox_uid = c.sandbox_uid;
   o.sentinel_as_unknown = c.sentinel == "unknown";
   o.progress = !c.quiet;
+  o.strict = c.strict;
   nlohmann::json report = run_eval(o);
+  const int64_t skipped = report.value("skipped_lines", int64_t{0});
   if (!c.quiet) {
     print_scores(report);
+    const auto& in = report["input"];
+    std::cout << "input: " << skipped << " lines skipped, "
+              << in.value("repaired_records", int64_t{0})
+              << " records repaired (lone surrogates / invalid UTF-8 replaced by U+FFFD)\n";
     std::cout << "wrote " << c.out << "/report.md, report.json, items.jsonl ("
               << report["samples"].get<int64_t>() << " samples, "
               << format_fixed(report["timing"]["seconds"].get<double>(), 1) << " s)\n";
   }
+  // Completed, but some records were not graded: a distinct status.
+  if (skipped > 0) throw CLI::RuntimeError(kExitRecordsSkipped);
 }
 
 }  // namespace
@@ -175,6 +185,9 @@ void add_or_eval_commands(CLI::App& orc) {
               "Grade the --bench ground truths against themselves through every rule and run the "
               "built-in known-good/known-bad completions");
   e->add_flag("--quiet", c->quiet, "No progress bar or score table");
+  e->add_flag("--strict", c->strict,
+              "Stop at the first bad line of a benchmark or completions file (default: skip "
+              "and count it, and exit 3 when any was skipped)");
   e->callback([c, timeout_opt] {
     c->timeout_given = timeout_opt->count() > 0;
     run_eval_cli(*c);

@@ -5,7 +5,9 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/jsonl.hpp"
 #include "trex/model/weights.hpp"
+#include "trex/train/data_sft.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace trex::cli {
@@ -26,6 +28,8 @@ int run_train(const TrainCliOptions& o) {
   if (!o.out_dir.empty()) config.out_dir = o.out_dir;
   if (o.peak_gflops >= 0) config.peak_gflops = o.peak_gflops;
   config.validate(o.config);
+  // The loaders read the training JSONL leniently unless data.strict is set.
+  train::set_default_data_strict(config.data_strict);
   train::TrainerOptions options;
   options.resume = o.resume;
   options.quiet = o.quiet;
@@ -41,6 +45,14 @@ int run_train(const TrainCliOptions& o) {
               << "\n";
   const train::TrainSummary summary = trainer.run();
   if (trainer.is_root()) std::cout << train::format_summary(summary);
+  // Completed, but some training records were skipped (logged with file:line).
+  const JsonlStats input = train::data_input_totals();
+  if (input.skipped > 0) {
+    if (trainer.is_root())
+      std::cerr << "trex: warning: training data: " << input.skipped
+                << " lines skipped (data.strict = false)\n";
+    return kExitRecordsSkipped;
+  }
   return 0;
 }
 

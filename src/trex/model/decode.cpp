@@ -798,7 +798,8 @@ PromptRecord read_prompt(const json& record, const io::Tokenizer& tokenizer,
 
 GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
                                 const std::string& prompts_path, const std::string& out_path,
-                                const GenerateOptions& options, bool progress, PromptShard shard) {
+                                const GenerateOptions& options, bool progress, PromptShard shard,
+                                const JsonlOptions& read) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     throw Error("prompt shard " + std::to_string(shard.index) + " of " +
                 std::to_string(shard.count) + " does not exist")
@@ -808,7 +809,7 @@ GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& 
                 " tokens, the model's vocabulary only " + std::to_string(model.config().vocab_size))
         .field("vocab_size");
   std::vector<PromptRecord> prompts;
-  read_jsonl(prompts_path, [&](const json& record, long line) {
+  const JsonlStats input = read_jsonl(prompts_path, read, [&](const json& record, long line) {
     prompts.push_back(read_prompt(record, tokenizer, prompts_path, line));
   });
   // Every record is read (and checked) before the shard's block is cut out.
@@ -838,6 +839,7 @@ GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& 
   }
   const Generation g = generate(model, tokenizer, prompt_tokens, o);
   GenerateFileStats stats;
+  stats.input = input;
   stats.seconds = seconds();
   if (bar) bar->finish();
 

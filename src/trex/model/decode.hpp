@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "trex/core/jsonl.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/model/model.hpp"
 
@@ -122,6 +123,7 @@ struct GenerateFileStats {
   int64_t generated_tokens = 0;  // EOS tokens included
   int64_t stopped_at_eos = 0;    // completions that ended with EOS
   double seconds = 0.0;          // generation only (not reading / writing)
+  JsonlStats input;              // the prompts file: lines read, skipped, repaired
   double tokens_per_second() const {
     return seconds > 0 ? static_cast<double>(generated_tokens) / seconds : 0.0;
   }
@@ -134,10 +136,12 @@ struct GenerateFileStats {
 // With a shard, only that block of the prompts is generated and written, with
 // the samples (seeds) it would get in a whole-file run, so the shards'
 // outputs concatenated in order are the whole file's.
-// Bad records: trex::Error naming the file, line and field (nothing written).
+// Bad records: with `read.strict` (the default here) trex::Error naming the
+// file, line and field (nothing written); otherwise skipped (every shard skips
+// the same lines) and counted in GenerateFileStats::input.
 GenerateFileStats generate_file(const Model<float>& model, const io::Tokenizer& tokenizer,
                                 const std::string& prompts_path, const std::string& out_path,
                                 const GenerateOptions& options, bool progress = true,
-                                PromptShard shard = {});
+                                PromptShard shard = {}, const JsonlOptions& read = strict_jsonl());
 
 }  // namespace trex::model

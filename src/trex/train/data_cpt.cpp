@@ -2,6 +2,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/train/data_sft.hpp"
 
 namespace trex::train {
 
@@ -39,12 +40,13 @@ int64_t total_tokens(const std::vector<std::vector<int32_t>>& documents) {
 }  // namespace
 
 std::vector<std::vector<int32_t>> tokenize_text_jsonl(const std::string& path,
-                                                      const io::Tokenizer& tokenizer) {
+                                                      const io::Tokenizer& tokenizer,
+                                                      const JsonlOptions& read, JsonlStats* stats) {
   const io::SpecialTokenIds& special = tokenizer.special_ids();
   if (special.bos < 0 || special.eos < 0)
     throw Error("the tokenizer has no BOS/EOS token; CPT documents need both").file(path);
   std::vector<std::vector<int32_t>> documents;
-  read_jsonl(path, [&](const json& record, long line) {
+  JsonlStats input = read_jsonl(path, read, [&](const json& record, long line) {
     if (!record.is_object() || !record.contains("text") || !record["text"].is_string())
       throw Error("expected an object with a string \"text\"").file(path).line(line).field("text");
     std::vector<int32_t> doc = {special.bos};
@@ -53,7 +55,10 @@ std::vector<std::vector<int32_t>> tokenize_text_jsonl(const std::string& path,
     doc.push_back(special.eos);
     documents.push_back(std::move(doc));
   });
-  if (documents.empty()) throw Error("no documents").file(path);
+  if (documents.empty())
+    throw Error(input.skipped > 0 ? "no documents (" + input.summary() + ")" : "no documents")
+        .file(path);
+  if (stats) *stats = std::move(input);
   return documents;
 }
 
@@ -63,10 +68,17 @@ CptLoader::CptLoader(const std::vector<std::vector<int32_t>>& documents, int32_t
       token_count_(total_tokens(documents)) {}
 
 CptLoader CptLoader::from_jsonl(const std::string& path, const io::Tokenizer& tokenizer,
-                                CptLoaderOptions options) {
+                                CptLoaderOptions options, std::optional<bool> strict) {
   const io::SpecialTokenIds& special = tokenizer.special_ids();
-  const std::vector<std::vector<int32_t>> documents = tokenize_text_jsonl(path, tokenizer);
-  return CptLoader(documents, special.pad >= 0 ? special.pad : special.eos, options);
+  JsonlOptions read;
+  read.strict = strict.value_or(default_data_strict());
+  JsonlStats input;
+  const std::vector<std::vector<int32_t>> documents =
+      tokenize_text_jsonl(path, tokenizer, read, &input);
+  note_data_input(input);
+  CptLoader loader(documents, special.pad >= 0 ? special.pad : special.eos, options);
+  loader.input_ = std::move(input);
+  return loader;
 }
 
 }  // namespace trex::train

@@ -1,13 +1,20 @@
 #include "trex/train/data_sft.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/log.hpp"
 
 namespace trex::train {
 
 namespace {
+
+std::atomic<bool> g_default_strict{false};
+std::mutex g_input_mutex;
+JsonlStats g_input_totals;
 
 constexpr int32_t kIgnore = -100;
 
@@ -136,10 +143,38 @@ SftLoader::SftLoader(std::pair<PackingItems, SftStats> prepared, int32_t pad_id,
 SftLoader::SftLoader(std::vector<EncodedChat> examples, int32_t pad_id, SftLoaderOptions options)
     : SftLoader(prepare(std::move(examples), options), pad_id, options) {}
 
+void set_default_data_strict(bool strict) {
+  g_default_strict = strict;
+}
+
+bool default_data_strict() {
+  return g_default_strict;
+}
+
+JsonlStats data_input_totals() {
+  std::lock_guard<std::mutex> lock(g_input_mutex);
+  return g_input_totals;
+}
+
+void note_data_input(const JsonlStats& stats) {
+  {
+    std::lock_guard<std::mutex> lock(g_input_mutex);
+    g_input_totals.merge(stats);
+  }
+  if (stats.skipped > 0) {
+    log::warn("training data ", stats.path, ": ", stats.summary());
+    for (const auto& k : stats.skips) log::warn("  ", stats.path, ":", k.line, ": ", k.reason);
+  } else if (stats.repaired > 0) {
+    log::info("training data ", stats.path, ": ", stats.summary());
+  }
+}
+
 SftLoader SftLoader::from_jsonl(const std::string& path, const io::Tokenizer& tokenizer,
-                                SftLoaderOptions options) {
+                                SftLoaderOptions options, std::optional<bool> strict) {
   std::vector<EncodedChat> examples;
-  read_jsonl(path, [&](const json& record, long line) {
+  JsonlOptions read;
+  read.strict = strict.value_or(default_data_strict());
+  const JsonlStats input = read_jsonl(path, read, [&](const json& record, long line) {
     const std::string origin = path + ":" + std::to_string(line);
     if (!record.is_object() || !record.contains("messages"))
       throw Error("expected an object with \"messages\"").file(path).line(line).field("messages");
@@ -150,9 +185,14 @@ SftLoader SftLoader::from_jsonl(const std::string& path, const io::Tokenizer& to
       throw e.line(line);
     }
   });
-  if (examples.empty()) throw Error("no SFT examples").file(path);
+  note_data_input(input);
+  if (examples.empty())
+    throw Error(input.skipped > 0 ? "no SFT examples (" + input.summary() + ")" : "no SFT examples")
+        .file(path);
   const io::SpecialTokenIds& special = tokenizer.special_ids();
-  return SftLoader(std::move(examples), special.pad >= 0 ? special.pad : special.eos, options);
+  SftLoader loader(std::move(examples), special.pad >= 0 ? special.pad : special.eos, options);
+  loader.stats_.input = input;
+  return loader;
 }
 
 }  // namespace trex::train

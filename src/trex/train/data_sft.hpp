@@ -4,11 +4,13 @@
 // several whole examples packed per sequence with position / document ids.
 // Resumable through LoaderState. See docs/training.md.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "trex/core/jsonl.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/train/data_packing.hpp"
 
@@ -43,6 +45,20 @@ enum class OverlongPolicy {
   kDrop,
 };
 
+// How the training loaders read their JSONL (data.strict in the run config):
+// a bad line (invalid JSON, a record the loader rejects) is skipped, counted
+// and logged unless strict, when it is a trex::Error naming the file and line.
+// from_jsonl calls without `strict` use this process-wide default
+// (false until set; `trex train` sets it from data.strict).
+void set_default_data_strict(bool strict);
+bool default_data_strict();
+// The counts of every training JSONL file the loaders of this process read
+// (lines, skipped, repaired; file:line of the first skipped lines).
+JsonlStats data_input_totals();
+// Adds one file's counts to data_input_totals() and logs a warning when it
+// had skipped or repaired lines (used by the SFT and CPT loaders).
+void note_data_input(const JsonlStats& stats);
+
 struct SftLoaderOptions {
   int64_t seq_len = 1024;
   int64_t batch_size = 1;
@@ -58,14 +74,16 @@ struct SftStats {
   int64_t dropped = 0;         // longer than S and dropped (kDrop, or nothing trained left)
   int64_t tokens = 0;          // kept tokens
   int64_t trained_tokens = 0;  // kept tokens with a label
+  JsonlStats input;            // from_jsonl: lines read, skipped, repaired
 };
 
 class SftLoader {
  public:
   SftLoader(std::vector<EncodedChat> examples, int32_t pad_id, SftLoaderOptions options);
   // JSONL of {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}]}.
+  // `strict` unset: default_data_strict() (data_sft.hpp).
   static SftLoader from_jsonl(const std::string& path, const io::Tokenizer& tokenizer,
-                              SftLoaderOptions options);
+                              SftLoaderOptions options, std::optional<bool> strict = std::nullopt);
 
   PackedBatch next_batch() { return packer_.next_batch(); }
   const LoaderState& state() const { return packer_.state(); }

@@ -124,6 +124,7 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
     d.read("validation", c.validation_file);
     d.read("seed", c.data_seed);
     d.read("shuffle", c.shuffle);
+    d.read("strict", c.data_strict);
     d.reject_unknown();
   }
   root.read("seq_len", c.seq_len);
@@ -398,7 +399,8 @@ nlohmann::json RunConfig::to_json() const {
   nlohmann::json data = {{"mode", mode == DataMode::kCpt ? "cpt" : "sft"},
                          {"train", train_file},
                          {"seed", std::to_string(data_seed)},
-                         {"shuffle", shuffle}};
+                         {"shuffle", shuffle},
+                         {"strict", data_strict}};
   if (!validation_file.empty()) data["validation"] = validation_file;
   nlohmann::json out = {
       {"model", model},

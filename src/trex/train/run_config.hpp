@@ -61,6 +61,9 @@ struct RunConfig {
   std::string validation_file;  // optional, same format
   uint64_t data_seed = 1;
   bool shuffle = true;
+  // data.strict: a bad line of the train/validation JSONL stops the run
+  // (trex::Error with file:line); false skips and counts it (exit status 3).
+  bool data_strict = false;
 
   int64_t seq_len = 256;
   int64_t micro_batch = 1;

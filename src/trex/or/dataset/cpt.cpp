@@ -481,11 +481,26 @@ std::vector<CptDocument> glpk_example_documents(const std::string& dir) {
 CptSummary build_cpt(const CptOptions& options) {
   require(!options.out_dir.empty(), "an output directory is required");
   auto start = std::chrono::steady_clock::now();
-  std::vector<json> records = read_jsonl(options.problems_path);
-  std::vector<Problem> problems;
-  for (const auto& r : records) problems.push_back(parse_problem(r));
-  require(!problems.empty(), "no problems in " + options.problems_path);
   CptSummary summary;
+  std::vector<json> records;
+  std::vector<Problem> problems;
+  JsonlOptions read;
+  read.strict = options.strict;
+  summary.input = read_jsonl(options.problems_path, read, [&](const json& r, long line) {
+    Problem p;
+    try {
+      p = parse_problem(r);
+      if (auto lp = r.find("lp"); lp != r.end() && !lp->is_string())
+        throw Error("field 'lp' is not a string");
+    } catch (Error& e) {
+      throw e.file(options.problems_path).line(line);
+    }
+    problems.push_back(std::move(p));
+    records.push_back(r);
+  });
+  require(!problems.empty(),
+          "no problems in " + options.problems_path +
+              (summary.input.skipped > 0 ? " (" + summary.input.summary() + ")" : std::string()));
 
   // Error -> fix narratives: faulty models are solved in worker processes.
   const int64_t n_narr = static_cast<int64_t>(problems.size()) * options.narratives_per_problem;
@@ -564,7 +579,9 @@ CptSummary build_cpt(const CptOptions& options) {
           {"near_duplicate_jaccard", options.near_duplicate_jaccard},
           {"narratives_rejected", summary.narratives_rejected},
           {"seconds", summary.seconds},
-          {"problems", options.problems_path}};
+          {"problems", options.problems_path},
+          {"input", summary.input.to_json()},
+          {"skipped_lines", summary.input.skipped}};
   write_file_atomic((std::filesystem::path(options.out_dir) / "summary.json").string(),
                     sj.dump(2) + "\n");
   return summary;
@@ -586,6 +603,7 @@ std::string format_cpt_summary(const CptSummary& s) {
          " near duplicates; narratives rejected (fault not "
          "real): " +
          std::to_string(s.narratives_rejected) + "; " + format_fixed(s.seconds, 1) + " s\n";
+  out += "problems file: " + s.input.summary() + "\n";
   return out;
 }
 

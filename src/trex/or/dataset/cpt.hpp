@@ -24,6 +24,7 @@ struct CptOptions {
   int narratives_per_problem = 2;
   double time_limit_seconds = 10.0;
   double near_duplicate_jaccard = 0.8;
+  bool strict = false;  // the first bad line of the problems file is an error
 };
 
 struct CptKindStats {
@@ -39,6 +40,7 @@ struct CptSummary {
   int64_t near_duplicates = 0;
   int64_t narratives_rejected = 0;  // fault did not change the outcome or hit a limit
   double seconds = 0.0;
+  JsonlStats input;  // the problems file: lines read, skipped, repaired
 };
 
 struct CptDocument {

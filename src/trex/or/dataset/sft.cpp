@@ -64,16 +64,19 @@ Problem parse_problem(const json& r) {
   return p;
 }
 
-std::vector<Problem> load_problems(const std::string& path) {
+std::vector<Problem> load_problems(const std::string& path, const JsonlOptions& read,
+                                   JsonlStats* stats) {
   std::vector<Problem> out;
-  read_jsonl(path, [&](const json& r, long line) {
+  JsonlStats s = read_jsonl(path, read, [&](const json& r, long line) {
     try {
       out.push_back(parse_problem(r));
     } catch (Error& e) {
       throw e.file(path).line(line);
     }
   });
-  require(!out.empty(), "no problems in " + path);
+  require(!out.empty(),
+          "no problems in " + path + (s.skipped > 0 ? " (" + s.summary() + ")" : std::string()));
+  if (stats) *stats = std::move(s);
   return out;
 }
 
@@ -551,6 +554,7 @@ std::string dataset_card(const std::map<std::string, std::vector<json>>& splits,
         "status or different objective).\n\n";
   md += "- records: " + std::to_string(total) + "\n";
   md += "- models solved for verification: " + std::to_string(models_solved) + "\n";
+  md += "- problems file: " + summary.input.summary() + "\n";
   md += "- generation time: " + format_fixed(summary.seconds, 1) + " s with " +
         std::to_string(options.jobs) + " worker processes\n\n";
   md += "## Splits\n\n| split | records |\n|---|---|\n";
@@ -641,8 +645,10 @@ SftSummary build_sft(const SftOptions& options) {
   require(!options.out_dir.empty(), "an output directory is required");
   require(options.n > 0, "--n must be positive");
   auto start = std::chrono::steady_clock::now();
-  std::vector<Problem> problems = load_problems(options.problems_path);
+  JsonlOptions read;
+  read.strict = options.strict;
   SftSummary summary;
+  std::vector<Problem> problems = load_problems(options.problems_path, read, &summary.input);
   NgramIndex index;
   const bool decontam = !options.bench_dir.empty();
   if (decontam) {
@@ -768,7 +774,9 @@ SftSummary build_sft(const SftOptions& options) {
           {"bench_questions", summary.bench_questions},
           {"seed", options.seed},
           {"seconds", summary.seconds},
-          {"problems", options.problems_path}};
+          {"problems", options.problems_path},
+          {"input", summary.input.to_json()},
+          {"skipped_lines", summary.input.skipped}};
   write_file_atomic((std::filesystem::path(options.out_dir) / "summary.json").string(),
                     sj.dump(2) + "\n");
   SftSummary card_summary = summary;

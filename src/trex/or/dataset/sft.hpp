@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "trex/core/jsonl.hpp"
+
 namespace trex::orlib {
 
 using json = nlohmann::json;
@@ -28,7 +30,12 @@ struct Problem {
   std::vector<std::string> variants;
 };
 Problem parse_problem(const json& record);
-std::vector<Problem> load_problems(const std::string& path);
+// Reads a `trex or synth` problems file. A bad line (invalid JSON, not a synth
+// record, not optimal) is fatal with `read.strict` (the default here), else
+// skipped and counted in `*stats` (when given). No problems at all is an error.
+std::vector<Problem> load_problems(const std::string& path,
+                                   const JsonlOptions& read = strict_jsonl(),
+                                   JsonlStats* stats = nullptr);
 
 // The system prompt of every record, and the answer line format.
 extern const char* const kSftSystemPrompt;
@@ -47,6 +54,7 @@ struct SftOptions {
   double time_limit_seconds = 20.0;
   int max_attempts = 200;
   bool show_progress = true;
+  bool strict = false;  // the first bad line of the problems file is an error
 };
 
 struct SftSummary {
@@ -60,6 +68,7 @@ struct SftSummary {
   std::map<std::string, int> heldout_templates;  // family -> template id
   size_t bench_questions = 0;
   size_t bench_files = 0;
+  JsonlStats input;  // the problems file: lines read, skipped, repaired
 };
 
 // Builds the set and writes <out>/{train,valid,test,heldout_template,

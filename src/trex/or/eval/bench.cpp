@@ -103,7 +103,7 @@ std::string id_text(const nlohmann::json& value) {
 }
 
 std::vector<Benchmark> load_benchmarks(const std::vector<std::string>& paths,
-                                       bool sentinel_as_unknown) {
+                                       bool sentinel_as_unknown, const JsonlOptions& read) {
   std::vector<Benchmark> out;
   std::unordered_map<std::string, std::string> names;
   for (const auto& path : paths) {
@@ -114,14 +114,12 @@ std::vector<Benchmark> load_benchmarks(const std::vector<std::string>& paths,
       throw Error("two benchmark files share the name '" + b.name + "' (" + it->second + ")")
           .file(path);
     std::unordered_map<std::string, long> seen;
-    long position = 0;
-    read_jsonl(path, [&](const nlohmann::json& r, long line) {
+    b.read = read_jsonl_indexed(path, read, [&](const nlohmann::json& r, long line, long index) {
       if (!r.is_object()) throw Error("record is not a JSON object").file(path).line(line);
       BenchItem item;
       auto id = r.find("id");
-      item.id = id != r.end() && !id->is_null() ? id_text(*id) : std::to_string(position);
-      ++position;
-      if (auto [it, fresh] = seen.emplace(item.id, line); !fresh)
+      item.id = id != r.end() && !id->is_null() ? id_text(*id) : std::to_string(index);
+      if (auto it = seen.find(item.id); it != seen.end())
         throw Error("duplicate id '" + item.id + "' (first on line " + std::to_string(it->second) +
                     ")")
             .file(path)
@@ -133,6 +131,8 @@ std::vector<Benchmark> load_benchmarks(const std::vector<std::string>& paths,
       if (auto t = r.find("problem_type"); t != r.end() && !t->is_null())
         item.problem_type = t->is_string() ? t->get<std::string>() : t->dump();
       item.truth = ground_truth(r, sentinel_as_unknown);
+      // Only a record that passed every check changes the benchmark.
+      seen.emplace(item.id, line);
       b.has_types = b.has_types || !item.problem_type.empty();
       b.items.push_back(std::move(item));
     });
@@ -142,7 +142,7 @@ std::vector<Benchmark> load_benchmarks(const std::vector<std::string>& paths,
 }
 
 SampleTable load_completions(const std::string& path, const std::vector<Benchmark>& benchmarks,
-                             JoinStats& stats) {
+                             JoinStats& stats, const JsonlOptions& read) {
   SampleTable table(benchmarks.size());
   // Lookups: bench name/source -> bench index; (bench, id) -> item; question -> items.
   std::unordered_map<std::string, size_t> bench_by_name;
@@ -162,15 +162,15 @@ SampleTable load_completions(const std::string& path, const std::vector<Benchmar
     if (stats.examples.size() < 10)
       stats.examples.push_back("line " + std::to_string(line) + ": " + why);
   };
-  read_jsonl(path, [&](const nlohmann::json& r, long line) {
+  stats.read = read_jsonl(path, read, [&](const nlohmann::json& r, long line) {
     if (!r.is_object()) throw Error("record is not a JSON object").file(path).line(line);
-    ++stats.records;
     std::vector<std::string> texts = record_completions(r);
     if (texts.empty() && find_field(r, {"completion", "completions", "response", "responses",
                                         "output", "outputs", "choices", "messages"}) == nullptr)
       throw Error("record has no completion field (expected \"completion\" or \"completions\")")
           .file(path)
           .line(line);
+    ++stats.records;
     // Which benchmark(s) may hold it.
     std::vector<size_t> benches;
     if (const auto* s = find_field(r, {"source", "benchmark", "dataset", "bench", "file"})) {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trex/core/jsonl.hpp"
 #include "trex/or/eval/grade.hpp"
 
 namespace trex::orlib::eval {
@@ -24,12 +25,16 @@ struct Benchmark {
   std::string path;
   std::vector<BenchItem> items;
   bool has_types = false;  // some item has a problem_type
+  JsonlStats read;         // lines read, skipped and repaired
 };
 
-// Reads each file (JSONL; errors name the file and line). Duplicate ids in a
-// file are an error.
+// Reads each file (JSONL; errors name the file and line). A bad line (invalid
+// JSON, not an object, a duplicate id) is fatal with `read.strict` (the
+// default here), else skipped and counted in Benchmark::read. Items without an
+// id are numbered by their position among the file's non-blank lines.
 std::vector<Benchmark> load_benchmarks(const std::vector<std::string>& paths,
-                                       bool sentinel_as_unknown = false);
+                                       bool sentinel_as_unknown = false,
+                                       const JsonlOptions& read = strict_jsonl());
 
 // An id value as text: strings as they are, integral numbers without ".0".
 std::string id_text(const nlohmann::json& value);
@@ -45,6 +50,8 @@ struct JoinStats {
   int64_t unmatched = 0;
   int64_t ambiguous = 0;
   std::vector<std::string> examples;  // a few "line N: why" for unmatched/ambiguous records
+  JsonlStats read;                    // lines read, skipped (no completion field, invalid JSON)
+                                      // and repaired
 };
 
 // Completion records: {"id", "completion"} or {"id", "completions": [...]},
@@ -55,7 +62,9 @@ struct JoinStats {
 // `choices`, chat `messages`; records without ids are joined on the question
 // (question/en_question/problem/prompt/instruction/input), exactly or by the
 // longest benchmark question the text contains.
+// A bad line is fatal with `read.strict` (the default here), else skipped and
+// counted in stats.read.
 SampleTable load_completions(const std::string& path, const std::vector<Benchmark>& benchmarks,
-                             JoinStats& stats);
+                             JoinStats& stats, const JsonlOptions& read = strict_jsonl());
 
 }  // namespace trex::orlib::eval

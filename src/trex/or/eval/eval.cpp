@@ -69,9 +69,27 @@ nlohmann::json run_eval(const EvalOptions& o) {
     throw Error("expected glpk or cbc").field("--solver");
   const auto start_time = std::chrono::steady_clock::now();
 
-  std::vector<Benchmark> benches = load_benchmarks(o.bench_paths, o.sentinel_as_unknown);
+  JsonlOptions read;
+  read.strict = o.strict;
+  std::vector<Benchmark> benches = load_benchmarks(o.bench_paths, o.sentinel_as_unknown, read);
   JoinStats join;
-  SampleTable samples = load_completions(o.completions_path, benches, join);
+  SampleTable samples = load_completions(o.completions_path, benches, join, read);
+  nlohmann::json input = {{"strict", o.strict}};
+  int64_t skipped_lines = 0, repaired_records = 0;
+  auto note_input = [&](const JsonlStats& s) {
+    skipped_lines += s.skipped;
+    repaired_records += s.repaired;
+    if (s.skipped > 0) {
+      log::warn("or eval: ", s.path, ": ", s.summary());
+      for (const auto& k : s.skips) log::warn("  ", s.path, ":", k.line, ": ", k.reason);
+    } else if (s.repaired > 0) {
+      log::info("or eval: ", s.path, ": ", s.summary());
+    }
+    return s.to_json();
+  };
+  input["benchmarks"] = nlohmann::json::array();
+  for (const auto& b : benches) input["benchmarks"].push_back(note_input(b.read));
+  input["completions"] = note_input(join.read);
   if (join.unmatched + join.ambiguous > 0) {
     log::warn("or eval: ", join.unmatched, " unmatched and ", join.ambiguous,
               " ambiguous completion records");
@@ -300,6 +318,10 @@ nlohmann::json run_eval(const EvalOptions& o) {
                         {"kernel_process_limit", iso.kernel_nproc},
                         {"pidfd", iso.pidfd}};
   extra["python"] = python_info;
+  input["skipped_lines"] = skipped_lines;
+  input["repaired_records"] = repaired_records;
+  extra["input"] = input;
+  extra["skipped_lines"] = skipped_lines;
   extra["join"] = {{"records", join.records},     {"samples", join.samples},
                    {"by_id", join.by_id},         {"by_question", join.by_question},
                    {"unmatched", join.unmatched}, {"ambiguous", join.ambiguous},

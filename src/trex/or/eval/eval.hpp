@@ -28,10 +28,15 @@ struct EvalOptions {
   unsigned sandbox_uid = 61000;  // root only; 0 keeps root
   bool sentinel_as_unknown = false;
   bool progress = true;
+  // Bad lines of the benchmark and completion files: false skips and counts
+  // them (report.json "input"), true makes the first one a trex::Error.
+  bool strict = false;
   std::string temp_root;  // parent of sandbox directories (default $TMPDIR or /tmp)
 };
 
-// Runs the whole evaluation; returns report.json's content.
+// Runs the whole evaluation; returns report.json's content. Its "input"
+// section counts the lines read, skipped and repaired per file; "skipped_lines"
+// is their total (a command exits with kExitRecordsSkipped when it is > 0).
 nlohmann::json run_eval(const EvalOptions& options);
 
 // The default number of jobs: online cores.

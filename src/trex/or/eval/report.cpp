@@ -216,6 +216,23 @@ std::string render_markdown(const nlohmann::json& report) {
           " by question); " + num(j["unmatched"]) + " unmatched, " + num(j["ambiguous"]) +
           " ambiguous.\n\n";
   }
+  if (report.contains("input")) {
+    const auto& in = report["input"];
+    std::string lines;
+    auto file_line = [&](const nlohmann::json& f) {
+      if (f.value("skipped", 0) == 0 && f.value("repaired", 0) == 0) return;
+      lines += "- " + escape_cell(f.value("path", std::string())) + ": " + num(f["records"]) +
+               " records, " + num(f["skipped"]) + " lines skipped, " + num(f["repaired"]) +
+               " repaired (" + num(f["replacements"]) + " characters replaced by U+FFFD)\n";
+      for (const auto& k : f["skipped_lines"])
+        lines += "  - line " + num(k["line"]) + ": " + escape_cell(k.value("reason", "")) + "\n";
+    };
+    for (const auto& f : in.value("benchmarks", nlohmann::json::array())) file_line(f);
+    if (in.contains("completions")) file_line(in["completions"]);
+    if (!lines.empty())
+      md += "## Input\n\n" + num(in["skipped_lines"]) + " lines skipped, " +
+            num(in["repaired_records"]) + " records repaired:\n\n" + lines + "\n";
+  }
   if (report.contains("isolation")) {
     md += "## Isolation\n\n" + report["isolation"].value("summary", std::string()) + ".\n\n";
   }
