@@ -56,16 +56,25 @@ class Reader {
 
 constexpr double kBig = 1e9;
 
+// An optional string field (json::value() would throw json::type_error on a number).
+std::string optional_string(const json& j, const char* key, const std::string& fallback,
+                            const std::string& source, const std::string& field) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_string()) throw Error("must be a string").file(source).field(field);
+  return it->get<std::string>();
+}
+
 }  // namespace
 
 ClusterSpec ClusterSpec::from_json(const json& j, const std::string& source) {
   ClusterSpec c;
   Reader root(j, source, "");
-  c.name = j.value("name", std::string("cluster"));
+  c.name = optional_string(j, "name", "cluster", source, "name");
   const json* dev = root.child("device");
   if (!dev) throw Error("missing section").file(source).field("device");
   Reader d(*dev, source, "device");
-  c.device.name = dev->value("name", std::string("device"));
+  c.device.name = optional_string(*dev, "name", "device", source, "device.name");
   d.number("bf16_tflops", c.device.bf16_tflops, true, 1e-6, kBig);
   d.number("fp8_tflops", c.device.fp8_tflops, false, 0, kBig);
   d.number("vector_tflops", c.device.vector_tflops, false, 0, kBig);

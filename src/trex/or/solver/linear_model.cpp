@@ -324,6 +324,31 @@ std::string coefficient_out_of_range(glp_prob* prob) {
   return {};
 }
 
+// CLP asserts (abort) on a finite row or column bound or an objective
+// coefficient near the double limit (`x1 - x2 >= 1e+308`, `max 1e+308 x1`);
+// such a value is reported instead, or empty.
+constexpr double kMaxBound = 1e100;
+constexpr double kMaxObjective = 1e20;  // CLP's createRim asserts at 3.1e31
+
+std::string bound_out_of_range(glp_prob* prob) {
+  auto bad = [](int type, double lb, double ub) {
+    const bool has_lb = type == GLP_LO || type == GLP_DB || type == GLP_FX;
+    const bool has_ub = type == GLP_UP || type == GLP_DB || type == GLP_FX;
+    return (has_lb && !(std::fabs(lb) <= kMaxBound)) || (has_ub && !(std::fabs(ub) <= kMaxBound));
+  };
+  for (int i = 1; i <= glp_get_num_rows(prob); ++i)
+    if (bad(glp_get_row_type(prob, i), glp_get_row_lb(prob, i), glp_get_row_ub(prob, i)))
+      return "a bound of row " + std::to_string(i) + " is outside [-1e100, 1e100]";
+  for (int j = 1; j <= glp_get_num_cols(prob); ++j)
+    if (bad(glp_get_col_type(prob, j), glp_get_col_lb(prob, j), glp_get_col_ub(prob, j)))
+      return "a bound of column " + std::to_string(j) + " is outside [-1e100, 1e100]";
+  for (int j = 0; j <= glp_get_num_cols(prob); ++j)  // 0: the constant term
+    if (!(std::fabs(glp_get_obj_coef(prob, j)) <= kMaxObjective))
+      return "objective coefficient " + format_number(glp_get_obj_coef(prob, j)) +
+             " is outside [-1e20, 1e20]";
+  return {};
+}
+
 }  // namespace
 
 SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
@@ -395,6 +420,12 @@ SolveResult LinearModel::solve_glpk(const SolveOptions& options) {
 
 SolveResult LinearModel::solve_cbc(const SolveOptions& options) const {
   SolveResult result;
+  std::string bad = coefficient_out_of_range(prob_);
+  if (bad.empty()) bad = bound_out_of_range(prob_);
+  if (!bad.empty()) {
+    result.message = "CBC cannot solve this model: " + bad;
+    return result;  // status error
+  }
   auto start = Clock::now();
   const int m = num_rows();
   const int n = num_cols();
