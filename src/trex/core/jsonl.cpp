@@ -34,7 +34,7 @@ void read_jsonl(const std::string& path, const std::function<void(const json&, l
     json value;
     try {
       value = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
       throw Error(std::string("invalid JSON: ") + e.what()).file(path).line(number);
     }
     fn(value, number);
@@ -150,7 +150,7 @@ bool try_parse(std::string_view text, json& value, std::string* error) {
   try {
     value = json::parse(text);
     return true;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     if (error) *error = printable(e.what());
   }
   return false;

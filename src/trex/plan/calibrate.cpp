@@ -84,7 +84,7 @@ std::vector<GemmMeasurement> read_measurements(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw Error(std::string("invalid JSON: ") + e.what()).file(path);
   }
   if (!j.is_object() || !j.contains("measurements") || !j["measurements"].is_array())

@@ -286,7 +286,7 @@ ModelShape load_model_shape(const std::string& path, int64_t seq_len) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     throw Error(std::string("invalid JSON: ") + e.what()).file(path);
   }
   return model_shape_from_json(j, path, seq_len);

@@ -46,19 +46,22 @@ class DataSource {
                                          {.seq_len = c.seq_len,
                                           .batch_size = c.micro_batch,
                                           .seed = c.data_seed,
-                                          .shuffle = shuffle}));
+                                          .shuffle = shuffle},
+                                         c.data_strict));
     } else {
       SftLoaderOptions o;
       o.seq_len = c.seq_len;
       o.batch_size = c.micro_batch;
       o.seed = c.data_seed;
       o.shuffle = shuffle;
-      sft_.emplace(SftLoader::from_jsonl(file, tokenizer, o));
+      sft_.emplace(SftLoader::from_jsonl(file, tokenizer, o, c.data_strict));
     }
   }
   PackedBatch next_batch() { return cpt_ ? cpt_->next_batch() : sft_->next_batch(); }
   const LoaderState& state() const { return cpt_ ? cpt_->state() : sft_->state(); }
   void restore(const LoaderState& s) { cpt_ ? cpt_->restore(s) : sft_->restore(s); }
+  // Lines read, skipped and repaired in the training file (data.strict = false).
+  const JsonlStats& input() const { return cpt_ ? cpt_->input() : sft_->stats().input; }
   int64_t sequences_in_epoch() {
     return cpt_ ? cpt_->sequences_in_epoch() : sft_->sequences_in_epoch();
   }
@@ -1235,6 +1238,8 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   }
   if (s.options.write_metrics && !s.metrics)
     s.metrics = std::make_unique<MetricsWriter>(c.out_dir, s.options.resume ? s.step : -1);
+  s.summary.data_lines_skipped = s.data.input().skipped;
+  s.summary.data_records_repaired = s.data.input().repaired;
   s.summary.seconds = 0;
   s.summary.tokens = 0;
   s.step_flops = 0;
@@ -1320,6 +1325,9 @@ std::string format_summary(const TrainSummary& s) {
   o << "steps            " << s.steps << " / " << s.total_steps
     << (s.interrupted ? " (stopped early)" : "") << "\n";
   o << "skipped steps    " << s.skipped_steps << "\n";
+  if (s.data_lines_skipped > 0 || s.data_records_repaired > 0)
+    o << "training data    " << s.data_lines_skipped << " lines skipped, "
+      << s.data_records_repaired << " records repaired (U+FFFD)\n";
   for (const auto& r : s.skip_reasons) o << "                   " << r << "\n";
   o << "loss spikes      " << s.spikes << "\n";
   o << "tokens           " << s.tokens << " this run (" << s.trained_tokens

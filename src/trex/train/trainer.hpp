@@ -36,11 +36,13 @@ struct TrainerOptions {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;          // steps done (including skipped ones), cumulative over resumes
-  int64_t total_steps = 0;    // the planned total
-  int64_t skipped_steps = 0;  // non-finite loss or gradients
-  int64_t spikes = 0;         // loss z-score above the threshold
-  int64_t tokens = 0;         // tokens processed (B·S per micro-batch), cumulative
+  int64_t steps = 0;               // steps done (including skipped ones), cumulative over resumes
+  int64_t total_steps = 0;         // the planned total
+  int64_t skipped_steps = 0;       // non-finite loss or gradients
+  int64_t spikes = 0;              // loss z-score above the threshold
+  int64_t data_lines_skipped = 0;  // bad training-file lines skipped (data.strict = false)
+  int64_t data_records_repaired = 0;  // records whose strings were repaired to U+FFFD
+  int64_t tokens = 0;                 // tokens processed (B·S per micro-batch), cumulative
   int64_t trained_tokens = 0;
   double seconds = 0.0;  // wall time of this run() call
   double tokens_per_second = 0.0;
