@@ -30,17 +30,10 @@ using trex::test::TempDir;
 // A tiny `trex train` setup in `dir`: tiny-v4, one sequence per step.
 nlohmann::json tiny_run(const TempDir& dir, int steps) {
   trex::test::write_tiny_training_data(dir.path());
-  return {{"model", {{"config", trex::test::source_dir() + "/configs/models/tiny-v4.json"}}},
-          {"tokenizer", "tokenizer.json"},
-          {"data", {{"mode", "cpt"}, {"train", "cpt.jsonl"}}},
-          {"seq_len", 24},
-          {"micro_batch", 1},
-          {"global_batch", 1},
-          {"steps", steps},
-          {"schedule", {{"peak_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 1}}},
-          {"checkpoint_interval", 1},
-          {"out_dir", "out"},
-          {"peak_gflops", 10.0}};
+  nlohmann::json run = trex::test::tiny_cpt_run_json(steps, 24);
+  run["schedule"] = {{"peak_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 1}};
+  run["checkpoint_interval"] = 1;
+  return run;
 }
 
 trex::test::CliRun train(const TempDir& dir, const nlohmann::json& run,

@@ -78,16 +78,7 @@ TEST(FullDisk, DatasetWriteFailsClearlyAndKeepsTheOldFile) {
 TEST(FullDisk, CheckpointWriteFailsClearlyAndKeepsThePreviousCheckpoint) {
   TempDir tmp;
   trex::test::write_tiny_training_data(tmp.path());
-  const nlohmann::json run = {
-      {"model", {{"config", trex::test::source_dir() + "/configs/models/tiny-v4.json"}}},
-      {"tokenizer", "tokenizer.json"},
-      {"data", {{"mode", "cpt"}, {"train", "cpt.jsonl"}}},
-      {"seq_len", 16},
-      {"micro_batch", 1},
-      {"global_batch", 1},
-      {"steps", 1},
-      {"out_dir", "out"},
-      {"peak_gflops", 10.0}};
+  const nlohmann::json run = trex::test::tiny_cpt_run_json(1, 16);
   trex::write_file_atomic(tmp.file("run.json"), run.dump(2));
   const std::string args = "train --quiet --config " + tmp.file("run.json");
   auto r = run_child(args, tmp.file("first.log"));

@@ -468,19 +468,10 @@ TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
   TempDir tmp;
   trex::test::write_tiny_training_data(tmp.path());
   const int steps = 3;
-  const nlohmann::json run = {
-      {"model", {{"config", trex::test::source_dir() + "/configs/models/tiny-v4.json"}}},
-      {"tokenizer", "tokenizer.json"},
-      {"data", {{"mode", "cpt"}, {"train", "cpt.jsonl"}}},
-      {"seq_len", 16},
-      {"micro_batch", 1},
-      {"global_batch", 1},
-      {"steps", steps},
-      {"schedule", {{"peak_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 1}}},
-      {"checkpoint_interval", 1},
-      {"keep_checkpoints", 2},
-      {"out_dir", "out"},
-      {"peak_gflops", 10.0}};
+  nlohmann::json run = trex::test::tiny_cpt_run_json(steps, 16);
+  run["schedule"] = {{"peak_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 1}};
+  run["checkpoint_interval"] = 1;
+  run["keep_checkpoints"] = 2;
   trex::write_file_atomic(tmp.file("run.json"), run.dump(2));
   const std::string out = tmp.file("out");
   const std::string ckpts = out + "/checkpoints";

@@ -22,6 +22,21 @@ inline std::vector<std::string> tiny_corpus() {
           "solve the model and report the objective value 42"};
 }
 
+// A `trex train` run config (JSON, paths relative to the run directory) for a
+// directory holding write_tiny_training_data's files: tiny-v4, CPT, one
+// sequence of `seq_len` tokens per step, output in out/.
+inline nlohmann::json tiny_cpt_run_json(int steps, int seq_len) {
+  return {{"model", {{"config", source_dir() + "/configs/models/tiny-v4.json"}}},
+          {"tokenizer", "tokenizer.json"},
+          {"data", {{"mode", "cpt"}, {"train", "cpt.jsonl"}}},
+          {"seq_len", seq_len},
+          {"micro_batch", 1},
+          {"global_batch", 1},
+          {"steps", steps},
+          {"out_dir", "out"},
+          {"peak_gflops", 10.0}};
+}
+
 // Writes tokenizer.json, cpt.jsonl, sft.jsonl (and validation copies) into `dir`.
 inline void write_tiny_training_data(const std::string& dir) {
   io::TokenizerTrainOptions o;
