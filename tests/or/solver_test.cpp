@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "cli_run.hpp"
+#include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/or/solver/linear_model.hpp"
 
 namespace trex::orlib {
@@ -87,6 +90,40 @@ TEST(Solver, MalformedMathProgNamesTheLine) {
     EXPECT_NE(what.find("bad.mod:"), std::string::npos) << what;
     EXPECT_EQ(what.find("/tmp/trex-model"), std::string::npos) << "temp path leaked: " << what;
   }
+}
+
+// GLPK 5.0's translator asserts (abort()) on this fuzzer-found model; checked in
+// a child, it is a ModelError naming the model, and the process goes on.
+TEST(Solver, TranslatorCrashInChildIsAModelError) {
+  const std::string path =
+      trex::test::source_dir() + "/fuzz/known_crashes/mathprog/glpk-translator-abort";
+  const std::string text = trex::read_file(path);
+  try {
+    LinearModel::from_mathprog(text, "crash.mod", LinearModel::Translator::checked_in_child);
+    FAIL() << "expected ModelError";
+  } catch (const ModelError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.file_name(), "crash.mod");
+    EXPECT_NE(what.find("translator (GLPK) crashed"), std::string::npos) << what;
+    EXPECT_NE(what.find("Aborted"), std::string::npos) << what;
+  }
+  // The same file through `trex or solve`: an error exit with the message, no abort.
+  const trex::test::CliRun run = trex::test::run_trex("or solve " + path);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("crashed on this model"), std::string::npos) << run.output;
+  // A model that merely has an error still gets the in-process, located message.
+  try {
+    LinearModel::from_mathprog("var x >= 0;\nminimize z: x\ns.t. c: x >= 1;\nend;\n", "bad.mod",
+                               LinearModel::Translator::checked_in_child);
+    FAIL() << "expected ModelError";
+  } catch (const ModelError& e) {
+    EXPECT_GE(e.line_number(), 2);
+  }
+  // And a good one translates as before.
+  LinearModel ok =
+      LinearModel::from_mathprog("var x >= 0;\nminimize z: x;\ns.t. c: x >= 1;\nend;\n", "ok.mod",
+                                 LinearModel::Translator::checked_in_child);
+  EXPECT_EQ(ok.num_cols(), 1);
 }
 
 TEST(Solver, NonLinearMathProgIsRejectedWithReason) {

@@ -39,7 +39,8 @@ int run_solve(const std::string& path, const std::string& data, double time_limi
   using namespace trex::orlib;
   const bool lp = path.size() > 3 && to_lower(path.substr(path.size() - 3)) == ".lp";
   LinearModel model =
-      lp ? LinearModel::from_lp_file(path) : LinearModel::from_mathprog_file(path, data);
+      lp ? LinearModel::from_lp_file(path)
+         : LinearModel::from_mathprog_file(path, data, LinearModel::Translator::checked_in_child);
   std::cout << "model: " << path << " (" << (lp ? "CPLEX LP" : "GNU MathProg") << ")\n"
             << "  rows " << model.num_rows() << ", columns " << model.num_cols() << " ("
             << model.num_integer() << " integer, " << model.num_binary() << " binary), nonzeros "

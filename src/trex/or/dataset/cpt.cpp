@@ -406,7 +406,8 @@ std::string narrative(const Problem& p, uint64_t seed, int64_t index, double tim
     if (!fault) continue;
     std::string observed;
     try {
-      LinearModel model = LinearModel::from_mathprog(fault->model);
+      LinearModel model = LinearModel::from_mathprog(fault->model, "model.mod",
+                                                     LinearModel::Translator::checked_in_child);
       SolveOptions options;
       options.time_limit_seconds = time_limit;
       SolveResult r = model.solve_glpk(options);

@@ -148,7 +148,8 @@ std::optional<Solved> solve_text(const std::string& gmpl, double time_limit, std
                                  std::optional<LinearModel::Sensitivity>* sens = nullptr,
                                  std::string* output = nullptr) {
   try {
-    LinearModel model = LinearModel::from_mathprog(gmpl);
+    LinearModel model =
+        LinearModel::from_mathprog(gmpl, "model.mod", LinearModel::Translator::checked_in_child);
     SolveOptions options;
     options.time_limit_seconds = time_limit;
     SolveResult r = model.solve_glpk(options);
@@ -321,7 +322,8 @@ std::string make_sample(const std::vector<Problem>& problems, const std::string&
       std::string fault_status;
       double fault_objective = std::nan("");
       try {
-        LinearModel model = LinearModel::from_mathprog(fault->model);
+        LinearModel model = LinearModel::from_mathprog(fault->model, "model.mod",
+                                                       LinearModel::Translator::checked_in_child);
         SolveOptions options;
         options.time_limit_seconds = time_limit;
         SolveResult r = model.solve_glpk(options);

@@ -1,12 +1,14 @@
 #include "trex/or/solver/linear_model.hpp"
 
 #include <glpk.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cfloat>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -151,8 +153,41 @@ LinearModel::~LinearModel() {
   if (prob_) glp_delete_prob(prob_);
 }
 
-LinearModel LinearModel::from_mathprog(const std::string& text, const std::string& name) {
+namespace {
+
+// Translates the model (and data) in a forked child and throws a ModelError if
+// the translator kills that child; a child that merely reports a MathProg error
+// returns, so the in-process translation gives the located message.
+void require_translator_survives(const std::string& model_path, const std::string& data_path,
+                                 const std::string& name) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw ModelError(std::string("fork failed: ") + std::strerror(errno)).file(name);
+  if (pid == 0) {
+    glp_term_out(GLP_OFF);
+    glp_tran* tran = glp_mpl_alloc_wksp();
+    int rc = glp_mpl_read_model(tran, model_path.c_str(), data_path.empty() ? 0 : 1);
+    if (rc == 0 && !data_path.empty()) rc = glp_mpl_read_data(tran, data_path.c_str());
+    if (rc == 0) rc = glp_mpl_generate(tran, nullptr);
+    _exit(rc == 0 ? 0 : 1);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw ModelError("waitpid failed: " + std::string(std::strerror(errno)));
+  }
+  if (WIFSIGNALED(status))
+    throw ModelError(std::string("MathProg translator (GLPK) crashed on this model (") +
+                     strsignal(WTERMSIG(status)) + "); the model is rejected")
+        .file(name);
+}
+
+}  // namespace
+
+LinearModel LinearModel::from_mathprog(const std::string& text, const std::string& name,
+                                       Translator translator) {
   TempFile temp(text, ".mod");
+  if (translator == Translator::checked_in_child)
+    require_translator_survives(temp.path(), "", name);
   LinearModel model;
   model.name_ = name;
   TerminalCapture capture;
@@ -170,7 +205,7 @@ LinearModel LinearModel::from_mathprog(const std::string& text, const std::strin
 }
 
 LinearModel LinearModel::from_mathprog_file(const std::string& model_path,
-                                            const std::string& data_path) {
+                                            const std::string& data_path, Translator translator) {
   LinearModel model;
   model.name_ = model_path;
   TerminalCapture capture;
@@ -179,6 +214,9 @@ LinearModel LinearModel::from_mathprog_file(const std::string& model_path,
   auto fail = [&](const char* what) { throw_model_error(what, capture.take(), model_path); };
   if (access(model_path.c_str(), R_OK) != 0)
     throw ModelError("cannot read model file").file(model_path);
+  if (translator == Translator::checked_in_child &&
+      (data_path.empty() || access(data_path.c_str(), R_OK) == 0))
+    require_translator_survives(model_path, data_path, model_path);
   if (glp_mpl_read_model(model.tran_, model_path.c_str(), data_path.empty() ? 0 : 1) != 0)
     fail("MathProg model error");
   if (!data_path.empty()) {

@@ -49,10 +49,19 @@ class ModelError : public Error {
 
 class LinearModel {
  public:
+  // GLPK 5.0's MathProg translator asserts (abort()) on some malformed models
+  // (fuzz/known_crashes/mathprog). For text from outside (user files, problem
+  // records, injected faults) `checked_in_child` translates it in a forked child
+  // first, so such a model is a ModelError instead of the end of the process;
+  // the program's own generated models skip the fork.
+  enum class Translator { in_process, checked_in_child };
+
   // `name` is used in diagnostics in place of any temporary file path.
-  static LinearModel from_mathprog(const std::string& text, const std::string& name = "model.mod");
+  static LinearModel from_mathprog(const std::string& text, const std::string& name = "model.mod",
+                                   Translator translator = Translator::in_process);
   static LinearModel from_mathprog_file(const std::string& model_path,
-                                        const std::string& data_path = {});
+                                        const std::string& data_path = {},
+                                        Translator translator = Translator::in_process);
   static LinearModel from_lp(const std::string& text, const std::string& name = "model.lp");
   static LinearModel from_lp_file(const std::string& path);
 
