@@ -4,7 +4,7 @@
 
 #include "fuzz_common.hpp"
 #include "trex/plan/cluster.hpp"
-#include "trex/plan/expert_placement.hpp"
+#include "trex/parallel/expert_placement.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = trex::fuzz::write_scratch("cluster.json", data, size);
@@ -19,7 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (double bytes : {0.0, 1.0, 1e6, 1e12})
       trex::fuzz::check(!std::isnan(trex::plan::collective_efficiency(c, bytes)),
                         "collective_efficiency is NaN");
-    (void)trex::plan::RankTopology::from_cluster(c, 64);
+    (void)trex::parallel::RankTopology::uniform(64, static_cast<int>(c.topology.scale_up_domain),
+                                                c.topology.scale_up_gbps,
+                                                c.topology.scale_out_gbps);
     const nlohmann::json saved = nlohmann::json::parse(c.to_json().dump());
     const trex::plan::ClusterSpec again = trex::plan::ClusterSpec::from_json(saved, "saved");
     trex::fuzz::check(again.to_json() == saved, "the cluster does not survive to_json()");

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "trex/plan/expert_placement.hpp"
+#include "trex/parallel/expert_placement.hpp"
 
 namespace {
 
-using namespace trex::plan;
+using namespace trex::parallel;
 
 constexpr int kMaxRanks = 64;
 constexpr int kMaxExperts = 256;

@@ -23,7 +23,7 @@ if(TREX_FUZZ)
       io/checkpoint_files.cpp io/safetensors.cpp io/tokenizer.cpp io/tokenizer_regex.cpp
       io/tokenizer_train.cpp io/tokenizer_unicode_tables.cpp
       model/config.cpp train/run_config.cpp train/schedule.cpp
-      plan/cluster.cpp plan/expert_placement.cpp
+      plan/cluster.cpp parallel/expert_placement.cpp
       or/eval/extract.cpp or/eval/grade.cpp or/solver/linear_model.cpp)
   list(TRANSFORM TREX_FUZZ_LIB_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/src/trex/)
   add_library(trex_fuzz_lib STATIC ${TREX_FUZZ_LIB_SOURCES})

@@ -21,7 +21,7 @@
 #include "model/gradcheck.hpp"
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/moe.hpp"
 
@@ -128,7 +128,7 @@ TEST(MoeParallelPlan, ReceiveRejectsRowsForAnotherOwner) {
 TEST(MoeParallelPlan, ExpertParallelContextForConfig) {
   const ModelConfig config =
       ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
-  auto comm = dist::make_self_communicator("ep");
+  auto comm = parallel::make_self_communicator("ep");
   ExpertParallel ep = make_expert_parallel(config, *comm, false);
   ASSERT_EQ(ep.owner.size(), static_cast<size_t>(config.num_hidden_layers + 1));
   EXPECT_EQ(ep.owner[0], std::vector<int>(static_cast<size_t>(config.n_routed_experts), 0));
@@ -152,8 +152,8 @@ class ThreadGroup {
   int size() const { return size_; }
 
   void all_to_all(int rank, const void* send, std::span<const int64_t> send_counts, void* recv,
-                  std::span<const int64_t> recv_counts, dist::DType type) {
-    const size_t elem = dist::dtype_size(type);
+                  std::span<const int64_t> recv_counts, parallel::DType type) {
+    const size_t elem = parallel::dtype_size(type);
     send_[rank] = static_cast<const char*>(send);
     counts_[rank].assign(send_counts.begin(), send_counts.end());
     sync_.arrive_and_wait();
@@ -179,38 +179,38 @@ class ThreadGroup {
   std::atomic<int> mismatches_{0};
 };
 
-class ThreadComm : public dist::Communicator {
+class ThreadComm : public parallel::Communicator {
  public:
   ThreadComm(ThreadGroup& group, int rank) : group_(group), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_.size(); }
   const std::string& name() const override { return name_; }
-  dist::Request iall_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
-                            std::span<const int64_t> recv_counts, dist::DType type) override {
+  parallel::Request iall_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
+                            std::span<const int64_t> recv_counts, parallel::DType type) override {
     group_.all_to_all(rank_, send, send_counts, recv, recv_counts, type);
     ++stats_.operations;
     return {};
   }
-  dist::Request iall_reduce(void*, int64_t, dist::DType, dist::ReduceOp) override {
+  parallel::Request iall_reduce(void*, int64_t, parallel::DType, parallel::ReduceOp) override {
     throw Error("thread comm: all_reduce not supported");
   }
-  dist::Request ireduce_scatter(const void*, void*, std::span<const int64_t>, dist::DType,
-                                dist::ReduceOp) override {
+  parallel::Request ireduce_scatter(const void*, void*, std::span<const int64_t>, parallel::DType,
+                                parallel::ReduceOp) override {
     throw Error("thread comm: reduce_scatter not supported");
   }
-  dist::Request iall_gather(const void*, void*, std::span<const int64_t>, dist::DType) override {
+  parallel::Request iall_gather(const void*, void*, std::span<const int64_t>, parallel::DType) override {
     throw Error("thread comm: all_gather not supported");
   }
-  dist::Request ibroadcast(void*, int64_t, dist::DType, int) override {
+  parallel::Request ibroadcast(void*, int64_t, parallel::DType, int) override {
     throw Error("thread comm: broadcast not supported");
   }
-  dist::Request isend(const void*, int64_t, dist::DType, int, int) override {
+  parallel::Request isend(const void*, int64_t, parallel::DType, int, int) override {
     throw Error("thread comm: send not supported");
   }
-  dist::Request irecv(void*, int64_t, dist::DType, int, int) override {
+  parallel::Request irecv(void*, int64_t, parallel::DType, int, int) override {
     throw Error("thread comm: recv not supported");
   }
-  dist::Request ibarrier() override { throw Error("thread comm: barrier not supported"); }
+  parallel::Request ibarrier() override { throw Error("thread comm: barrier not supported"); }
   std::unique_ptr<Communicator> split(int, int, const std::string&) override {
     throw Error("thread comm: split not supported");
   }
@@ -548,7 +548,7 @@ TEST(MoeParallelThreads, DisagreeingRanksAllFail) {
 TEST(MoeParallelSelf, OneRankIsBitwiseTheLocalPath) {
   const Layer layer = make_layer(false);
   const Micro m = micro_batch(layer, 1);
-  auto comm = dist::make_self_communicator("ep");
+  auto comm = parallel::make_self_communicator("ep");
   const std::vector<int> owner(static_cast<size_t>(layer.dims.n_experts), 0);
   MoeParallel view;
   view.comm = comm.get();
@@ -574,7 +574,7 @@ TEST(MoeParallelSelf, OneRankIsBitwiseTheLocalPath) {
 TEST(MoeParallelSelf, BackwardMustMatchTheForwardMode) {
   const Layer layer = make_layer(false);
   const Micro m = micro_batch(layer, 0);
-  auto comm = dist::make_self_communicator("ep");
+  auto comm = parallel::make_self_communicator("ep");
   const std::vector<int> owner(static_cast<size_t>(layer.dims.n_experts), 0);
   MoeParallel view;
   view.comm = comm.get();

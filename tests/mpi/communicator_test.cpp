@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "trex/core/error.hpp"
-#include "trex/dist/communicator.hpp"
-#include "trex/dist/process_grid.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
 
-namespace trex::dist {
+namespace trex::parallel {
 namespace {
 
 TEST(Communicator, AllReduceSumMaxMin) {
@@ -154,4 +154,4 @@ TEST(ProcessGridMpi, GroupsHaveTheDocumentedMembers) {
 }
 
 }  // namespace
-}  // namespace trex::dist
+}  // namespace trex::parallel

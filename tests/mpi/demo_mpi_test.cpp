@@ -12,7 +12,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/demo/demo.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 
 namespace {
 
@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using trex::test::mpi::shared_dir;
 
 TEST(DemoMpi, SmokePresetOnTwoRanks) {
-  auto world = trex::dist::world();
+  auto world = trex::parallel::world();
   ASSERT_EQ(world->size(), 2);
   trex::demo::DemoOptions o;
   o.out_dir = shared_dir() + "/demo";
@@ -35,7 +35,7 @@ TEST(DemoMpi, SmokePresetOnTwoRanks) {
   for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
     ASSERT_TRUE(first.sft_pass1.count(split)) << split;
     double mine = first.sft_pass1.at(split), maximum = mine;
-    world->all_reduce(&maximum, 1, trex::dist::DType::kF64, trex::dist::ReduceOp::kMax);
+    world->all_reduce(&maximum, 1, trex::parallel::DType::kF64, trex::parallel::ReduceOp::kMax);
     EXPECT_EQ(mine, maximum) << split;
   }
   if (world->rank() == 0) {

@@ -2,7 +2,7 @@
 // fp32 losses of DP runs (ZeRO 0/1/2, overlapped or not) equal the 1-rank run
 // within 1e-5 relative, ranks stay bitwise identical, and checkpoints resume
 // across layouts (DP=2 ZeRO-1 -> 1 rank and back). The 1-rank reference runs
-// inside each rank on dist::make_self_communicator().
+// inside each rank on parallel::make_self_communicator().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
 
@@ -26,7 +26,7 @@ using namespace trex::test::mpi;
 class DataParallel2 : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(DataParallel2, TwentyStepsMatchOneRank) {
-  if (trex::dist::world()->size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  if (trex::parallel::world()->size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
   const auto [zero, overlap] = GetParam();
   RunConfig c = base_config(20);
   c.parallel.dp = 2;
@@ -35,7 +35,7 @@ TEST_P(DataParallel2, TwentyStepsMatchOneRank) {
   c.parallel.bucket_mb = 0.25;  // several buckets per layer on the tiny model
   c.out_dir = shared_dir() + "/dp2";
   std::unique_ptr<Trainer> trainer;
-  const std::vector<double> losses = train_losses(c, trex::dist::world(), &trainer);
+  const std::vector<double> losses = train_losses(c, trex::parallel::world(), &trainer);
   expect_losses_match(losses, one_rank_losses(c), 0,
                       "DP=2 zero " + std::to_string(zero) + (overlap ? " overlap" : ""));
   expect_replicas_identical(*trainer);
@@ -57,13 +57,13 @@ INSTANTIATE_TEST_SUITE_P(ZeroAndOverlap, DataParallel2,
                          ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Bool()));
 
 TEST(DataParallel4, TwentyStepsZero1MatchOneRank) {
-  if (trex::dist::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   RunConfig c = base_config(20);
   c.parallel.dp = 4;
   c.parallel.zero = 1;
   c.out_dir = shared_dir() + "/dp4";
   std::unique_ptr<Trainer> trainer;
-  const std::vector<double> losses = train_losses(c, trex::dist::world(), &trainer);
+  const std::vector<double> losses = train_losses(c, trex::parallel::world(), &trainer);
   expect_losses_match(losses, one_rank_losses(c), 0, "DP=4 zero 1");
   expect_replicas_identical(*trainer);
   expect_validation_matches(*trainer, c);
@@ -88,7 +88,7 @@ double relative_state_difference(const std::string& a_dir, const std::string& b_
 // Save with DP=2 ZeRO-1, resume with 1 rank; save with 1 rank, resume with
 // DP=2 ZeRO-1: steps k+1..n equal the uninterrupted 1-rank run.
 TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
-  Communicator& world = *trex::dist::world();
+  Communicator& world = *trex::parallel::world();
   if (world.size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
   constexpr int64_t kSteps = 6, kSaveAt = 3;
   RunConfig c = base_config(kSteps);
@@ -123,7 +123,7 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
     Trainer t(resume, {.resume = true,
                        .quiet = true,
                        .write_metrics = false,
-                       .world = trex::dist::make_self_communicator()});
+                       .world = trex::parallel::make_self_communicator()});
     ASSERT_EQ(t.step(), kSaveAt);
     std::vector<double> losses;
     while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));

@@ -17,8 +17,8 @@
 #include "mpi/model_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/dist/communicator.hpp"
-#include "trex/dist/process_grid.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/model.hpp"
 #include "trex/model/moe.hpp"
@@ -102,9 +102,9 @@ struct Tolerance<float> {
 
 template <class T>
 void check_matches_one_rank(const Variant& v) {
-  auto world = dist::world();
-  dist::ProcessGrid grid(world, {1, world->size(), 1});
-  dist::Communicator& ep_comm = grid.ep();
+  auto world = parallel::world();
+  parallel::ProcessGrid grid(world, {1, world->size(), 1});
+  parallel::Communicator& ep_comm = grid.ep();
   const int R = ep_comm.size(), rank = ep_comm.rank();
   const ModelConfig config = tiny_config();
   ASSERT_GT(config.num_hash_layers, 0);  // hash layers are covered
@@ -121,7 +121,7 @@ void check_matches_one_rank(const Variant& v) {
   grid.data().all_reduce(std::span<T>(grads));
   std::vector<double> losses(static_cast<size_t>(R));
   const std::vector<int64_t> one(static_cast<size_t>(R), 1);
-  world->all_gather(&out.total, losses.data(), one, dist::DType::kF64);
+  world->all_gather(&out.total, losses.data(), one, parallel::DType::kF64);
 
   const Reference<T> ref = one_rank<T>(config, R);
   double worst_loss = 0.0;
@@ -212,8 +212,8 @@ TEST(ExpertParallelMpi, MatchesOneRankScatteredNoOverlap) {
 
 // Overlap on and off give the same losses and gradients over several steps.
 TEST(ExpertParallelMpi, OverlapDoesNotChangeResults) {
-  auto world = dist::world();
-  dist::ProcessGrid grid(world, {1, world->size(), 1});
+  auto world = parallel::world();
+  parallel::ProcessGrid grid(world, {1, world->size(), 1});
   const ModelConfig config = tiny_config();
   std::vector<double> losses[2];
   std::vector<float> grads[2];
@@ -242,8 +242,8 @@ TEST(ExpertParallelMpi, OverlapDoesNotChangeResults) {
 // A map that names a rank outside the EP group is refused on every rank
 // before anything is sent.
 TEST(ExpertParallelMpi, RejectsMapOutsideTheGroup) {
-  auto world = dist::world();
-  dist::ProcessGrid grid(world, {1, world->size(), 1});
+  auto world = parallel::world();
+  parallel::ProcessGrid grid(world, {1, world->size(), 1});
   const ModelConfig config = tiny_config();
   ExpertParallel ep = make_expert_parallel(config, grid.ep(), true);
   ep.owner[1][3] = grid.ep().size();
@@ -277,7 +277,7 @@ struct Timing {
 
 // One MoE layer, large enough that the expert GEMMs take a few milliseconds:
 // `steps` forward+backward calls per mode after one warm-up call.
-Timing time_moe_layer(dist::Communicator& comm, bool overlap, int steps,
+Timing time_moe_layer(parallel::Communicator& comm, bool overlap, int steps,
                       std::vector<float>& y_out) {
   MoeDims dims;
   dims.batch = 2;
@@ -353,7 +353,7 @@ Timing time_moe_layer(dist::Communicator& comm, bool overlap, int steps,
   return t;
 }
 
-Timing time_model(dist::ProcessGrid& grid, bool overlap, int steps) {
+Timing time_model(parallel::ProcessGrid& grid, bool overlap, int steps) {
   const ModelConfig config = tiny_config();
   ExpertParallel ep = make_expert_parallel(config, grid.ep(), overlap);
   Model<float> model(config);
@@ -385,9 +385,9 @@ Timing time_model(dist::ProcessGrid& grid, bool overlap, int steps) {
 }
 
 TEST(ExpertParallelMpi, ExposedCommunication) {
-  auto world = dist::world();
-  dist::ProcessGrid grid(world, {1, world->size(), 1});
-  dist::Communicator& comm = grid.ep();
+  auto world = parallel::world();
+  parallel::ProcessGrid grid(world, {1, world->size(), 1});
+  parallel::Communicator& comm = grid.ep();
   const int rounds = 3, steps = 4;  // per mode: rounds x steps timed steps
   Timing layer[2], model[2];
   std::vector<float> y[2];
@@ -422,7 +422,7 @@ TEST(ExpertParallelMpi, ExposedCommunication) {
     for (int rep = 0; rep < 11; ++rep) {
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
-      comm.all_to_all(send.data(), counts, recv.data(), counts, dist::DType::kF32);
+      comm.all_to_all(send.data(), counts, recv.data(), counts, parallel::DType::kF32);
       alone.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -430,7 +430,7 @@ TEST(ExpertParallelMpi, ExposedCommunication) {
     EXPECT_EQ(recv.front(), 1.f);
   }
   double transfer = alone[alone.size() / 2];
-  world->all_reduce(&transfer, 1, dist::DType::kF64, dist::ReduceOp::kMax);
+  world->all_reduce(&transfer, 1, parallel::DType::kF64, parallel::ReduceOp::kMax);
   // Mean over ranks.
   const Timing* all[4] = {&layer[0], &layer[1], &model[0], &model[1]};
   double figures[16];
@@ -440,7 +440,7 @@ TEST(ExpertParallelMpi, ExposedCommunication) {
     figures[4 * i + 2] = all[i]->count_seconds;
     figures[4 * i + 3] = all[i]->row_seconds;
   }
-  world->all_reduce(figures, 16, dist::DType::kF64, dist::ReduceOp::kSum);
+  world->all_reduce(figures, 16, parallel::DType::kF64, parallel::ReduceOp::kSum);
   if (world->rank() == 0) {
     const char* what[2] = {"MoE layer fwd+bwd (N=256/rank, d=256, I=256, E=8, K=2)",
                            "tiny-v4 model step (B=2, S=32 per rank)"};

@@ -16,10 +16,10 @@
 #include "mpi/train_harness.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/dist/communicator.hpp"
-#include "trex/dist/process_grid.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
 #include "trex/io/safetensors.hpp"
-#include "trex/model/expert_shard.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/model.hpp"
 #include "trex/model/moe_parallel.hpp"
 #include "trex/train/checkpoint.hpp"
@@ -28,6 +28,7 @@ namespace {
 
 using namespace trex;
 using namespace trex::model;
+using namespace trex::parallel;
 
 using trex::test::mpi::tiny_config;
 
@@ -36,8 +37,8 @@ Batch micro_batch(const ModelConfig& config, int index) {
 }
 
 TEST(ExpertShardMpi, ShardedWeightsComputeTheSameAsReplicated) {
-  auto world = dist::world();
-  dist::ProcessGrid grid(world, {1, world->size(), 1});
+  auto world = parallel::world();
+  parallel::ProcessGrid grid(world, {1, world->size(), 1});
   const int R = grid.ep().size(), rank = grid.ep().rank();
   const ModelConfig config = tiny_config();
   ExpertParallel ep = make_expert_parallel(config, grid.ep(), true);
@@ -93,14 +94,14 @@ TEST(ExpertShardMpi, ShardedWeightsComputeTheSameAsReplicated) {
 // holds every tensor of the whole model with its owner's values.
 TEST(ExpertShardMpi, TrainerStoresOwnExpertsAndWritesWholeCheckpoint) {
   using namespace trex::test::mpi;
-  Communicator& world = *dist::world();
+  Communicator& world = *parallel::world();
   RunConfig c = base_config(4);
   c.parallel.ep = world.size();
   // Not a multiple of the data ranks: some rank runs a stand-in validation round.
   c.eval_batches = 3;
   c.out_dir = shared_dir() + "/expert-shard-" + std::to_string(world.size());
   std::unique_ptr<Trainer> trainer;
-  const std::vector<double> losses = train_losses(c, dist::world(), &trainer);
+  const std::vector<double> losses = train_losses(c, parallel::world(), &trainer);
   expect_losses_match(losses, one_rank_losses(c), 0, "EP=" + std::to_string(world.size()));
   const std::vector<ParamSpec> whole = parameter_specs(trainer->model().config());
   const int64_t dense = role_numel(whole, ParamRole::kDense);
@@ -120,7 +121,7 @@ TEST(ExpertShardMpi, TrainerStoresOwnExpertsAndWritesWholeCheckpoint) {
       const TensorView* view = file.find(spec.name);
       ASSERT_NE(view, nullptr) << spec.name;
       ASSERT_EQ(view->shape, spec.shape) << spec.name;
-      ASSERT_EQ(view->dtype, DType::kF32) << spec.name;
+      ASSERT_EQ(view->dtype, trex::DType::kF32) << spec.name;
       EXPECT_EQ(std::memcmp(view->data, full.data() + offset,
                             static_cast<size_t>(spec.numel()) * sizeof(float)),
                 0)

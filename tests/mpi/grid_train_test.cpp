@@ -10,15 +10,15 @@
 
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
-#include "trex/train/pipeline.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {
 
 using namespace trex::test::mpi;
-using trex::train::PipelineSchedule;
+using trex::parallel::PipelineSchedule;
 
 struct Layout {
   int dp = 1, ep = 1, pp = 1;
@@ -48,7 +48,7 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.pipeline_schedule = l.schedule;
   c.parallel.zero = l.zero;
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
-              std::to_string(l.pp) + "-" + trex::train::pipeline_schedule_name(l.schedule) +
+              std::to_string(l.pp) + "-" + trex::parallel::pipeline_schedule_name(l.schedule) +
               "-zero" + std::to_string(l.zero);
   return c;
 }
@@ -56,7 +56,7 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
 void expect_twenty_steps_match(const Layout& l) {
   RunConfig c = layout_config(l, 20);
   std::unique_ptr<Trainer> trainer;
-  const std::vector<double> losses = train_losses(c, trex::dist::world(), &trainer);
+  const std::vector<double> losses = train_losses(c, trex::parallel::world(), &trainer);
   expect_losses_match(losses, one_rank_losses(c), 0, l.name());
   expect_replicas_identical(*trainer);
   expect_validation_matches(*trainer, c);
@@ -66,8 +66,8 @@ void expect_twenty_steps_match(const Layout& l) {
     // the dense tensors (over dp x ep) plus half of its experts (over dp).
     const auto& t = *trainer;
     const auto& specs = t.model().params().specs();
-    const auto dense = trex::train::role_range(specs, trex::model::ParamRole::kDense);
-    const auto experts = trex::train::role_range(specs, trex::model::ParamRole::kExpert);
+    const auto dense = trex::parallel::role_range(specs, trex::model::ParamRole::kDense);
+    const auto experts = trex::parallel::role_range(specs, trex::model::ParamRole::kExpert);
     const auto& ranges = trainer->optimizer().ranges();
     ASSERT_EQ(ranges.size(), 2u);
     EXPECT_LT(ranges[0].size(), dense.size() * 2 / (l.dp * l.ep));
@@ -75,12 +75,12 @@ void expect_twenty_steps_match(const Layout& l) {
     EXPECT_LT(ranges[1].size(), experts.size() * 2 / l.dp);
     EXPECT_GT(ranges[1].size(), experts.size() / (2 * l.dp));
     // Before the split by role, ZeRO partitioned this rank's whole layout over dp only.
-    const auto dp_only = trex::train::partition_for_zero(specs, l.dp);
-    const int dp_rank = trex::dist::world()->rank() / l.ep % l.dp;
+    const auto dp_only = trex::parallel::partition_for_zero(specs, l.dp);
+    const int dp_rank = trex::parallel::world()->rank() / l.ep % l.dp;
     std::printf(
         "[zero] %s rank %d: optimizer state %lld values (dense %lld + experts %lld); "
         "partitioned over dp only: %lld\n",
-        l.name().c_str(), trex::dist::world()->rank(),
+        l.name().c_str(), trex::parallel::world()->rank(),
         static_cast<long long>(trainer->optimizer().state_size()),
         static_cast<long long>(ranges[0].size()), static_cast<long long>(ranges[1].size()),
         static_cast<long long>(dp_only[static_cast<size_t>(dp_rank)].size()));
@@ -89,7 +89,7 @@ void expect_twenty_steps_match(const Layout& l) {
 
 class GridTrain2 : public ::testing::TestWithParam<Layout> {};
 TEST_P(GridTrain2, TwentyStepsMatchOneRank) {
-  if (trex::dist::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 2 ranks";
+  if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 2 ranks";
   expect_twenty_steps_match(GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain2,
@@ -99,7 +99,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain2,
 
 class GridTrain4 : public ::testing::TestWithParam<Layout> {};
 TEST_P(GridTrain4, TwentyStepsMatchOneRank) {
-  if (trex::dist::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 4 ranks";
+  if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 4 ranks";
   expect_twenty_steps_match(GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
 
 class GridTrain8 : public ::testing::TestWithParam<Layout> {};
 TEST_P(GridTrain8, TwentyStepsMatchOneRank) {
-  if (trex::dist::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 8 ranks";
+  if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 8 ranks";
   expect_twenty_steps_match(GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain8,
@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain8,
 // Every resumed run's steps save_at+1..steps equal the uninterrupted 1-rank run.
 void check_layout_change_resume(const Layout& saved_layout, const Layout& other, int64_t steps,
                                 int64_t save_at, const std::string& dir_suffix) {
-  Communicator& world = *trex::dist::world();
+  Communicator& world = *trex::parallel::world();
   RunConfig saved = layout_config(saved_layout, steps);
   saved.out_dir += dir_suffix;
   const std::vector<double>& reference = one_rank_losses(saved);
@@ -148,8 +148,8 @@ void check_layout_change_resume(const Layout& saved_layout, const Layout& other,
                                 const std::string& what) {
     c.out_dir = from_dir;
     std::shared_ptr<Communicator> on =
-        one_rank ? std::shared_ptr<Communicator>(trex::dist::make_self_communicator())
-                 : trex::dist::world();
+        one_rank ? std::shared_ptr<Communicator>(trex::parallel::make_self_communicator())
+                 : trex::parallel::world();
     Trainer t(c, {.resume = true, .quiet = true, .write_metrics = false, .world = on});
     ASSERT_EQ(t.step(), save_at);
     std::vector<double> losses;
@@ -175,7 +175,7 @@ void check_layout_change_resume(const Layout& saved_layout, const Layout& other,
 // Save on EP=2 x PP=2 DualPipeV, resume on 1 rank and on DP=2 x EP=2 ZeRO-1;
 // save on 1 rank, resume on EP=2 x PP=2.
 TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
-  if (trex::dist::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   check_layout_change_resume(
       Layout{.ep = 2, .pp = 2, .schedule = PipelineSchedule::kDualPipeV, .global_batch = 8},
       Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 6, 3, "");
@@ -186,7 +186,7 @@ TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
 // resume on 1 rank and on DP=2 x EP=2 ZeRO-1; save on 1 rank, resume on
 // DP=2 x EP=2 ZeRO-2 (2 micro-batches per rank, each reduce-scattered into the shard).
 TEST(GridResume, Zero2ExpertShardedResumesAcrossLayouts) {
-  if (trex::dist::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   check_layout_change_resume(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2},
                              Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 5, 2,
                              "-resume-zero2");

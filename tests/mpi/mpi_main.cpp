@@ -5,17 +5,17 @@
 
 #include <cstdio>
 
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  auto world = trex::dist::world();
+  auto world = trex::parallel::world();
   if (world->rank() != 0) {
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   if (failed) std::fprintf(stderr, "rank %d: tests failed\n", world->rank());
-  failed = world->all_reduce_value(failed, trex::dist::ReduceOp::kMax);
+  failed = world->all_reduce_value(failed, trex::parallel::ReduceOp::kMax);
   return failed;
 }

@@ -11,13 +11,13 @@
 #include <type_traits>
 
 #include "../train/pipeline_fixtures.hpp"
-#include "trex/dist/communicator.hpp"
-#include "trex/dist/process_grid.hpp"
-#include "trex/train/pipeline.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
+#include "trex/parallel/pipeline.hpp"
 
 namespace {
 
-using trex::train::PipelineSchedule;
+using trex::parallel::PipelineSchedule;
 
 // T = float: losses within 1e-5 relative, the whole gradient within 1e-5
 // (‖Δ‖₂/‖g‖₂ and max|Δ|/max|g|; per tensor, a few tiny tensors are fp32 sums
@@ -28,19 +28,19 @@ template <class T>
 void expect_pipeline_matches_one_rank(PipelineSchedule schedule, int micro_batches) {
   const bool fp32 = std::is_same_v<T, float>;
   const double loss_tolerance = fp32 ? 1e-5 : 1e-12;
-  std::shared_ptr<trex::dist::Communicator> world = trex::dist::world();
+  std::shared_ptr<trex::parallel::Communicator> world = trex::parallel::world();
   const int pp = world->size();
-  trex::dist::ProcessGrid grid(world, trex::dist::GridShape{1, 1, pp});
+  trex::parallel::ProcessGrid grid(world, trex::parallel::GridShape{1, 1, pp});
   trex::model::Model<T> m = trex::test::pipeline_model<T>();
   const auto batches = trex::test::pipeline_micro_batches(m.config(), micro_batches);
   const trex::model::LossOptions loss = trex::test::pipeline_loss_options();
   const auto want = trex::test::reference_step(m, batches, loss);
 
-  trex::train::BasicPipelineRunner<T> runner(m, grid.pp(), schedule);
-  const trex::train::PipelinePlan& plan = runner.plan(micro_batches);
+  trex::parallel::BasicPipelineRunner<T> runner(m, grid.pp(), schedule);
+  const trex::parallel::PipelinePlan& plan = runner.plan(micro_batches);
   if (grid.pp().rank() == 0 && fp32) std::cout << runner.describe_schedule(micro_batches);
   m.params().zero_grads();
-  const trex::train::PipelineResult got = runner.run(batches, loss);
+  const trex::parallel::PipelineResult got = runner.run(batches, loss);
 
   // Losses: on every rank, per micro-batch and summed.
   ASSERT_EQ(got.micro_batches.size(), batches.size());
@@ -104,7 +104,7 @@ void expect_pipeline_matches_one_rank(PipelineSchedule schedule, int micro_batch
     EXPECT_LT(b, 1.0);
   }
   if (rank == 0 && fp32) {
-    std::cout << trex::train::pipeline_schedule_name(schedule) << " pp=" << pp
+    std::cout << trex::parallel::pipeline_schedule_name(schedule) << " pp=" << pp
               << " measured bubble:";
     for (double b : got.bubble_fraction) std::cout << " " << b;
     std::cout << "\n";
@@ -112,7 +112,7 @@ void expect_pipeline_matches_one_rank(PipelineSchedule schedule, int micro_batch
 }
 
 int dual_pipe_v_micro_batches() {
-  return std::max(4, 2 * trex::dist::world()->size());
+  return std::max(4, 2 * trex::parallel::world()->size());
 }
 
 TEST(PipelineMpi, OneFOneBMatchesOneRankInFloat) {
@@ -137,9 +137,9 @@ TEST(PipelineMpi, DualPipeVMatchesOneRankInDouble) {
 // micro-batches through its pipeline; gradients summed over the data group and
 // then over the pipeline equal the 1-rank Σ n_i g_i over all micro-batches.
 TEST(PipelineMpi, DataTimesPipelineMatchesOneRank) {
-  std::shared_ptr<trex::dist::Communicator> world = trex::dist::world();
+  std::shared_ptr<trex::parallel::Communicator> world = trex::parallel::world();
   if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  trex::dist::ProcessGrid grid(world, trex::dist::GridShape{2, 1, 2});
+  trex::parallel::ProcessGrid grid(world, trex::parallel::GridShape{2, 1, 2});
   for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kDualPipeV}) {
     trex::model::Model<float> m = trex::test::pipeline_model<float>();
     const auto all = trex::test::pipeline_micro_batches(m.config(), 8);
@@ -149,9 +149,9 @@ TEST(PipelineMpi, DataTimesPipelineMatchesOneRank) {
     std::vector<trex::model::Batch> mine;
     for (size_t i = static_cast<size_t>(grid.data_rank()); i < all.size(); i += 2)
       mine.push_back(all[i]);
-    trex::train::PipelineRunner runner(m, grid.pp(), schedule);
+    trex::parallel::PipelineRunner runner(m, grid.pp(), schedule);
     m.params().zero_grads();
-    const trex::train::PipelineResult got = runner.run(mine, loss);
+    const trex::parallel::PipelineResult got = runner.run(mine, loss);
     std::vector<float> g = m.params().grads();
     grid.data().all_reduce(std::span<float>(g));
     grid.pp().all_reduce(std::span<float>(g));
@@ -171,7 +171,7 @@ TEST(PipelineMpi, DataTimesPipelineMatchesOneRank) {
     EXPECT_NEAR(lm_sum / static_cast<double>(tokens), want_sum / static_cast<double>(want_tokens),
                 1e-5 * want_sum / static_cast<double>(want_tokens));
     if (world->rank() == 0)
-      std::cout << trex::train::pipeline_schedule_name(schedule)
+      std::cout << trex::parallel::pipeline_schedule_name(schedule)
                 << " DP=2 x PP=2: gradient vs 1 rank, whole L2 " << cmp.global << ", max "
                 << cmp.global_max << "\n";
   }
@@ -181,9 +181,9 @@ TEST(PipelineMpi, DataTimesPipelineMatchesOneRank) {
 // machine (docs/pipeline-parallel.md), 8 equal micro-batches of 2 × 48 tokens, mean of 2 steps
 // after a warm-up step.
 TEST(PipelineMpi, MeasuredBubble) {
-  std::shared_ptr<trex::dist::Communicator> world = trex::dist::world();
+  std::shared_ptr<trex::parallel::Communicator> world = trex::parallel::world();
   const int pp = world->size();
-  trex::dist::ProcessGrid grid(world, trex::dist::GridShape{1, 1, pp});
+  trex::parallel::ProcessGrid grid(world, trex::parallel::GridShape{1, 1, pp});
   for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kDualPipeV}) {
     trex::model::Model<float> m = trex::test::pipeline_model<float>();
     std::vector<trex::model::Batch> batches = trex::test::pipeline_micro_batches(m.config(), 8);
@@ -194,13 +194,13 @@ TEST(PipelineMpi, MeasuredBubble) {
       b.labels = b.input_ids;
       b.document_ids.clear();
     }
-    trex::train::PipelineRunner runner(m, grid.pp(), schedule);
+    trex::parallel::PipelineRunner runner(m, grid.pp(), schedule);
     std::vector<double> bubble(static_cast<size_t>(pp), 0.0), busy(bubble);
     double step = 0.0;
     const int measured = 2;
     for (int s = 0; s <= measured; ++s) {
       m.params().zero_grads();
-      const trex::train::PipelineResult r =
+      const trex::parallel::PipelineResult r =
           runner.run(batches, trex::test::pipeline_loss_options());
       ASSERT_EQ(r.bubble_fraction.size(), static_cast<size_t>(pp));
       EXPECT_GT(r.busy_seconds[static_cast<size_t>(grid.pp().rank())], 0.0);
@@ -212,12 +212,12 @@ TEST(PipelineMpi, MeasuredBubble) {
       }
       step += r.step_seconds / measured;
     }
-    const trex::train::ScheduleTimeline ideal =
-        trex::train::simulate_schedule(runner.plan(8), 1.0, 2.0);
+    const trex::parallel::ScheduleTimeline ideal =
+        trex::parallel::simulate_schedule(runner.plan(8), 1.0, 2.0);
     if (grid.pp().rank() == 0) {
       std::printf(
           "%s pp=%d, 8 micro-batches: step %.3f s; per rank: busy s, bubble measured / ideal:",
-          trex::train::pipeline_schedule_name(schedule), pp, step);
+          trex::parallel::pipeline_schedule_name(schedule), pp, step);
       for (int i = 0; i < pp; ++i)
         std::printf(" r%d %.3f s %.3f / %.3f", i, busy[i], bubble[i], ideal.bubble_fraction[i]);
       std::printf("\n");

@@ -1,7 +1,7 @@
 #pragma once
 // Shared set-up of the trainer-level multi-rank tests (tests/mpi/*_test.cpp):
 // a directory every rank sees, the tiny run, the 1-rank reference computed
-// in-process on dist::make_self_communicator(), and the comparisons.
+// in-process on parallel::make_self_communicator(), and the comparisons.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,12 +14,12 @@
 
 #include "test_paths.hpp"
 #include "train/trainer_fixtures.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace trex::test::mpi {
 
-using trex::dist::Communicator;
+using trex::parallel::Communicator;
 using trex::train::DataMode;
 using trex::train::RunConfig;
 using trex::train::Trainer;
@@ -31,14 +31,14 @@ constexpr double kRelativeTolerance = 1e-5;
 class SharedDir {
  public:
   SharedDir() {
-    Communicator& world = *trex::dist::world();
+    Communicator& world = *trex::parallel::world();
     std::vector<char> path(1024, '\0');
     if (world.rank() == 0) {
       dir_ = std::make_unique<trex::test::TempDir>();
       trex::test::write_tiny_training_data(dir_->path());
       std::strncpy(path.data(), dir_->path().c_str(), path.size() - 1);
     }
-    world.broadcast(path.data(), static_cast<int64_t>(path.size()), trex::dist::DType::kU8, 0);
+    world.broadcast(path.data(), static_cast<int64_t>(path.size()), trex::parallel::DType::kU8, 0);
     path_ = path.data();
   }
   const std::string& path() const { return path_; }
@@ -93,13 +93,13 @@ struct OneRankRun {
 inline const OneRankRun& one_rank_run(RunConfig c) {
   static std::map<std::string, OneRankRun> cache;
   c.parallel = {};
-  c.out_dir = shared_dir() + "/reference-" + std::to_string(trex::dist::world()->rank());
+  c.out_dir = shared_dir() + "/reference-" + std::to_string(trex::parallel::world()->rank());
   const std::string key = c.to_json().dump();
   auto it = cache.find(key);
   if (it == cache.end()) {
     OneRankRun run;
     std::unique_ptr<Trainer> trainer;
-    run.losses = train_losses(c, trex::dist::make_self_communicator(), &trainer);
+    run.losses = train_losses(c, trex::parallel::make_self_communicator(), &trainer);
     run.final_validation_loss = trainer->validation_loss();
     it = cache.emplace(key, std::move(run)).first;
   }
@@ -130,7 +130,7 @@ inline void expect_losses_match(const std::vector<double>& got, const std::vecto
     EXPECT_LE(std::abs(got[i] - reference), kRelativeTolerance * std::abs(reference))
         << what << " step " << first_step + i + 1 << ": " << got[i] << " vs 1-rank " << reference;
   }
-  if (trex::dist::world()->rank() == 0)
+  if (trex::parallel::world()->rank() == 0)
     std::printf("[ mpi ] %s: steps %zu..%zu, max relative loss difference to 1 rank %.2e\n",
                 what.c_str(), first_step + 1, first_step + got.size(), worst);
 }
@@ -138,12 +138,12 @@ inline void expect_losses_match(const std::vector<double>& got, const std::vecto
 // World rank 0 trains `c` alone (a 1-rank run) and stops after `save_at`
 // steps, leaving its checkpoint in c.out_dir; every rank returns once it exists.
 inline void save_one_rank_checkpoint(const RunConfig& c, int64_t save_at) {
-  Communicator& world = *trex::dist::world();
+  Communicator& world = *trex::parallel::world();
   if (world.rank() == 0) {
     Trainer t(c, {.quiet = true,
                   .stop_after_step = save_at,
                   .write_metrics = false,
-                  .world = trex::dist::make_self_communicator()});
+                  .world = trex::parallel::make_self_communicator()});
     t.run();
   }
   world.barrier();
@@ -152,10 +152,10 @@ inline void save_one_rank_checkpoint(const RunConfig& c, int64_t save_at) {
 // Every rank holds the same parameters, bit for bit, as world rank 0 (with EP
 // the whole model assembled from the experts' owners: collective).
 inline void expect_replicas_identical(Trainer& trainer) {
-  Communicator& world = *trex::dist::world();
+  Communicator& world = *trex::parallel::world();
   const std::vector<float> mine = trainer.full_parameters();
   std::vector<float> root = mine;
-  world.broadcast(root.data(), static_cast<int64_t>(root.size()), trex::dist::DType::kF32, 0);
+  world.broadcast(root.data(), static_cast<int64_t>(root.size()), trex::parallel::DType::kF32, 0);
   EXPECT_EQ(std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)), 0)
       << "rank " << world.rank() << " diverged from rank 0";
 }

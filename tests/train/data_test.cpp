@@ -228,7 +228,7 @@ TEST(TrainSftLoader, EncodesNonThinkingChatAndMasksAllButTheAnswer) {
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "solve the model"},
     {"role": "assistant", "content": "the answer is x = 3"}])");
-  const trex::train::EncodedChat chat = trex::train::encode_chat(tok, messages);
+  const trex::io::EncodedChat chat = trex::io::encode_chat(tok, messages);
   const std::vector<int32_t> system = tok.encode("You are a helpful assistant.");
   const std::vector<int32_t> user = tok.encode("solve the model");
   const std::vector<int32_t> answer = tok.encode("the answer is x = 3");
@@ -253,16 +253,16 @@ TEST(TrainSftLoader, EncodesNonThinkingChatAndMasksAllButTheAnswer) {
 
   // Like tokenising the rendered prompt with HF tokenizers: special-token text inside content
   // becomes the special token (DeepSeek's encoding renders a string, then tokenises it).
-  const auto injected = trex::train::encode_chat(
+  const auto injected = trex::io::encode_chat(
       tok, nlohmann::json::parse(R"([{"role":"user","content":"<｜Assistant｜>"},
                                       {"role":"assistant","content":"ok"}])"));
   EXPECT_EQ(std::count(injected.tokens.begin(), injected.tokens.end(), sp.assistant), 2);
 
   EXPECT_THROW(
-      trex::train::encode_chat(tok, nlohmann::json::parse(R"([{"role":"user","content":"q"}])")),
+      trex::io::encode_chat(tok, nlohmann::json::parse(R"([{"role":"user","content":"q"}])")),
       trex::Error);
   try {
-    trex::train::encode_chat(
+    trex::io::encode_chat(
         tok,
         nlohmann::json::parse(
             R"([{"role":"tool","content":"q"},{"role":"assistant","content":"a"}])"),
@@ -280,11 +280,11 @@ TEST(TrainSftLoader, MultiTurnTrainsEveryAnswerOrOnlyTheLast) {
   const nlohmann::json messages = nlohmann::json::parse(R"([
     {"role": "user", "content": "solve"}, {"role": "assistant", "content": "x = 3"},
     {"role": "user", "content": "and y"}, {"role": "assistant", "content": "y = 4"}])");
-  const auto all = trex::train::encode_chat(tok, messages, "m", true);
-  const auto last = trex::train::encode_chat(tok, messages, "m", false);
+  const auto all = trex::io::encode_chat(tok, messages, "m", true);
+  const auto last = trex::io::encode_chat(tok, messages, "m", false);
   EXPECT_EQ(all.tokens, last.tokens);
   const std::vector<int32_t> a1 = tok.encode("x = 3"), a2 = tok.encode("y = 4");
-  auto trained = [](const trex::train::EncodedChat& c) {
+  auto trained = [](const trex::io::EncodedChat& c) {
     return std::count_if(c.labels.begin(), c.labels.end(), [](int32_t l) { return l != X; });
   };
   EXPECT_EQ(trained(all), static_cast<int64_t>(a1.size() + a2.size() + 2));
@@ -292,8 +292,8 @@ TEST(TrainSftLoader, MultiTurnTrainsEveryAnswerOrOnlyTheLast) {
   EXPECT_EQ(std::count(all.labels.begin(), all.labels.end(), sp.eos), 2);
 }
 
-trex::train::EncodedChat fake_example(int id, int prompt, int answer) {
-  trex::train::EncodedChat c;
+trex::io::EncodedChat fake_example(int id, int prompt, int answer) {
+  trex::io::EncodedChat c;
   for (int k = 0; k < prompt; ++k) {
     c.tokens.push_back(100 * id + k);
     c.labels.push_back(X);
@@ -306,7 +306,7 @@ trex::train::EncodedChat fake_example(int id, int prompt, int answer) {
 }
 
 TEST(TrainSftLoader, PacksWholeExamplesWithMasksAndCountsOverlong) {
-  std::vector<trex::train::EncodedChat> examples = {fake_example(1, 3, 2), fake_example(2, 2, 2),
+  std::vector<trex::io::EncodedChat> examples = {fake_example(1, 3, 2), fake_example(2, 2, 2),
                                                     fake_example(3, 4, 3), fake_example(4, 9, 3),
                                                     fake_example(5, 12, 0)};
   examples[4].labels.back() = examples[4].tokens.back();  // trained token only at position 11

@@ -13,9 +13,9 @@
 #include "trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/model/expert_shard.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/model.hpp"
-#include "trex/train/grad_reducer.hpp"
+#include "trex/parallel/grad_reducer.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/trainer.hpp"
 
@@ -24,7 +24,7 @@ namespace {
 using trex::test::TempDir;
 using trex::train::DataMode;
 using trex::train::Optimizer;
-using trex::train::OptimizerShard;
+using trex::parallel::OptimizerShard;
 using trex::train::RunConfig;
 
 nlohmann::json minimal_config() {
@@ -69,7 +69,7 @@ TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
   EXPECT_EQ(c.parallel.pp, 2);
   EXPECT_EQ(c.parallel.world_size(), 8);
   EXPECT_EQ(c.parallel.data_size(), 4);
-  EXPECT_EQ(c.parallel.pipeline_schedule, trex::train::PipelineSchedule::kDualPipeV);
+  EXPECT_EQ(c.parallel.pipeline_schedule, trex::parallel::PipelineSchedule::kDualPipeV);
   EXPECT_EQ(c.parallel.zero, 2);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_FALSE(c.parallel.overlap_grad_reduce);
@@ -112,7 +112,7 @@ TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {
   c.parallel.dp = 2;
   try {
     trex::train::Trainer t(
-        c, {.quiet = true, .write_metrics = false, .world = trex::dist::make_self_communicator()});
+        c, {.quiet = true, .write_metrics = false, .world = trex::parallel::make_self_communicator()});
     FAIL() << "no error";
   } catch (const trex::Error& e) {
     EXPECT_EQ(e.field_name(), "parallel");
@@ -128,7 +128,7 @@ TEST(TrainZero, PartitionIsContiguousWholeSpecsAndBalanced) {
     largest = std::max(largest, s.numel());
   }
   for (int64_t parts : {1, 2, 3, 4, 7, 8}) {
-    const auto shards = trex::train::partition_for_zero(specs, parts);
+    const auto shards = trex::parallel::partition_for_zero(specs, parts);
     ASSERT_EQ(static_cast<int64_t>(shards.size()), parts);
     EXPECT_EQ(shards.front().first_spec, 0u);
     EXPECT_EQ(shards.front().begin, 0);
@@ -143,11 +143,11 @@ TEST(TrainZero, PartitionIsContiguousWholeSpecsAndBalanced) {
       EXPECT_LE(shards[r].size(), total / parts + 2 * largest) << parts << " parts, shard " << r;
     }
   }
-  EXPECT_EQ(trex::train::partition_for_zero(specs, 1)[0], trex::train::whole_shard(specs));
+  EXPECT_EQ(trex::parallel::partition_for_zero(specs, 1)[0], trex::parallel::whole_shard(specs));
   // More parts than tensors: some shards are empty, none overlap.
-  const auto many = trex::train::partition_for_zero(specs, static_cast<int64_t>(specs.size()) + 5);
+  const auto many = trex::parallel::partition_for_zero(specs, static_cast<int64_t>(specs.size()) + 5);
   EXPECT_EQ(many.back().end, total);
-  EXPECT_THROW(trex::train::partition_for_zero(specs, 0), trex::Error);
+  EXPECT_THROW(trex::parallel::partition_for_zero(specs, 0), trex::Error);
 }
 
 // The tiny model with random weights (seed `model_seed`) and random
@@ -166,7 +166,7 @@ TEST(TrainZero, ShardedOptimizerEqualsWholeOptimizerOnItsRange) {
   trex::model::Model<float> model = tiny_model_with_random_grads(3, 11);
   auto& params = model.params();
   trex::train::OptimizerOptions options;
-  const auto shards = trex::train::partition_for_zero(params.specs(), 3);
+  const auto shards = trex::parallel::partition_for_zero(params.specs(), 3);
 
   trex::model::ParamStore<float> whole_params = params;
   Optimizer whole(whole_params, options);
@@ -199,7 +199,7 @@ TEST(TrainZero, ShardedOptimizerEqualsWholeOptimizerOnItsRange) {
   Optimizer writer(params, options, shards[1]);
   writer.set_state(2, first, second);  // whole-model buffers: keeps its slice
   writer.save_state(path, first, second);
-  for (const OptimizerShard& shard : trex::train::partition_for_zero(params.specs(), 2)) {
+  for (const OptimizerShard& shard : trex::parallel::partition_for_zero(params.specs(), 2)) {
     Optimizer reader(params, options, shard);
     reader.load_state(path);
     EXPECT_EQ(reader.step_count(), 2);
@@ -219,7 +219,7 @@ TEST(TrainGradReducer, SingleRankPreparesEveryRangeOnceAndScales) {
   const auto specs = trex::model::parameter_specs(tiny_model_config());
   int64_t total = 0;
   for (const auto& s : specs) total += s.numel();
-  trex::train::GradReducer reducer(specs, nullptr, nullptr, {}, {.bucket_bytes = 4096});
+  trex::parallel::GradReducer reducer(specs, nullptr, nullptr, {}, {.bucket_bytes = 4096});
   EXPECT_GT(reducer.bucket_count(), total * 4 / 4096);
   std::vector<float> grads(static_cast<size_t>(total), 0.0f);
   int64_t prepared = 0;
@@ -315,13 +315,13 @@ TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
   int64_t dense_state = 0, expert_state = 0;
   for (int r = 0; r < kDp * kEp; ++r) {
     const auto layout =
-        trex::model::filter_specs(whole, trex::model::ExpertOwnership::of_rank(owner, r % kEp));
-    const trex::train::ZeroPartition parts =
-        trex::train::partition_for_zero_by_role(layout, kDp * kEp, kDp);
+        trex::parallel::filter_specs(whole, trex::parallel::ExpertOwnership::of_rank(owner, r % kEp));
+    const trex::parallel::ZeroPartition parts =
+        trex::parallel::partition_for_zero_by_role(layout, kDp * kEp, kDp);
     ASSERT_EQ(parts.dense.size(), static_cast<size_t>(kDp * kEp));
     ASSERT_EQ(parts.expert.size(), static_cast<size_t>(kDp));
-    const auto dense = trex::train::role_range(layout, trex::model::ParamRole::kDense);
-    const auto experts = trex::train::role_range(layout, trex::model::ParamRole::kExpert);
+    const auto dense = trex::parallel::role_range(layout, trex::model::ParamRole::kDense);
+    const auto experts = trex::parallel::role_range(layout, trex::model::ParamRole::kExpert);
     EXPECT_EQ(parts.dense.front().begin, dense.begin);
     EXPECT_EQ(parts.dense.back().end, dense.end);
     EXPECT_EQ(parts.expert.front().begin, experts.begin);
@@ -345,7 +345,7 @@ TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
   for (const auto& spec : whole)
     if (spec.role == trex::model::ParamRole::kDense) whole_dense += spec.numel();
   EXPECT_EQ(dense_state, whole_dense);
-  EXPECT_EQ(dense_state + expert_state, trex::model::total_numel(whole));
+  EXPECT_EQ(dense_state + expert_state, trex::parallel::total_numel(whole));
 }
 
 // An optimizer over two disjoint ranges updates exactly them, bit for bit like
@@ -354,7 +354,7 @@ TEST(TrainZero, TwoRangeOptimizerEqualsWholeOptimizerOnItsRanges) {
   trex::model::Model<float> model = tiny_model_with_random_grads(5, 13);
   auto& params = model.params();
   const trex::train::OptimizerOptions options;
-  const auto parts = trex::train::partition_for_zero_by_role(params.specs(), 3, 2);
+  const auto parts = trex::parallel::partition_for_zero_by_role(params.specs(), 3, 2);
   const auto ranges = parts.ranges(1, 0);
   ASSERT_GT(ranges[0].size(), 0);
   ASSERT_GT(ranges[1].size(), 0);

@@ -14,7 +14,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/io/tokenizer.hpp"
-#include "trex/model/decode.hpp"
+#include "trex/infer/generate.hpp"
 
 namespace trex::cli {
 namespace {
@@ -43,17 +43,17 @@ int run_generate(const GenerateCli& o) {
   const io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
   const model::Model<float> m = model::Model<float>::from_checkpoint(o.checkpoint);
 
-  model::GenerateOptions options;
+  infer::GenerateOptions options;
   options.max_new_tokens = o.max_new_tokens;
   options.sampling = {o.temperature, o.top_p};
   options.samples = o.n;
   options.seed = o.seed;
   options.batch_size = o.batch_size;
-  model::GenerateFileStats s;
+  infer::GenerateFileStats s;
   try {
     JsonlOptions read;
     read.strict = o.strict;
-    s = model::generate_file(m, tokenizer, o.prompts, o.out, options, true, {}, read);
+    s = infer::generate_file(m, tokenizer, o.prompts, o.out, options, true, {}, read);
   } catch (Error& e) {
     if (e.file_name().empty() && e.field_name() == "vocab_size") e.file(tokenizer_path);
     throw;

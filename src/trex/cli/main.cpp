@@ -3,7 +3,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"T-Rex: DeepSeek-V4 post-training and OR modelling toolkit", "trex"};
@@ -24,11 +24,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const trex::Error& e) {
     std::cerr << "trex: error: " << e.what() << "\n";
-    if (trex::dist::launched_by_mpi()) trex::dist::abort_world(1);  // release the other ranks
+    if (trex::parallel::launched_by_mpi()) trex::parallel::abort_world(1);  // release the other ranks
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "trex: internal error: " << e.what() << "\n";
-    if (trex::dist::launched_by_mpi()) trex::dist::abort_world(2);
+    if (trex::parallel::launched_by_mpi()) trex::parallel::abort_world(2);
     return 2;
   }
   return 0;

@@ -6,12 +6,12 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/strings.hpp"
-#include "trex/or/dataset/demo_data.hpp"
+#include "trex/demo/demo_data.hpp"
 
 namespace trex::cli {
 
 void add_or_demo_data_command(CLI::App& or_app) {
-  using namespace trex::orlib;
+  using namespace trex::demo;
   struct Settings {
     DemoDataOptions options;
     std::string train_families, heldout_families, public_files;

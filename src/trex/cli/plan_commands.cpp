@@ -15,7 +15,7 @@
 #include "trex/core/error.hpp"
 #include "trex/plan/calibrate.hpp"
 #include "trex/plan/cluster.hpp"
-#include "trex/plan/expert_placement.hpp"
+#include "trex/parallel/expert_placement.hpp"
 #include "trex/plan/planner.hpp"
 #include "trex/plan/report.hpp"
 #include "trex/plan/validation.hpp"
@@ -25,6 +25,7 @@ namespace trex::cli {
 namespace {
 
 using namespace trex::plan;
+using namespace trex::parallel;
 
 struct PlanOptions {
   std::string model, cluster, svg, json_out, layout, optimizer = "adamw";
@@ -237,7 +238,11 @@ void run_experts(const ExpertsOptions& o) {
     if (!note.empty()) std::printf("note: %s\n", note.c_str());
   } else if (!o.cluster.empty()) {
     if (o.ep <= 0) throw Error("--cluster needs --ep (the EP group size)").field("--ep");
-    topology = RankTopology::from_cluster(ClusterSpec::load(o.cluster), o.ep);
+    // The cluster's scale-up domains (an NVLink node, a UB supernode) are the nodes.
+    const ClusterSpec cluster = ClusterSpec::load(o.cluster);
+    topology = RankTopology::uniform(o.ep, static_cast<int>(cluster.topology.scale_up_domain),
+                                     cluster.topology.scale_up_gbps,
+                                     cluster.topology.scale_out_gbps);
   } else {
     throw Error("--topology (or --cluster with --ep) is required").field("--topology");
   }

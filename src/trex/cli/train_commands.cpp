@@ -33,7 +33,7 @@ int run_train(const TrainCliOptions& o) {
   train::TrainerOptions options;
   options.resume = o.resume;
   options.quiet = o.quiet;
-  // Under mpirun every rank runs this; the grid comes from dist::world() and
+  // Under mpirun every rank runs this; the grid comes from parallel::world() and
   // only world rank 0 prints, logs and writes (docs/distributed.md).
   train::Trainer trainer(config, options);
   if (trainer.is_root())

@@ -15,12 +15,12 @@
 #include "trex/core/log.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
-#include "trex/model/decode.hpp"
-#include "trex/or/dataset/demo_report.hpp"
+#include "trex/infer/generate.hpp"
+#include "trex/demo/demo_report.hpp"
 #include "trex/or/eval/eval.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
@@ -95,7 +95,7 @@ const std::vector<std::string>& eval_splits() {
 // GEMMs and per-step work parallelise poorly over threads; docs/demo.md).
 class DemoRanks {
  public:
-  DemoRanks() : world_(dist::world()) {}
+  DemoRanks() : world_(parallel::world()) {}
   bool root() const { return world_->rank() == 0; }
   int rank() const { return world_->rank(); }
   int size() const { return world_->size(); }
@@ -112,7 +112,7 @@ class DemoRanks {
       failure = std::current_exception();
     }
     int32_t failed = failure ? 1 : 0;
-    if (size() > 1) world_->all_reduce(&failed, 1, dist::DType::kI32, dist::ReduceOp::kMax);
+    if (size() > 1) world_->all_reduce(&failed, 1, parallel::DType::kI32, parallel::ReduceOp::kMax);
     if (failure) std::rethrow_exception(failure);
     if (failed != 0) throw Error(what + " failed on another rank (its error is printed above)");
   }
@@ -124,22 +124,22 @@ class DemoRanks {
     });
   }
   double sum(double value) {
-    if (size() > 1) world_->all_reduce(&value, 1, dist::DType::kF64, dist::ReduceOp::kSum);
+    if (size() > 1) world_->all_reduce(&value, 1, parallel::DType::kF64, parallel::ReduceOp::kSum);
     return value;
   }
   double max(double value) {
-    if (size() > 1) world_->all_reduce(&value, 1, dist::DType::kF64, dist::ReduceOp::kMax);
+    if (size() > 1) world_->all_reduce(&value, 1, parallel::DType::kF64, parallel::ReduceOp::kMax);
     return value;
   }
   // Rank 0's decision, on every rank (a file check that must not race a write).
   bool root_decides(bool value) {
     int32_t v = value ? 1 : 0;
-    if (size() > 1) world_->broadcast(&v, 1, dist::DType::kI32, 0);
+    if (size() > 1) world_->broadcast(&v, 1, parallel::DType::kI32, 0);
     return v != 0;
   }
 
  private:
-  std::shared_ptr<dist::Communicator> world_;
+  std::shared_ptr<parallel::Communicator> world_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -236,21 +236,21 @@ SplitResult generate_and_grade(const model::Model<float>& model, const io::Token
                                const std::string& prompts, const std::string& bench,
                                const std::string& stage_dir, const std::string& split,
                                const DemoPreset& preset, const DemoOptions& o, DemoRanks& ranks,
-                               model::GenerateFileStats* stats_out = nullptr) {
+                               infer::GenerateFileStats* stats_out = nullptr) {
   SplitResult result;
   if (!fs::exists(prompts) || !fs::exists(bench)) return result;
   const std::string completions = stage_dir + "/generations/" + split + ".jsonl";
   const std::string eval_dir = stage_dir + "/eval/" + split;
   if (ranks.root_decides(!fs::exists(eval_dir + "/report.json"))) {
-    model::GenerateOptions g;
+    infer::GenerateOptions g;
     g.max_new_tokens = preset.max_new_tokens;
     g.seed = o.seed;
     const std::string block =
         ranks.size() == 1 ? completions : completions + ".rank" + std::to_string(ranks.rank());
-    model::GenerateFileStats stats;
+    infer::GenerateFileStats stats;
     ranks.all("generating " + split, [&] {
       ensure_parent_dir(block);
-      stats = model::generate_file(model, tokenizer, prompts, block, g, !o.quiet,
+      stats = infer::generate_file(model, tokenizer, prompts, block, g, !o.quiet,
                                    {ranks.rank(), ranks.size()});
     });
     // The split's throughput: every rank's tokens over the slowest rank's time.
@@ -278,13 +278,13 @@ SplitResult generate_and_grade(const model::Model<float>& model, const io::Token
       orlib::eval::run_eval(e);
     });
   }
-  const orlib::Pass1Cell cell = orlib::read_pass1(eval_dir + "/report.json", split);
+  const demo::Pass1Cell cell = demo::read_pass1(eval_dir + "/report.json", split);
   result.present = cell.present;
   result.pass1 = cell.pass1;
   result.n = cell.n;
   const std::string gold = (fs::path(bench).parent_path() / "gold" / (split + ".jsonl")).string();
   if (fs::exists(gold) && fs::exists(completions))
-    result.data_lines = orlib::data_line_recall(completions, gold).percent();
+    result.data_lines = demo::data_line_recall(completions, gold).percent();
   return result;
 }
 
@@ -298,7 +298,7 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
   std::map<std::string, double> pass1;
   double tokens = 0, seconds = 0;
   for (const std::string& split : eval_splits()) {
-    model::GenerateFileStats stats;
+    infer::GenerateFileStats stats;
     const SplitResult r = generate_and_grade(
         model, tokenizer, data_dir + "/prompts/" + split + ".jsonl",
         data_dir + "/" + split + ".jsonl", stage_dir, split, preset, o, ranks, &stats);
@@ -319,9 +319,9 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
 }
 
 // Training metrics series other than losses (e.g. the validation Pass@1).
-orlib::CurveSeries metric_series(const std::string& metrics_path, const std::string& field,
+demo::CurveSeries metric_series(const std::string& metrics_path, const std::string& field,
                                  const std::string& label) {
-  orlib::CurveSeries series;
+  demo::CurveSeries series;
   series.label = label;
   if (!fs::exists(metrics_path)) return series;
   read_jsonl(metrics_path, [&](const json& r, long) {
@@ -410,7 +410,7 @@ DemoPreset demo_preset(std::string_view name) {
   p.name = std::string(name);
   if (name == "default") {
     p.data_preset = "default";
-    p.sizes = orlib::demo_preset_sizes("default");
+    p.sizes = demo::demo_preset_sizes("default");
     // Sized for `make demo` on a fresh 2-core machine in <= 20 minutes, of
     // which installing and building take ~8.5: half the data preset's
     // evaluation items (generation of a split dominates its grading) and
@@ -426,7 +426,7 @@ DemoPreset demo_preset(std::string_view name) {
     p.max_new_tokens = 320;
   } else if (name == "full") {
     p.data_preset = "full";
-    p.sizes = orlib::demo_preset_sizes("full");
+    p.sizes = demo::demo_preset_sizes("full");
     p.model_config = demo_model_config();
     // 8 drills per problem (128,000) and a 500-step warm-up on them alone (the
     // copy at ~95 % of drill values; docs/demo.md), then CPT 200 and SFT 700
@@ -440,7 +440,7 @@ DemoPreset demo_preset(std::string_view name) {
     p.checkpoint_interval = 100;
   } else if (name == "smoke") {
     p.data_preset = "default";
-    p.sizes = orlib::demo_preset_sizes("default");
+    p.sizes = demo::demo_preset_sizes("default");
     p.sizes.sft_train = 24;
     p.sizes.sft_val = 4;
     p.sizes.test = 4;
@@ -535,7 +535,7 @@ DemoResult run_demo(const DemoOptions& options) {
     } else {
       say(o, "== data: solver-verified problems -> compact SFT set, CPT corpus, eval splits (" +
                  preset.data_preset + " sizes)");
-      orlib::DemoDataOptions d;
+      demo::DemoDataOptions d;
       d.out_dir = data_dir;
       d.preset = preset.data_preset;
       d.sizes = preset.sizes;
@@ -547,7 +547,7 @@ DemoResult run_demo(const DemoOptions& options) {
       }
       d.jobs = o.jobs;
       d.show_progress = !o.quiet;
-      orlib::build_demo_data(d);
+      demo::build_demo_data(d);
     }
     if (!fs::exists(data_dir + "/cpt_val.jsonl"))
       write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
@@ -725,26 +725,26 @@ DemoResult run_demo(const DemoOptions& options) {
   result.sft_pass1 = sft_pass1;
   result.report_path = out + "/report.md";
   ranks.on_root("writing the report", [&] {
-    orlib::SvgChart chart;
+    demo::SvgChart chart;
     chart.title = std::string(warmup_summary ? "Copy warm-up, CPT" : "CPT") +
                   " then SFT: training and validation loss (LM + MTP + balance)";
-    std::vector<orlib::CurveSeries> series;
-    if (warmup_summary) series = orlib::read_loss_series(warmup_summary->metrics_jsonl, "warm-up");
-    for (auto& s : orlib::read_loss_series(cpt_summary.metrics_jsonl, "CPT")) series.push_back(s);
-    for (auto& s : orlib::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
-    write_file_atomic(out + "/loss.svg", orlib::loss_curves_svg(series, chart));
-    orlib::SvgChart pass_chart;
+    std::vector<demo::CurveSeries> series;
+    if (warmup_summary) series = demo::read_loss_series(warmup_summary->metrics_jsonl, "warm-up");
+    for (auto& s : demo::read_loss_series(cpt_summary.metrics_jsonl, "CPT")) series.push_back(s);
+    for (auto& s : demo::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
+    write_file_atomic(out + "/loss.svg", demo::loss_curves_svg(series, chart));
+    demo::SvgChart pass_chart;
     pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
     pass_chart.y_label = "percent";
     write_file_atomic(
         out + "/val_pass1.svg",
-        orlib::loss_curves_svg(
+        demo::loss_curves_svg(
             {metric_series(sft_summary.metrics_jsonl, "val_pass1", "validation Pass@1"),
              metric_series(sft_summary.metrics_jsonl, "val_data_lines",
                            "validation data lines reproduced")},
             pass_chart));
 
-    orlib::DemoReportInputs report;
+    demo::DemoReportInputs report;
     report.title = "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(o.seed) + ")";
     for (const std::string& split : eval_splits()) {
       const std::string base_report = out + "/base/eval/" + split + "/report.json";
@@ -804,7 +804,7 @@ DemoResult run_demo(const DemoOptions& options) {
         "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "
         "Reproduce: `trex demo --preset " +
         preset.name + " --seed " + std::to_string(o.seed) + "`; docs/demo.md.\n";
-    orlib::write_demo_report(result.report_path, report);
+    demo::write_demo_report(result.report_path, report);
   });
   result.seconds = seconds_since(start);
   return result;

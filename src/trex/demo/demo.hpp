@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trex/or/dataset/demo_data.hpp"
+#include "trex/demo/demo_data.hpp"
 
 namespace trex::demo {
 
@@ -28,7 +28,7 @@ namespace trex::demo {
 struct DemoPreset {
   std::string name;
   std::string data_preset;  // demo-data preset the sizes start from
-  orlib::DemoSizes sizes;
+  demo::DemoSizes sizes;
   nlohmann::json model_config;  // released key scheme; vocab/bos/eos set from the tokenizer
   int64_t vocab_size = 4096;    // an upper bound: BPE stops when no pair repeats
   // Word pre-tokens without a leading space (io::deepseek_v3_pre_tokenizer_json):

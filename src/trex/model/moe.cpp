@@ -9,7 +9,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel_communicator.hpp"  // the MoE layer's last wrong-way include
 #include "trex/kernels/cpu/elementwise.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
@@ -262,7 +262,7 @@ class InFlight {
   InFlight(const InFlight&) = delete;
   InFlight& operator=(const InFlight&) = delete;
   ~InFlight() {
-    for (dist::Request& r : requests_) {
+    for (parallel::Request& r : requests_) {
       try {
         r.wait();
       } catch (...) {
@@ -270,20 +270,20 @@ class InFlight {
     }
   }
   // Starts tracking `request`; with `immediately` (no overlap) waits for it now.
-  size_t add(dist::Request request, bool immediately) {
+  size_t add(parallel::Request request, bool immediately) {
     requests_.push_back(std::move(request));
     const size_t id = requests_.size() - 1;
     if (immediately) wait(id);
     return id;
   }
   void wait(size_t id) {
-    dist::Request done;  // a default Request is complete: waiting on it again is free
+    parallel::Request done;  // a default Request is complete: waiting on it again is free
     std::swap(done, requests_[id]);
     done.wait();
   }
 
  private:
-  std::vector<dist::Request> requests_;
+  std::vector<parallel::Request> requests_;
 };
 
 // rows[r]·width elements per rank.
@@ -303,12 +303,12 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
                 const T* x, MoeCache<T>& cache, std::vector<T>& outs, Local&& local_work,
                 Combine&& combine) {
   if (!par.comm) throw moe_error("expert-parallel call without a communicator", "moe.parallel");
-  dist::Communicator& comm = *par.comm;
+  parallel::Communicator& comm = *par.comm;
   const int R = comm.size(), self = comm.rank();
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
                 I = dims.inter;
   const int64_t wx = d + 1;  // a token row and its combine weight
-  const dist::DType type = dist::dtype_of<T>();
+  const parallel::DType type = parallel::dtype_of<T>();
   if (!par.owner) throw moe_error("expert-parallel call without an expert map", "moe.parallel");
   validate_expert_owner(std::span<const int>(par.owner, static_cast<size_t>(E)), E, R,
                         "expert_parallel.owner");
@@ -348,7 +348,7 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
   const std::vector<int64_t> count_block(static_cast<size_t>(R), block);
   const double exposed_before = comm.stats().exposed_seconds;
   comm.all_to_all(send_counts.data(), count_block, recv_counts.data(), count_block,
-                  dist::DType::kI64);
+                  parallel::DType::kI64);
   const double exposed_rows = comm.stats().exposed_seconds;
   if (par.count_exchange_seconds) *par.count_exchange_seconds += exposed_rows - exposed_before;
   for (int s = 0; s < R; ++s) {
@@ -457,12 +457,12 @@ void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePar
                  const MoeCache<T>& cache, const T* dy, const Grad& expert_grad,
                  std::vector<T>& dxs, std::vector<T>& dscale, Local&& local_work, Finish&& finish) {
   if (!par.comm) throw moe_error("expert-parallel call without a communicator", "moe.parallel");
-  dist::Communicator& comm = *par.comm;
+  parallel::Communicator& comm = *par.comm;
   const int R = comm.size();
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k,
                 I = dims.inter;
   const int64_t P = N * K, wx = d + 1;
-  const dist::DType type = dist::dtype_of<T>();
+  const parallel::DType type = parallel::dtype_of<T>();
   const int64_t C = static_cast<int64_t>(cache.ep_chunks.size());
   if (C != (par.overlap ? 2 : 1) || static_cast<int64_t>(cache.ep_rows.size()) != C * R ||
       static_cast<int64_t>(cache.ep_bounds.size()) != C + 1)

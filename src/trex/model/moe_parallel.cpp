@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "trex/core/error.hpp"
-#include "trex/dist/communicator.hpp"
+#include "trex/parallel_communicator.hpp"  // the MoE layer's last wrong-way include
 #include "trex/model/config.hpp"
 
 namespace trex::model {
@@ -92,7 +92,7 @@ uint64_t expert_map_fingerprint(std::span<const int> owner) {
   return hash;
 }
 
-ExpertParallel make_expert_parallel(const ModelConfig& config, dist::Communicator& comm,
+ExpertParallel make_expert_parallel(const ModelConfig& config, parallel::Communicator& comm,
                                     bool overlap) {
   ExpertParallel ep;
   ep.comm = &comm;

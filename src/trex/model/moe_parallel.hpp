@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-namespace trex::dist {
+namespace trex::parallel {
 class Communicator;
 }
 
@@ -60,7 +60,7 @@ struct ExpertTraffic {
 
 // The view of one MoE call.
 struct MoeParallel {
-  dist::Communicator* comm = nullptr;  // the EP group
+  parallel::Communicator* comm = nullptr;  // the EP group
   const int* owner = nullptr;          // [n_experts] expert -> EP rank
   bool overlap = true;
   int64_t* pairs = nullptr;                  // [ranks] accumulated (nullable)
@@ -72,7 +72,7 @@ struct MoeParallel {
 
 // What a Model needs to run its MoE blocks expert-parallel.
 struct ExpertParallel {
-  dist::Communicator* comm = nullptr;   // ProcessGrid::ep(); not owned
+  parallel::Communicator* comm = nullptr;   // ProcessGrid::ep(); not owned
   std::vector<std::vector<int>> owner;  // per MoE block (main layers, then MTP): expert -> rank
   bool overlap = true;
   ExpertTraffic traffic;
@@ -95,7 +95,7 @@ uint64_t expert_map_fingerprint(std::span<const int> owner);
 
 // A context over `comm` with the contiguous map on every MoE block of `config`
 // (num_hidden_layers + num_nextn_predict_layers blocks) and zeroed traffic.
-ExpertParallel make_expert_parallel(const ModelConfig& config, dist::Communicator& comm,
+ExpertParallel make_expert_parallel(const ModelConfig& config, parallel::Communicator& comm,
                                     bool overlap = true);
 
 // ---------------------------------------------------------------------------

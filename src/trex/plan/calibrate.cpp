@@ -1,12 +1,10 @@
 #include "trex/plan/calibrate.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 
 #include "trex/core/error.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::plan {
 
@@ -38,44 +36,6 @@ std::vector<std::array<int64_t, 3>> default_calibration_shapes() {
   shapes.push_back({256, 1024, 512});
   shapes.push_back({1024, 256, 1024});
   return shapes;
-}
-
-std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t, 3>>& shapes,
-                                           bool bf16, int repeats) {
-  require(repeats >= 1, "repeats must be >= 1");
-  kernels::ScopedGemmPrecision precision(bf16 ? kernels::Precision::kBF16
-                                              : kernels::Precision::kF32);
-  std::vector<GemmMeasurement> out;
-  for (const auto& [m, n, k] : shapes) {
-    require(m > 0 && n > 0 && k > 0, "GEMM shapes must be positive");
-    // Deterministic, non-trivial operands (values do not affect timing).
-    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)),
-        c(static_cast<size_t>(m * n));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i % 13) * 0.01);
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 7) * 0.02);
-    auto run = [&] {
-      kernels::gemm<float>(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
-                           n);
-    };
-    run();  // warm-up (primitive creation, caches)
-    // Batch enough calls for ~2 ms so the clock resolution does not matter.
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    const double once =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const int batch = std::clamp(static_cast<int>(2e-3 / std::max(once, 1e-7)), 1, 10000);
-    std::vector<double> times;
-    for (int r = 0; r < repeats; ++r) {
-      auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < batch; ++i) run();
-      times.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / batch);
-    }
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    out.push_back({static_cast<double>(m), static_cast<double>(n), static_cast<double>(k),
-                   times[times.size() / 2], bf16 ? 2.0 : 4.0});
-  }
-  return out;
 }
 
 std::vector<GemmMeasurement> read_measurements(const std::string& path) {

@@ -11,13 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trex/kernels/cpu/peak.hpp"
+
 namespace trex::plan {
 
-struct GemmMeasurement {
-  double m = 0, n = 0, k = 0;
-  double seconds = 0;  // one GEMM
-  double element_bytes = 4;
-};
+using kernels::GemmMeasurement;
+using kernels::measure_gemms;
 
 struct GemmFit {
   double flops_per_s = 0;  // R: asymptotic achieved FLOP/s
@@ -28,9 +27,6 @@ struct GemmFit {
 };
 
 std::vector<std::array<int64_t, 3>> default_calibration_shapes();
-// Times kernels::gemm<float> on each shape (median of `repeats` timed batches).
-std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t, 3>>& shapes,
-                                           bool bf16, int repeats);
 // {"measurements": [{"m":..,"n":..,"k":..,"seconds":.., "element_bytes": 2}, ...]}
 std::vector<GemmMeasurement> read_measurements(const std::string& path);
 nlohmann::json measurements_json(const std::vector<GemmMeasurement>& measurements);

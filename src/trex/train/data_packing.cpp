@@ -5,12 +5,12 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/io/chat.hpp"
 
 namespace trex::train {
 
 namespace {
 
-constexpr int32_t kIgnore = -100;
 constexpr uint64_t kShuffleStream = 0x5348554646ULL;  // "SHUFF"
 
 uint64_t parse_u64(const nlohmann::json& value, const char* key, const std::string& origin) {
@@ -136,12 +136,12 @@ void PackingLoader::write_sequence(const std::vector<Segment>& sequence, int64_t
     for (int64_t k = 0; k < segment.length; ++k, ++t) {
       if (segment.item < 0) {
         out.batch.input_ids[t] = options_.pad_id;
-        out.batch.labels[t] = kIgnore;
+        out.batch.labels[t] = io::kIgnoredLabel;
       } else {
         const int64_t at = items_.offsets[segment.item] + segment.begin + k;
         out.batch.input_ids[t] = items_.tokens[at];
         // Nothing predicts a segment's first token from inside its own document.
-        out.batch.labels[t] = k == 0 ? kIgnore : items_.labels[at];
+        out.batch.labels[t] = k == 0 ? io::kIgnoredLabel : items_.labels[at];
       }
       out.position_ids[t] = k;
       out.document_ids[t] = document;
@@ -157,7 +157,7 @@ PackedBatch PackingLoader::next_batch() {
   out.batch.B = B;
   out.batch.S = S;
   out.batch.input_ids.assign(static_cast<size_t>(B * S), 0);
-  out.batch.labels.assign(static_cast<size_t>(B * S), kIgnore);
+  out.batch.labels.assign(static_cast<size_t>(B * S), io::kIgnoredLabel);
   out.position_ids.assign(static_cast<size_t>(B * S), 0);
   out.document_ids.assign(static_cast<size_t>(B * S), 0);
   for (int64_t row = 0; row < B; ++row) {

@@ -11,34 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/core/jsonl.hpp"
+#include "trex/io/chat.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/train/data_packing.hpp"
 
 namespace trex::train {
-
-// One encoded conversation; labels[t] = tokens[t] where trained, −100 elsewhere.
-struct EncodedChat {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> labels;
-};
-
-// Non-thinking mode:  BOS {system} <｜User｜>{user} <｜Assistant｜></think>{answer}<EOS> …
-// (system content raw; `<｜Assistant｜></think>` opens every assistant turn). The
-// trained tokens are each assistant answer and its EOS (when `all_turns` is
-// false, only the last assistant turn's). Text is tokenised piece by piece with the
-// tokenizer's added-token splitting, so the ids equal those of tokenising the rendered string
-// (a literal "<｜User｜>" inside content becomes the special token, as with HF tokenizers).
-// `messages` is the JSON array; errors name `origin` and the offending field
-// (unknown role, non-string content, no assistant turn).
-EncodedChat encode_chat(const io::Tokenizer& tokenizer, const nlohmann::json& messages,
-                        const std::string& origin = "<messages>", bool all_turns = true);
-
-// The prompt of a generation in the same format: `messages` (system / user /
-// earlier assistant turns) rendered as encode_chat does, followed by the opening
-// `<｜Assistant｜></think>` of the answer to generate (non-thinking mode).
-std::vector<int32_t> encode_chat_prompt(const io::Tokenizer& tokenizer,
-                                        const nlohmann::json& messages,
-                                        const std::string& origin = "<messages>");
 
 enum class OverlongPolicy {
   kTruncate,  // keep the first S tokens (dropped anyway if no trained token survives)
@@ -79,7 +56,7 @@ struct SftStats {
 
 class SftLoader {
  public:
-  SftLoader(std::vector<EncodedChat> examples, int32_t pad_id, SftLoaderOptions options);
+  SftLoader(std::vector<io::EncodedChat> examples, int32_t pad_id, SftLoaderOptions options);
   // JSONL of {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}]}.
   // `strict` unset: default_data_strict() (data_sft.hpp).
   static SftLoader from_jsonl(const std::string& path, const io::Tokenizer& tokenizer,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trex/model/params.hpp"
+#include "trex/parallel/zero_partition.hpp"
 #include "trex/train/adamw.hpp"
 #include "trex/train/muon.hpp"
 
@@ -22,56 +23,17 @@ struct OptimizerOptions {
   bool use_muon = true;
 };
 
-// A contiguous range of whole ParamSpecs, [first_spec, end_spec) = flat
-// values [begin, end): the part of the model one rank updates under ZeRO.
-struct OptimizerShard {
-  size_t first_spec = 0, end_spec = 0;
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-  bool operator==(const OptimizerShard&) const = default;
-};
-
-// The whole store as one shard.
-OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs);
-// The tensors of `role` as one range (the layouts hold dense tensors first,
-// then routed experts; throws if they are not contiguous). Empty: at the end.
-OptimizerShard role_range(const std::vector<model::ParamSpec>& specs, model::ParamRole role);
-
-// Splits the specs of `range` (default: all of them) into `parts` contiguous
-// shards of whole specs (Muon needs whole matrices) whose sizes are as close
-// to size/parts as spec boundaries allow; shard r goes to rank r.
-// Deterministic; shards may be empty when parts exceeds the number of specs.
-std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
-                                               int64_t parts);
-std::vector<OptimizerShard> partition_for_zero(const std::vector<model::ParamSpec>& specs,
-                                               int64_t parts, const OptimizerShard& range);
-
-// The ZeRO partition by parallel role (docs/distributed.md): dense tensors are
-// identical on every `data` rank and split over them; routed experts are
-// identical only on the ranks holding the same experts (with expert weights
-// sharded over EP the grid's `dp` group, else `data` too) and split over those.
-// A rank updates two ranges: dense[its data rank] and expert[its rank in the
-// expert group].
-struct ZeroPartition {
-  std::vector<OptimizerShard> dense;   // one per `data` rank
-  std::vector<OptimizerShard> expert;  // one per expert-group rank
-  // A rank's ranges, ascending (dense first); either may be empty.
-  std::vector<OptimizerShard> ranges(int dense_rank, int expert_rank) const;
-};
-ZeroPartition partition_for_zero_by_role(const std::vector<model::ParamSpec>& specs,
-                                         int64_t dense_parts, int64_t expert_parts);
-
 class Optimizer {
  public:
   // Unsharded: state for every parameter.
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options);
   // ZeRO: state only for `shard` (the buffers are shard.size() long); step()
   // updates only the shard's parameters.
-  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options, OptimizerShard shard);
+  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options, parallel::OptimizerShard shard);
   // ZeRO with several disjoint, ascending ranges (ZeroPartition::ranges): the
   // state buffers hold the ranges one after the other.
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
-            std::vector<OptimizerShard> ranges);
+            std::vector<parallel::OptimizerShard> ranges);
 
   // One update from params.grads() at learning rate `lr` (the caller clips and
   // zeroes gradients). Increments step_count() first, so the first update uses
@@ -87,7 +49,7 @@ class Optimizer {
   // buffer; second_moment holds AdamW's v (zero elsewhere).
   const std::vector<float>& first_moment() const { return first_moment_; }
   const std::vector<float>& second_moment() const { return second_moment_; }
-  const std::vector<OptimizerShard>& ranges() const { return ranges_; }
+  const std::vector<parallel::OptimizerShard>& ranges() const { return ranges_; }
   int64_t state_size() const { return static_cast<int64_t>(first_moment_.size()); }
   bool sharded() const { return state_size() != size_; }
   int64_t param_count() const { return size_; }
@@ -115,7 +77,7 @@ class Optimizer {
   std::vector<model::ParamSpec> specs_;
   uint64_t layout_hash_ = 0;
   int64_t size_ = 0;
-  std::vector<OptimizerShard> ranges_;
+  std::vector<parallel::OptimizerShard> ranges_;
   int64_t step_ = 0;
   std::vector<float> first_moment_;
   std::vector<float> second_moment_;

@@ -212,9 +212,9 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
     std::string schedule = "1f1b";
     p.read("pipeline_schedule", schedule);
     if (schedule == "1f1b")
-      c.parallel.pipeline_schedule = PipelineSchedule::k1F1B;
+      c.parallel.pipeline_schedule = parallel::PipelineSchedule::k1F1B;
     else if (schedule == "dualpipev")
-      c.parallel.pipeline_schedule = PipelineSchedule::kDualPipeV;
+      c.parallel.pipeline_schedule = parallel::PipelineSchedule::kDualPipeV;
     else
       p.fail("pipeline_schedule", "must be \"1f1b\" or \"dualpipev\", got \"" + schedule + "\"");
     p.read("zero", c.parallel.zero);
@@ -349,7 +349,7 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
-  if (parallel.pp > 1 && parallel.pipeline_schedule == PipelineSchedule::kDualPipeV &&
+  if (parallel.pp > 1 && parallel.pipeline_schedule == parallel::PipelineSchedule::kDualPipeV &&
       accumulation_steps() / parallel.data_size() < 2 * parallel.pp)
     fail("parallel.pipeline_schedule",
          "DualPipeV needs at least 2 x pp = " + std::to_string(2 * parallel.pp) +
@@ -443,7 +443,7 @@ nlohmann::json RunConfig::to_json() const {
         {"ep", parallel.ep},
         {"pp", parallel.pp},
         {"pipeline_schedule",
-         parallel.pipeline_schedule == PipelineSchedule::k1F1B ? "1f1b" : "dualpipev"},
+         parallel.pipeline_schedule == parallel::PipelineSchedule::k1F1B ? "1f1b" : "dualpipev"},
         {"zero", parallel.zero},
         {"bucket_mb", parallel.bucket_mb},
         {"overlap_grad_reduce", parallel.overlap_grad_reduce},

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/train/optimizer.hpp"
-#include "trex/train/pipeline.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
@@ -26,7 +26,7 @@ struct ParallelConfig {
   int64_t dp = 1;
   int64_t ep = 1;
   int64_t pp = 1;
-  PipelineSchedule pipeline_schedule = PipelineSchedule::k1F1B;
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
   // 0: replicated optimizer; 1: optimizer state sharded over the data group;
   // 2: gradients too (reduce-scatter instead of all-reduce).
   int64_t zero = 0;

@@ -15,16 +15,16 @@
 #include "trex/core/progress.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
-#include "trex/model/expert_shard.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/model/moe_parallel.hpp"
-#include "trex/plan/expert_placement.hpp"
+#include "trex/parallel/expert_placement.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/data_sft.hpp"
-#include "trex/train/grad_reducer.hpp"
+#include "trex/parallel/grad_reducer.hpp"
 #include "trex/train/optimizer_relayout.hpp"
-#include "trex/train/pipeline.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
@@ -109,12 +109,12 @@ model::ModelConfig run_model_config(const RunConfig& c) {
 // With `ownership` (EP) the model holds only those routed experts from the
 // start: a random init fills just them (the whole model's values), a
 // checkpoint is read for just them.
-model::Model<float> build_model(const RunConfig& c, const model::ExpertOwnership* ownership) {
+model::Model<float> build_model(const RunConfig& c, const parallel::ExpertOwnership* ownership) {
   if (!c.init_checkpoint.empty()) {
     verify_checkpoint(c.init_checkpoint);  // checksums: a corrupt file is refused by name
     if (!ownership) return model::Model<float>::from_checkpoint(c.init_checkpoint);
     model::LoadedCheckpoint<float> loaded =
-        model::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
+        parallel::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
     return model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                std::move(loaded.hash_tables));
   }
@@ -125,7 +125,7 @@ model::Model<float> build_model(const RunConfig& c, const model::ExpertOwnership
     return m;
   }
   mc.validate("model config");
-  model::ParamStore<float> store(model::filter_specs(model::parameter_specs(mc), *ownership));
+  model::ParamStore<float> store(parallel::filter_specs(model::parameter_specs(mc), *ownership));
   model::HashTables tables(
       model::hash_table_names(mc).size(),
       std::vector<int64_t>(static_cast<size_t>(mc.vocab_size * mc.num_experts_per_tok), 0));
@@ -152,11 +152,11 @@ int64_t count_trained_tokens(const model::Batch& b) {
   return count;
 }
 
-std::unique_ptr<dist::ProcessGrid> make_grid(const RunConfig& c,
-                                             std::shared_ptr<dist::Communicator> world) {
-  if (!world) world = dist::world();
+std::unique_ptr<parallel::ProcessGrid> make_grid(const RunConfig& c,
+                                             std::shared_ptr<parallel::Communicator> world) {
+  if (!world) world = parallel::world();
   const ParallelConfig& p = c.parallel;
-  const dist::GridShape shape{static_cast<int>(p.dp), static_cast<int>(p.ep),
+  const parallel::GridShape shape{static_cast<int>(p.dp), static_cast<int>(p.ep),
                               static_cast<int>(p.pp)};
   if (world->size() != shape.size())
     throw Error("the run config asks for " + shape.to_string() + " = " +
@@ -165,12 +165,12 @@ std::unique_ptr<dist::ProcessGrid> make_grid(const RunConfig& c,
                 " running; launch it with `mpirun -np " + std::to_string(shape.size()) +
                 " trex train --config RUN` (or set parallel.dp / ep / pp to match)")
         .field("parallel");
-  return std::make_unique<dist::ProcessGrid>(std::move(world), shape);
+  return std::make_unique<parallel::ProcessGrid>(std::move(world), shape);
 }
 
 // ZeRO: state for this rank's dense and expert ranges (`zero_ranges`).
 Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
-                         const std::vector<OptimizerShard>& zero_ranges) {
+                         const std::vector<parallel::OptimizerShard>& zero_ranges) {
   if (c.parallel.zero == 0) return Optimizer(params, c.optimizer);
   return Optimizer(params, c.optimizer, zero_ranges);
 }
@@ -180,7 +180,7 @@ Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& par
 void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
                             const model::ModelConfig& mc, int ep_size) {
   const std::string& path = config.parallel.expert_placement;
-  const plan::ExpertPlacement placement = plan::load_expert_placement(path);
+  const parallel::ExpertPlacement placement = parallel::load_expert_placement(path);
   const int blocks = static_cast<int>(ep.owner.size());
   const int listed = static_cast<int>(placement.layers.size());
   const int main_layers = static_cast<int>(mc.num_hidden_layers);
@@ -190,7 +190,7 @@ void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
                 std::to_string(blocks - main_layers) + " MTP)")
         .file(path)
         .field("layers");
-  plan::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts), ep_size,
+  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts), ep_size,
                                path);
   for (int l = 0; l < listed; ++l)
     ep.owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
@@ -199,7 +199,7 @@ void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
 // EP (ep > 1): the expert-parallel context over the grid's `ep` group
 // (contiguous map, or parallel.expert_placement); null otherwise.
 std::unique_ptr<model::ExpertParallel> make_trainer_expert_parallel(const RunConfig& c,
-                                                                    dist::ProcessGrid& grid) {
+                                                                    parallel::ProcessGrid& grid) {
   if (grid.shape().ep <= 1) return nullptr;
   const model::ModelConfig mc = run_model_config(c);
   auto ep = std::make_unique<model::ExpertParallel>(
@@ -209,14 +209,14 @@ std::unique_ptr<model::ExpertParallel> make_trainer_expert_parallel(const RunCon
 }
 
 // EP: the routed experts this rank stores (model/expert_shard.hpp): those it owns.
-std::optional<model::ExpertOwnership> owned_experts(const model::ExpertParallel* ep,
-                                                    const dist::ProcessGrid& grid) {
+std::optional<parallel::ExpertOwnership> owned_experts(const model::ExpertParallel* ep,
+                                                    const parallel::ProcessGrid& grid) {
   if (!ep) return std::nullopt;
-  return model::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
+  return parallel::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
 }
 
 // Exposed communication of every communicator of the grid (seconds blocked in wait).
-double exposed_seconds(dist::ProcessGrid& grid) {
+double exposed_seconds(parallel::ProcessGrid& grid) {
   return grid.world().stats().exposed_seconds + grid.data().stats().exposed_seconds +
          grid.ep().stats().exposed_seconds + grid.dp().stats().exposed_seconds +
          grid.pp().stats().exposed_seconds;
@@ -270,19 +270,19 @@ struct LocalStep {
 struct Trainer::Impl {
   RunConfig config;
   TrainerOptions options;
-  std::unique_ptr<dist::ProcessGrid> grid;
+  std::unique_ptr<parallel::ProcessGrid> grid;
   bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
   // EP: the expert-parallel context the model's MoE blocks dispatch through (ep > 1).
   std::unique_ptr<model::ExpertParallel> expert_parallel;
   // EP: the routed experts this rank stores (the others live on their owners).
-  std::optional<model::ExpertOwnership> ownership;
+  std::optional<parallel::ExpertOwnership> ownership;
   model::Model<float> model;
   // PP: runs this rank's stage(s) of the micro-batches in schedule order (pp > 1).
-  std::unique_ptr<PipelineRunner> pipeline;
-  ZeroPartition zero_partition;  // dense over `data`, experts over expert_comm()
+  std::unique_ptr<parallel::PipelineRunner> pipeline;
+  parallel::ZeroPartition zero_partition;  // dense over `data`, experts over expert_comm()
   Optimizer optimizer;
-  GradReducer reducer;
+  parallel::GradReducer reducer;
   DataSource data;
   int64_t total_steps = 0;
   int64_t step = 0;
@@ -307,7 +307,7 @@ struct Trainer::Impl {
         expert_parallel(make_trainer_expert_parallel(config, *grid)),
         ownership(owned_experts(expert_parallel.get(), *grid)),
         model(build_model(config, ownership ? &*ownership : nullptr)),
-        zero_partition(partition_for_zero_by_role(model.params().specs(), grid->data().size(),
+        zero_partition(parallel::partition_for_zero_by_role(model.params().specs(), grid->data().size(),
                                                   expert_comm().size())),
         optimizer(make_optimizer(config, model.params(), zero_ranges())),
         reducer(model.params().specs(), &grid->data(), &grid->pp(), zero_partition,
@@ -324,7 +324,7 @@ struct Trainer::Impl {
     if (expert_parallel) model.set_expert_parallel(expert_parallel.get());
     if (grid->shape().pp > 1)
       pipeline =
-          std::make_unique<PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
+          std::make_unique<parallel::PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -343,9 +343,9 @@ struct Trainer::Impl {
   // The ranks that hold the same routed experts: with expert weights sharded
   // over EP the `dp` group, else every data rank. ZeRO partitions the dense
   // tensors over `data` and the experts over this group.
-  dist::Communicator& expert_comm() const { return ownership ? grid->dp() : grid->data(); }
+  parallel::Communicator& expert_comm() const { return ownership ? grid->dp() : grid->data(); }
   // This rank's ZeRO ranges: its dense part and its expert part.
-  std::vector<OptimizerShard> zero_ranges() const {
+  std::vector<parallel::OptimizerShard> zero_ranges() const {
     return zero_partition.ranges(grid->data().rank(), expert_comm().rank());
   }
   // ZeRO-2 reduce-scatters the gradients.
@@ -361,7 +361,7 @@ struct Trainer::Impl {
         (std::filesystem::path(dir) / "optimizer.safetensors").string();
     if (ownership) {
       // Only this rank's experts are read (weights and optimizer state).
-      model::LoadedCheckpoint<float> loaded = model::load_checkpoint_shard<float>(dir, *ownership);
+      model::LoadedCheckpoint<float> loaded = parallel::load_checkpoint_shard<float>(dir, *ownership);
       model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                   std::move(loaded.hash_tables));
       optimizer = make_optimizer(config, model.params(), zero_ranges());
@@ -580,7 +580,7 @@ struct Trainer::Impl {
     reducer.begin_micro_batch();
     std::vector<model::Batch> local;
     for (size_t i : mine) local.push_back(batches[i]);
-    const PipelineResult r = pipeline->run(local, loss_options());
+    const parallel::PipelineResult r = pipeline->run(local, loss_options());
     LocalStep step_totals;
     step_totals.lm_sum = r.lm_sum;
     step_totals.mtp_sum = r.mtp_sum;
@@ -631,19 +631,19 @@ struct Trainer::Impl {
     const std::vector<model::ParamSpec>& specs = params.specs();
     float* g = params.grads().data();
     if (gradient_scatter()) {
-      const std::vector<OptimizerShard> mine = zero_ranges();
+      const std::vector<parallel::OptimizerShard> mine = zero_ranges();
       double local = 0.0;
-      for (const OptimizerShard& r : mine) local += shard_grad_norm_squared(specs, r, g);
+      for (const parallel::OptimizerShard& r : mine) local += shard_grad_norm_squared(specs, r, g);
       const double norm = std::sqrt(grid->data().all_reduce_value(local));
       if (std::isfinite(norm) && config.clip > 0.0 && norm > config.clip)
-        for (const OptimizerShard& r : mine)
+        for (const parallel::OptimizerShard& r : mine)
           scale_shard_grads(specs, r, g, static_cast<float>(config.clip / norm));
       return norm;
     }
     if (ownership) {
       // Dense tensors are replicated (counted once); each expert lives on one EP rank.
-      const OptimizerShard dense = role_range(specs, model::ParamRole::kDense);
-      const OptimizerShard experts = role_range(specs, model::ParamRole::kExpert);
+      const parallel::OptimizerShard dense = parallel::role_range(specs, model::ParamRole::kDense);
+      const parallel::OptimizerShard experts = parallel::role_range(specs, model::ParamRole::kExpert);
       const double squared =
           shard_grad_norm_squared(specs, dense, g) +
           grid->ep().all_reduce_value(shard_grad_norm_squared(specs, experts, g));
@@ -663,13 +663,13 @@ struct Trainer::Impl {
   void gather_parameters() {
     if (config.parallel.zero == 0) return;
     std::vector<float>& values = model.params().values();
-    auto gather = [&](dist::Communicator& comm, const std::vector<OptimizerShard>& parts) {
+    auto gather = [&](parallel::Communicator& comm, const std::vector<parallel::OptimizerShard>& parts) {
       if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
-      const OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
+      const parallel::OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
       const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
       std::vector<int64_t> counts;
-      for (const OptimizerShard& part : parts) counts.push_back(part.size());
-      comm.all_gather(own.data(), values.data() + parts.front().begin, counts, dist::DType::kF32);
+      for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
+      comm.all_gather(own.data(), values.data() + parts.front().begin, counts, parallel::DType::kF32);
     };
     gather(grid->data(), zero_partition.dense);
     gather(expert_comm(), zero_partition.expert);
@@ -805,7 +805,7 @@ struct Trainer::Impl {
     if (gradient_scatter() && !pipeline)
       // ZeRO-2: past the update this rank's reduced ranges are not needed
       // either; their pages go back too (zero_grads writes only resident pages).
-      for (const GradReducer::Range& r : reducer.reduced_ranges())
+      for (const parallel::GradReducer::Range& r : reducer.reduced_ranges())
         params.release_grads(r.begin, r.end);
     params.zero_grads();
     rec.set("skipped", skip_reason.empty() ? 0.0 : 1.0);
@@ -944,9 +944,9 @@ struct Trainer::Impl {
   // the dense tensors and the experts of its EP rank r mod ep).
   std::vector<model::ParamSpec> layout_of_data_rank(int r) const {
     if (!ownership) return model.params().specs();
-    return model::filter_specs(
+    return parallel::filter_specs(
         model::parameter_specs(model.config()),
-        model::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep));
+        parallel::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep));
   }
 
   // What data rank `r` of the first stage contributes to the checkpoint that
@@ -955,15 +955,15 @@ struct Trainer::Impl {
   // with sharded experts, its experts' state, again from dp = 0). Rank 0 holds
   // the rest itself.
   struct Contribution {
-    std::vector<OptimizerShard> values, state;
+    std::vector<parallel::OptimizerShard> values, state;
   };
   Contribution contribution_of(int r, const std::vector<model::ParamSpec>& layout) const {
     Contribution c;
     const int ep = grid->shape().ep;
-    if (ownership && r / ep == 0) c.values = {role_range(layout, model::ParamRole::kExpert)};
+    if (ownership && r / ep == 0) c.values = {parallel::role_range(layout, model::ParamRole::kExpert)};
     if (config.parallel.zero > 0) {
-      const ZeroPartition parts =
-          partition_for_zero_by_role(layout, grid->data().size(), expert_comm().size());
+      const parallel::ZeroPartition parts =
+          parallel::partition_for_zero_by_role(layout, grid->data().size(), expert_comm().size());
       c.state = parts.ranges(r, ownership ? r / ep : r);
     } else if (ownership && r / ep == 0) {
       c.state = c.values;
@@ -984,23 +984,23 @@ struct Trainer::Impl {
     if (grid->coords().pp != 0 || grid->data().size() == 1) return nullptr;
     if (!ownership && config.parallel.zero == 0) return nullptr;  // rank 0 holds everything
     const bool zero = config.parallel.zero > 0;  // the optimizer holds its ZeRO ranges
-    dist::Communicator& data_comm = grid->data();
+    parallel::Communicator& data_comm = grid->data();
     constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102;
-    auto size_of = [](const std::vector<OptimizerShard>& ranges) {
+    auto size_of = [](const std::vector<parallel::OptimizerShard>& ranges) {
       int64_t n = 0;
-      for (const OptimizerShard& r : ranges) n += r.size();
+      for (const parallel::OptimizerShard& r : ranges) n += r.size();
       return n;
     };
     if (data_comm.rank() != 0) {
       const Contribution mine = contribution_of(data_comm.rank(), model.params().specs());
       std::vector<float> values;
-      for (const OptimizerShard& r : mine.values)
+      for (const parallel::OptimizerShard& r : mine.values)
         values.insert(values.end(), model.params().values().begin() + r.begin,
                       model.params().values().begin() + r.end);
       // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
       std::vector<float> first, second;
       if (!zero)
-        for (const OptimizerShard& r : mine.state) {
+        for (const parallel::OptimizerShard& r : mine.state) {
           first.insert(first.end(), optimizer.first_moment().begin() + r.begin,
                        optimizer.first_moment().begin() + r.end);
           second.insert(second.end(), optimizer.second_moment().begin() + r.begin,
@@ -1008,17 +1008,17 @@ struct Trainer::Impl {
         }
       const float* first_data = zero ? optimizer.first_moment().data() : first.data();
       const float* second_data = zero ? optimizer.second_moment().data() : second.data();
-      std::vector<dist::Request> sends;
+      std::vector<parallel::Request> sends;
       if (!values.empty())
         sends.push_back(
-            data_comm.isend(values.data(), size_of(mine.values), dist::DType::kF32, 0, kValuesTag));
+            data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32, 0, kValuesTag));
       if (size_of(mine.state) > 0) {
-        sends.push_back(data_comm.isend(first_data, size_of(mine.state), dist::DType::kF32, 0,
+        sends.push_back(data_comm.isend(first_data, size_of(mine.state), parallel::DType::kF32, 0,
                                         kFirstMomentTag));
-        sends.push_back(data_comm.isend(second_data, size_of(mine.state), dist::DType::kF32, 0,
+        sends.push_back(data_comm.isend(second_data, size_of(mine.state), parallel::DType::kF32, 0,
                                         kSecondMomentTag));
       }
-      dist::wait_all(sends);
+      parallel::wait_all(sends);
       return nullptr;
     }
     // Rank 0: place every contribution (its own first) into the whole layout by name.
@@ -1031,9 +1031,9 @@ struct Trainer::Impl {
       total += spec.numel();
     }
     auto place = [&](const std::vector<model::ParamSpec>& layout,
-                     const std::vector<OptimizerShard>& ranges, const float* packed,
+                     const std::vector<parallel::OptimizerShard>& ranges, const float* packed,
                      std::vector<float>& out) {
-      for (const OptimizerShard& r : ranges)
+      for (const parallel::OptimizerShard& r : ranges)
         for (size_t i = r.first_spec; i < r.end_spec; ++i) {
           const int64_t n = layout[i].numel();
           std::copy_n(packed, n, out.begin() + whole_offset.at(layout[i].name));
@@ -1042,7 +1042,7 @@ struct Trainer::Impl {
     };
     auto out = std::make_unique<WholeState>();
     const std::vector<model::ParamSpec>& own_layout = model.params().specs();
-    const std::vector<OptimizerShard> everything = {whole_shard(own_layout)};
+    const std::vector<parallel::OptimizerShard> everything = {parallel::whole_shard(own_layout)};
     if (ownership) {
       out->values.assign(static_cast<size_t>(total), 0.0f);
       place(own_layout, everything, model.params().values().data(), out->values);
@@ -1051,7 +1051,7 @@ struct Trainer::Impl {
       out->optimizer_gathered = true;
       out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
       out->optimizer.second_moment.assign(static_cast<size_t>(total), 0.0f);
-      const std::vector<OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
+      const std::vector<parallel::OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
       place(own_layout, own_state, optimizer.first_moment().data(), out->optimizer.first_moment);
       place(own_layout, own_state, optimizer.second_moment().data(), out->optimizer.second_moment);
     }
@@ -1061,17 +1061,17 @@ struct Trainer::Impl {
       std::vector<float> values(static_cast<size_t>(size_of(c.values)));
       std::vector<float> first(static_cast<size_t>(size_of(c.state)));
       std::vector<float> second(first.size());
-      std::vector<dist::Request> receives;
+      std::vector<parallel::Request> receives;
       if (!values.empty())
         receives.push_back(
-            data_comm.irecv(values.data(), size_of(c.values), dist::DType::kF32, r, kValuesTag));
+            data_comm.irecv(values.data(), size_of(c.values), parallel::DType::kF32, r, kValuesTag));
       if (!first.empty()) {
         receives.push_back(
-            data_comm.irecv(first.data(), size_of(c.state), dist::DType::kF32, r, kFirstMomentTag));
-        receives.push_back(data_comm.irecv(second.data(), size_of(c.state), dist::DType::kF32, r,
+            data_comm.irecv(first.data(), size_of(c.state), parallel::DType::kF32, r, kFirstMomentTag));
+        receives.push_back(data_comm.irecv(second.data(), size_of(c.state), parallel::DType::kF32, r,
                                            kSecondMomentTag));
       }
-      dist::wait_all(receives);
+      parallel::wait_all(receives);
       place(layout, c.values, values.data(), out->values);
       place(layout, c.state, first.data(), out->optimizer.first_moment);
       place(layout, c.state, second.data(), out->optimizer.second_moment);
@@ -1084,21 +1084,21 @@ struct Trainer::Impl {
   // expert comes from its owner. Collective over the EP group.
   std::vector<float> assemble_whole(std::span<const float> local) {
     const std::vector<model::ParamSpec> whole = model::parameter_specs(model.config());
-    const int64_t dense = model::role_numel(model.params().specs(), model::ParamRole::kDense);
-    dist::Communicator& ep = grid->ep();
+    const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
+    parallel::Communicator& ep = grid->ep();
     std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
     std::vector<int64_t> counts;
     for (int r = 0; r < ep.size(); ++r) {
       owned[static_cast<size_t>(r)] =
-          model::filter_specs(whole, model::ExpertOwnership::of_rank(expert_parallel->owner, r));
-      counts.push_back(model::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
+          parallel::filter_specs(whole, parallel::ExpertOwnership::of_rank(expert_parallel->owner, r));
+      counts.push_back(parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
     }
     if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
       throw Error("internal: a buffer of " + std::to_string(local.size()) +
                   " values does not match this rank's parameter layout");
     std::vector<float> experts(
-        static_cast<size_t>(model::role_numel(whole, model::ParamRole::kExpert)));
-    ep.all_gather(local.data() + dense, experts.data(), counts, dist::DType::kF32);
+        static_cast<size_t>(parallel::role_numel(whole, model::ParamRole::kExpert)));
+    ep.all_gather(local.data() + dense, experts.data(), counts, parallel::DType::kF32);
     std::map<std::string, int64_t> offset_of;
     int64_t offset = 0;
     for (const model::ParamSpec& spec : whole) {
@@ -1199,7 +1199,7 @@ int64_t Trainer::total_steps() const {
 const TrainSummary& Trainer::summary() const {
   return impl_->summary;
 }
-dist::ProcessGrid& Trainer::grid() {
+parallel::ProcessGrid& Trainer::grid() {
   return *impl_->grid;
 }
 bool Trainer::is_root() const {
@@ -1231,7 +1231,7 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
       c.peak_gflops =
           kernels::measure_peak(c.precision == TrainPrecision::kBf16, {512, 1024}, 3).peak_gflops;
     if (s.grid->world().size() > 1)
-      s.grid->world().broadcast(&c.peak_gflops, 1, dist::DType::kF64, 0);
+      s.grid->world().broadcast(&c.peak_gflops, 1, parallel::DType::kF64, 0);
     if (!s.options.quiet)
       log::info("measured peak (", c.precision == TrainPrecision::kBf16 ? "bf16" : "f32",
                 "): ", fmt(c.peak_gflops, "%.1f"), " GFLOP/s per rank");
@@ -1246,7 +1246,7 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.summary.interrupted = false;
   if (!s.options.quiet && s.grid->world().size() > 1) {
     // Whole-model figures count every parameter once, whatever this rank stores.
-    const int64_t whole = model::total_numel(model::parameter_specs(s.model.config()));
+    const int64_t whole = parallel::total_numel(model::parameter_specs(s.model.config()));
     const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
     log::info(s.grid->shape().to_string(), ": ", s.config.accumulation_steps(),
               " micro-batches per step over ", s.grid->data_size(), " data-parallel ranks; ZeRO-",

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "trex/dist/communicator.hpp"
-#include "trex/dist/process_grid.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
 #include "trex/train/metrics.hpp"
@@ -30,9 +30,9 @@ struct TrainerOptions {
   int64_t stop_after_step = -1;  // >= 0: run() checkpoints and returns after this step
   bool write_metrics = true;     // metrics.jsonl + TensorBoard under out_dir
   // The ranks to train on (their count must equal parallel.dp·ep·pp); null:
-  // dist::world() (every rank under mpirun, else this process alone). Tests
-  // pass dist::make_self_communicator() for a 1-rank run inside an MPI job.
-  std::shared_ptr<dist::Communicator> world = nullptr;
+  // parallel::world() (every rank under mpirun, else this process alone). Tests
+  // pass parallel::make_self_communicator() for a 1-rank run inside an MPI job.
+  std::shared_ptr<parallel::Communicator> world = nullptr;
 };
 
 struct TrainSummary {
@@ -97,7 +97,7 @@ class Trainer {
   const TrainSummary& summary() const;
   // The DP × EP × PP grid this trainer runs on; rank 0 of its world writes
   // the metrics, logs and checkpoints.
-  dist::ProcessGrid& grid();
+  parallel::ProcessGrid& grid();
   bool is_root() const;
   void set_gradient_hook(GradientHook hook);
 

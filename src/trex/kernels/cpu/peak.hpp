@@ -3,10 +3,24 @@
 // (kernels::gemm; bf16 includes the operand rounding the engine does): the
 // denominator of every MFU T-Rex prints. Used by `trex bench peak` and by the
 // trainer (short budget at start).
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace trex::kernels {
+
+// One timed GEMM shape (element_bytes: 2 for bf16 operands, 4 for fp32); the
+// planner's calibration fits its efficiency curve to these.
+struct GemmMeasurement {
+  double m = 0, n = 0, k = 0;
+  double seconds = 0;  // one GEMM
+  double element_bytes = 4;
+};
+
+// Times kernels::gemm<float> on each [m, n, k] shape: median of `repeats`
+// batches of ~2 ms. Throws trex::Error on non-positive shapes or repeats.
+std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t, 3>>& shapes,
+                                           bool bf16, int repeats);
 
 struct PeakGemm {
   int64_t m = 0, n = 0, k = 0;

@@ -1,0 +1,61 @@
+#pragma once
+// Routed experts' weights sharded over the expert-parallel ranks
+// (docs/distributed.md, "Expert weights sharded over EP"). A rank's
+// ParamStore holds the dense tensors and only the routed experts it owns under
+// the EP map of each MoE block (which may be non-contiguous), in the order of
+// parameter_specs: dense first (identical on every rank, at the same offsets as
+// in the whole model), then the owned experts. The model binds null for the
+// other experts; only the expert-parallel MoE path may run such a model.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "trex/model/config.hpp"
+#include "trex/model/params.hpp"
+#include "trex/model/weights.hpp"
+
+namespace trex::parallel {
+
+// Which routed experts one rank stores, per MoE block (main layers, then MTP
+// blocks: ParamSpec::layer of an expert tensor).
+struct ExpertOwnership {
+  std::vector<std::vector<bool>> owned;  // [block][expert]
+
+  bool owns(int64_t block, int64_t expert) const;
+  // Keeps dense specs and the specs of owned experts; throws trex::Error (field
+  // "expert_parallel.owner") for an expert tensor of a block the map lacks.
+  bool keeps(const model::ParamSpec& spec) const;
+  // The experts EP rank `rank` owns under `owner` ([block][expert] -> EP rank).
+  static ExpertOwnership of_rank(const std::vector<std::vector<int>>& owner, int rank);
+};
+
+// `specs` without the experts `ownership` does not keep (order kept).
+std::vector<model::ParamSpec> filter_specs(const std::vector<model::ParamSpec>& specs,
+                                    const ExpertOwnership& ownership);
+
+// Replaces `params` by a store of the kept specs holding the same values
+// (gradients zero). Throws trex::Error when `params` misses a kept tensor.
+template <class T>
+void shard_expert_params(model::ParamStore<T>& params, const ExpertOwnership& ownership);
+
+// A buffer laid out by `from` (flat, spec order) re-laid out by `to`: every
+// tensor of `to` copied by name from `from`. Throws trex::Error naming a tensor
+// of `to` that `from` lacks or that has another shape.
+template <class T>
+std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from, std::span<const T> values,
+                                const std::vector<model::ParamSpec>& to);
+
+// Loads a checkpoint directory keeping only `ownership`'s routed experts. A
+// released-scheme checkpoint of unquantised tensors (what the trainer writes)
+// is checked whole (every tensor present with its shape, nothing unexpected,
+// valid hash tables) but only the kept tensors are read; any other checkpoint
+// is loaded whole and then sharded.
+template <class T>
+model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir, const ExpertOwnership& ownership);
+
+// Elements of the specs (Σ numel), of their dense tensors and of their experts.
+int64_t total_numel(const std::vector<model::ParamSpec>& specs);
+int64_t role_numel(const std::vector<model::ParamSpec>& specs, model::ParamRole role);
+
+}  // namespace trex::parallel

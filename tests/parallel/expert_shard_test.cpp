@@ -1,0 +1,205 @@
+// Routed experts' weights sharded over EP ranks (model/expert_shard.hpp): the
+// sharded store keeps the dense tensors and the owned experts with their
+// values, the random init of a shard equals the whole model's for its tensors,
+// buffers re-lay out by name, and the local MoE path refuses a sharded model.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/expert_maps.hpp"
+#include "test_paths.hpp"
+#include "trex/core/error.hpp"
+#include "trex/core/rng.hpp"
+#include "trex/parallel/expert_shard.hpp"
+#include "trex/model/model.hpp"
+#include "trex/model/moe_parallel.hpp"
+#include "trex/model/weights.hpp"
+#include "trex/train/optimizer.hpp"
+#include "trex/train/optimizer_relayout.hpp"
+
+namespace {
+
+using trex::parallel::ExpertOwnership;
+using trex::model::Model;
+using trex::model::ModelConfig;
+using trex::model::ParamRole;
+using trex::model::ParamSpec;
+using trex::model::ParamStore;
+
+ModelConfig tiny() {
+  return ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
+}
+
+TEST(ExpertShard, StoreKeepsDenseAndOwnedExpertsWithTheirValues) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(3);
+  const auto owner = trex::test::rotating_expert_owner(c, 2);
+  const int64_t dense = trex::parallel::role_numel(whole.params().specs(), ParamRole::kDense);
+  const int64_t experts = trex::parallel::role_numel(whole.params().specs(), ParamRole::kExpert);
+  ASSERT_GT(experts, 0);
+  int64_t sizes = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    const ExpertOwnership mine = ExpertOwnership::of_rank(owner, rank);
+    ParamStore<float> store = whole.params();
+    trex::parallel::shard_expert_params(store, mine);
+    // E is even, so each rank stores exactly half of every block's experts.
+    EXPECT_EQ(store.size(), dense + experts / 2) << rank;
+    EXPECT_EQ(store.range(ParamRole::kDense), std::make_pair(int64_t{0}, dense));
+    sizes += store.size() - dense;
+    for (const ParamSpec& spec : whole.params().specs()) {
+      const bool kept =
+          spec.role == ParamRole::kDense ||
+          owner[static_cast<size_t>(spec.layer)][static_cast<size_t>(spec.expert)] == rank;
+      ASSERT_EQ(store.contains(spec.name), kept) << spec.name;
+      if (!kept) continue;
+      const float* a = store.value(spec.name);
+      const float* b = whole.params().value(spec.name);
+      for (int64_t i = 0; i < spec.numel(); ++i) ASSERT_EQ(a[i], b[i]) << spec.name;
+    }
+    for (float g : store.grads()) ASSERT_EQ(g, 0.0f);
+  }
+  EXPECT_EQ(sizes, experts);  // every expert on exactly one rank
+}
+
+TEST(ExpertShard, RandomInitOfAShardEqualsTheWholeModels) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(11);
+  Model<float> shard(c);
+  trex::parallel::shard_expert_params(
+      shard.params(), ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 4), 1));
+  shard.init_random(11);
+  for (const ParamSpec& spec : shard.params().specs()) {
+    const float* a = shard.params().value(spec.name);
+    const float* b = whole.params().value(spec.name);
+    for (int64_t i = 0; i < spec.numel(); ++i) ASSERT_EQ(a[i], b[i]) << spec.name;
+  }
+  EXPECT_LT(shard.params().size(), whole.params().size());
+}
+
+TEST(ExpertShard, RelayoutByNameRoundTripsAndRejectsMissingTensors) {
+  const ModelConfig c = tiny();
+  const std::vector<ParamSpec> whole = trex::model::parameter_specs(c);
+  const std::vector<ParamSpec> mine = trex::parallel::filter_specs(
+      whole, ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
+  std::vector<double> values(static_cast<size_t>(trex::parallel::total_numel(whole)));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);
+  const std::vector<double> local = trex::parallel::relayout_by_name<double>(whole, values, mine);
+  ASSERT_EQ(static_cast<int64_t>(local.size()), trex::parallel::total_numel(mine));
+  // Each local tensor holds the whole buffer's values of the same name.
+  ParamStore<double> a(whole), b(mine);
+  a.values() = values;
+  b.values() = local;
+  for (const ParamSpec& spec : mine) EXPECT_EQ(*b.value(spec.name), *a.value(spec.name));
+  // Back to the whole layout: a tensor the shard lacks is an error naming it.
+  try {
+    trex::parallel::relayout_by_name<double>(mine, local, whole);
+    FAIL() << "expected an error";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(e.field_name().find("ffn.experts."), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExpertShard, LocalMoePathRejectsAShardedModel) {
+  const ModelConfig c = tiny();
+  Model<float> m(c);
+  m.init_random(5);
+  trex::parallel::shard_expert_params(
+      m.params(), ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
+  trex::model::Batch batch;
+  batch.B = 1;
+  batch.S = 8;
+  for (int64_t i = 0; i < 8; ++i) batch.input_ids.push_back(2 + i);
+  try {
+    m.forward_backward(batch, {});
+    FAIL() << "expected an error";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not stored here"), std::string::npos) << e.what();
+    EXPECT_NE(e.field_name().find("experts."), std::string::npos) << e.field_name();
+  }
+}
+
+TEST(ExpertShard, OwnershipRejectsABlockWithoutAMap) {
+  const ModelConfig c = tiny();
+  auto owner = trex::test::rotating_expert_owner(c, 2);
+  owner.pop_back();  // no map for the MTP block
+  EXPECT_THROW(trex::parallel::filter_specs(trex::model::parameter_specs(c),
+                                         ExpertOwnership::of_rank(owner, 0)),
+               trex::Error);
+}
+
+// A whole-model checkpoint read into one rank's shard: only its experts, the
+// same values, the same hash tables; a checkpoint missing another rank's expert
+// is still refused (the file is checked whole).
+TEST(ExpertShard, CheckpointLoadsOnlyTheOwnedExperts) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(21);
+  trex::test::TempDir dir;
+  const std::string path = dir.path() + "/ckpt";
+  trex::model::save_checkpoint(path, c, whole.params(), whole.hash_tables(),
+                               trex::model::NamingScheme::kReleased, trex::DType::kF32);
+  const ExpertOwnership mine = ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 1);
+  const trex::model::LoadedCheckpoint<float> loaded =
+      trex::parallel::load_checkpoint_shard<float>(path, mine);
+  ParamStore<float> expected = whole.params();
+  trex::parallel::shard_expert_params(expected, mine);
+  EXPECT_EQ(loaded.params.size(), expected.size());
+  EXPECT_EQ(loaded.params.values(), expected.values());
+  EXPECT_EQ(loaded.hash_tables, whole.hash_tables());
+
+  // The same checkpoint without an expert this rank does not own.
+  ParamStore<float> fewer(trex::parallel::filter_specs(
+      whole.params().specs(),
+      ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 1)));
+  const std::string partial = dir.path() + "/partial";
+  trex::model::save_checkpoint(partial, c, fewer, whole.hash_tables(),
+                               trex::model::NamingScheme::kReleased, trex::DType::kF32);
+  try {
+    trex::parallel::load_checkpoint_shard<float>(partial, mine);
+    FAIL() << "expected an error";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(e.field_name().find("ffn.experts."), std::string::npos) << e.what();
+  }
+}
+
+// Optimizer state written for the whole model, loaded into an optimizer over a
+// shard's store (and into a ZeRO shard of it): each tensor's state by name.
+TEST(ExpertShard, OptimizerStateLoadsIntoAShardByName) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(2);
+  trex::train::Optimizer full(whole.params(), {});
+  std::vector<float> first(static_cast<size_t>(whole.params().size())), second(first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    first[i] = static_cast<float>(i % 1000) * 0.5f;
+    second[i] = static_cast<float>(i % 777);
+  }
+  full.set_state(4, first, second);
+  trex::test::TempDir dir;
+  const std::string path = dir.path() + "/optimizer.safetensors";
+  full.save_state(path);
+
+  ParamStore<float> mine = whole.params();
+  trex::parallel::shard_expert_params(
+      mine, ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0));
+  const std::vector<float> want_first =
+      trex::parallel::relayout_by_name<float>(whole.params().specs(), first, mine.specs());
+  trex::train::Optimizer shard(mine, {});
+  EXPECT_THROW(shard.load_state(path), trex::Error);  // another layout
+  trex::train::load_optimizer_state_by_name(shard, mine, path, whole.params().specs());
+  EXPECT_EQ(shard.step_count(), 4);
+  EXPECT_EQ(shard.first_moment(), want_first);
+  EXPECT_EQ(shard.second_moment(),
+            trex::parallel::relayout_by_name<float>(whole.params().specs(), second, mine.specs()));
+  const std::vector<trex::parallel::OptimizerShard> parts =
+      trex::parallel::partition_for_zero(mine.specs(), 2);
+  trex::train::Optimizer zero(mine, {}, parts[1]);
+  trex::train::load_optimizer_state_by_name(zero, mine, path, whole.params().specs());
+  EXPECT_EQ(zero.first_moment(), std::vector<float>(want_first.begin() + parts[1].begin,
+                                                    want_first.begin() + parts[1].end));
+}
+
+}  // namespace
