@@ -13,7 +13,6 @@
 #include "trex/core/rng.hpp"
 #include "trex/model/expert_shard.hpp"
 #include "trex/model/model.hpp"
-#include "trex/model/moe_parallel.hpp"
 #include "trex/model/weights.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/optimizer_relayout.hpp"

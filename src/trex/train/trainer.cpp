@@ -17,7 +17,7 @@
 #include "trex/kernels/cpu/peak.hpp"
 #include "trex/model/expert_shard.hpp"
 #include "trex/model/flops.hpp"
-#include "trex/model/moe_parallel.hpp"
+#include "trex/parallel/ep_token_dispatcher.hpp"
 #include "trex/plan/expert_placement.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
@@ -177,7 +177,7 @@ Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& par
 
 // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
 // the contiguous map unless the file lists it too).
-void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
+void apply_expert_placement(parallel::ExpertParallel& ep, const RunConfig& config,
                             const model::ModelConfig& mc, int ep_size) {
   const std::string& path = config.parallel.expert_placement;
   const plan::ExpertPlacement placement = plan::load_expert_placement(path);
@@ -198,18 +198,18 @@ void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
 
 // EP (ep > 1): the expert-parallel context over the grid's `ep` group
 // (contiguous map, or parallel.expert_placement); null otherwise.
-std::unique_ptr<model::ExpertParallel> make_trainer_expert_parallel(const RunConfig& c,
-                                                                    dist::ProcessGrid& grid) {
+std::unique_ptr<parallel::ExpertParallel> make_trainer_expert_parallel(const RunConfig& c,
+                                                                       dist::ProcessGrid& grid) {
   if (grid.shape().ep <= 1) return nullptr;
   const model::ModelConfig mc = run_model_config(c);
-  auto ep = std::make_unique<model::ExpertParallel>(
-      model::make_expert_parallel(mc, grid.ep(), c.parallel.ep_overlap));
+  auto ep = std::make_unique<parallel::ExpertParallel>(
+      parallel::make_expert_parallel(mc, grid.ep(), c.parallel.ep_overlap));
   if (!c.parallel.expert_placement.empty()) apply_expert_placement(*ep, c, mc, grid.shape().ep);
   return ep;
 }
 
 // EP: the routed experts this rank stores (model/expert_shard.hpp): those it owns.
-std::optional<model::ExpertOwnership> owned_experts(const model::ExpertParallel* ep,
+std::optional<model::ExpertOwnership> owned_experts(const parallel::ExpertParallel* ep,
                                                     const dist::ProcessGrid& grid) {
   if (!ep) return std::nullopt;
   return model::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
@@ -274,7 +274,8 @@ struct Trainer::Impl {
   bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
   // EP: the expert-parallel context the model's MoE blocks dispatch through (ep > 1).
-  std::unique_ptr<model::ExpertParallel> expert_parallel;
+  std::unique_ptr<parallel::ExpertParallel> expert_parallel;
+  std::unique_ptr<parallel::EpTokenDispatchers<float>> expert_dispatchers;  // over expert_parallel
   // EP: the routed experts this rank stores (the others live on their owners).
   std::optional<model::ExpertOwnership> ownership;
   model::Model<float> model;
@@ -305,6 +306,9 @@ struct Trainer::Impl {
         root(grid->world().rank() == 0),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
         expert_parallel(make_trainer_expert_parallel(config, *grid)),
+        expert_dispatchers(expert_parallel ? std::make_unique<parallel::EpTokenDispatchers<float>>(
+                                                 *expert_parallel)
+                                           : nullptr),
         ownership(owned_experts(expert_parallel.get(), *grid)),
         model(build_model(config, ownership ? &*ownership : nullptr)),
         zero_partition(partition_for_zero_by_role(model.params().specs(), grid->data().size(),
@@ -321,7 +325,7 @@ struct Trainer::Impl {
       options.quiet = true;
       options.write_metrics = false;
     }
-    if (expert_parallel) model.set_expert_parallel(expert_parallel.get());
+    if (expert_dispatchers) model.set_token_dispatchers(expert_dispatchers.get());
     if (grid->shape().pp > 1)
       pipeline =
           std::make_unique<PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
@@ -372,7 +376,7 @@ struct Trainer::Impl {
       optimizer = make_optimizer(config, model.params(), zero_ranges());
       optimizer.load_state(optimizer_file);
     }
-    model.set_expert_parallel(expert_parallel.get());
+    model.set_token_dispatchers(expert_dispatchers.get());
     const nlohmann::json state = read_trainer_state(dir);
     const std::string origin = (std::filesystem::path(dir) / "trainer_state.json").string();
     try {
@@ -896,10 +900,10 @@ struct Trainer::Impl {
     // a batch of its own in the last round runs a copy of one and discards it.
     struct DetachExperts {
       model::Model<float>& m;
-      model::ExpertParallel* ep;
-      ~DetachExperts() { m.set_expert_parallel(ep); }
-    } detach{model, model.expert_parallel()};
-    if (!ownership) model.set_expert_parallel(nullptr);
+      model::TokenDispatchers<float>* dispatchers;
+      ~DetachExperts() { m.set_token_dispatchers(dispatchers); }
+    } detach{model, model.token_dispatchers()};
+    if (!ownership) model.set_token_dispatchers(nullptr);
     DataSource validation(config, tokenizer, config.validation_file, false);
     const int64_t available = std::max<int64_t>(
         1, (validation.sequences_in_epoch() + config.micro_batch - 1) / config.micro_batch);
