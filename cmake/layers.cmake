@@ -62,12 +62,6 @@ target_link_libraries(trex_kernels PRIVATE DNNL::dnnl)
 trex_add_layer(model FOLDERS model USES kernels)
 trex_add_layer(parallel FOLDERS parallel USES model)
 target_link_libraries(trex_parallel PRIVATE MPI::MPI_CXX)
-# The one wrong-way edge left: model/moe.cpp and model/moe_parallel.cpp still
-# call the communicator for expert-parallel dispatch, until the MoE layer talks
-# to a token-dispatcher interface. It is visible here and nowhere else.
-file(CREATE_LINK ${CMAKE_SOURCE_DIR}/src/trex/parallel/communicator.hpp
-     ${TREX_LAYER_VIEWS}/model/trex/parallel_communicator.hpp SYMBOLIC)
-target_link_libraries(trex_model PUBLIC trex_parallel)
 trex_add_layer(train FOLDERS train USES parallel)
 target_link_libraries(trex_train PRIVATE tomlplusplus::tomlplusplus)
 trex_add_layer(infer FOLDERS infer USES parallel)

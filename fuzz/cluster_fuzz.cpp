@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "fuzz_common.hpp"
-#include "trex/plan/cluster.hpp"
 #include "trex/parallel/expert_placement.hpp"
+#include "trex/plan/cluster.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = trex::fuzz::write_scratch("cluster.json", data, size);

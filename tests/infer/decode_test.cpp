@@ -1,4 +1,4 @@
-// Incremental decoding (model/decode.hpp) against the full forward, batching,
+// Incremental decoding (infer/decoder.hpp, infer/generate.hpp) against the full forward, batching,
 // prefill chunks, forks, and the samplers.
 #include "trex/infer/decoder.hpp"
 #include "trex/infer/generate.hpp"

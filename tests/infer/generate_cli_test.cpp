@@ -13,8 +13,8 @@
 #include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
-#include "trex/io/tokenizer.hpp"
 #include "trex/infer/generate.hpp"
+#include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
 #include "trex/train/data_sft.hpp"
 

@@ -23,7 +23,7 @@ set(allowed_cases
 set(rejected_cases
     "kernels:trex/plan/calibrate.hpp"
     "model:trex/train/data_sft.hpp"
-    "model:trex/parallel/grad_reducer.hpp"
+    "model:trex/parallel/communicator.hpp"
     "train:trex/plan/planner.hpp"
     "core:trex/io/tokenizer.hpp"
     "parallel:trex/train/trainer.hpp"

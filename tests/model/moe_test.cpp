@@ -370,7 +370,7 @@ TEST(MoeGrad, ScoreRoutingSharedClampInactive) {
   MoeCache<double> cache;
   std::vector<double> y(static_cast<size_t>(dims.tokens() * dims.hidden));
   moe_forward(dims, p.weights(), p.x.data(), nullptr, cache, y.data());
-  for (double g : cache.gate_pre) ASSERT_LT(g, 10.0);
+  for (double g : cache.routed[0].gate_pre) ASSERT_LT(g, 10.0);
   EXPECT_LT(gradcheck_moe(p, 0.0, "score, L=10").worst, 1e-6);
 }
 
@@ -382,8 +382,8 @@ TEST(MoeGrad, ScoreRoutingClampActive) {
   std::vector<double> y(static_cast<size_t>(dims.tokens() * dims.hidden));
   moe_forward(dims, p.weights(), p.x.data(), nullptr, cache, y.data());
   int64_t gate_clamped = 0, up_clamped = 0;
-  for (double g : cache.gate_pre) gate_clamped += g > 0.5;
-  for (double v : cache.up_pre) up_clamped += std::abs(v) > 0.5;
+  for (double g : cache.routed[0].gate_pre) gate_clamped += g > 0.5;
+  for (double v : cache.routed[0].up_pre) up_clamped += std::abs(v) > 0.5;
   for (double g : cache.shared_gate_pre) gate_clamped += g > 0.5;
   EXPECT_GT(gate_clamped, 5);
   EXPECT_GT(up_clamped, 5);

@@ -1,4 +1,4 @@
-// Expert parallelism over MPI (moe_parallel.hpp), on the EP group of a
+// Expert parallelism over MPI (parallel/ep_token_dispatcher.hpp), on the EP group of a
 // DP=1 x EP=world x PP=1 grid: every rank runs a different micro-batch through
 // the EP model; the losses and the gradients summed over the ranks must equal a
 // 1-rank run over all the micro-batches (fp32, 1e-5 relative) — with the
@@ -17,16 +17,22 @@
 #include "mpi/model_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/parallel/communicator.hpp"
-#include "trex/parallel/process_grid.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/model.hpp"
 #include "trex/model/moe.hpp"
-#include "trex/model/moe_parallel.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/ep_token_dispatcher.hpp"
+#include "trex/parallel/process_grid.hpp"
 
 namespace trex::model {
 namespace {
 
+using parallel::contiguous_expert_owner;
+using parallel::EpTokenDispatcher;
+using parallel::EpTokenDispatchers;
+using parallel::ExpertParallel;
+using parallel::make_expert_parallel;
+using parallel::MoeParallel;
 using trex::test::mpi::tiny_config;
 
 Batch micro_batch(const ModelConfig& config, int index) {
@@ -114,7 +120,8 @@ void check_matches_one_rank(const Variant& v) {
     for (std::vector<int>& map : ep.owner) map = scattered_owner(config.n_routed_experts, R);
   Model<T> model(config);
   model.init_random(7);
-  model.set_expert_parallel(&ep);
+  EpTokenDispatchers<T> dispatchers(ep);
+  model.set_token_dispatchers(&dispatchers);
   const LossBreakdown out = model.forward_backward(micro_batch(config, rank), loss_options());
   // The data-group gradient sum of the trainer.
   auto& grads = model.params().grads();
@@ -221,7 +228,8 @@ TEST(ExpertParallelMpi, OverlapDoesNotChangeResults) {
     ExpertParallel ep = make_expert_parallel(config, grid.ep(), mode == 1);
     Model<float> model(config);
     model.init_random(3);
-    model.set_expert_parallel(&ep);
+    EpTokenDispatchers<float> dispatchers(ep);
+    model.set_token_dispatchers(&dispatchers);
     for (int step = 0; step < 3; ++step)
       losses[mode].push_back(
           model.forward_backward(micro_batch(config, 10 * step + grid.ep().rank()), loss_options())
@@ -249,7 +257,8 @@ TEST(ExpertParallelMpi, RejectsMapOutsideTheGroup) {
   ep.owner[1][3] = grid.ep().size();
   Model<float> model(config);
   model.init_random(3);
-  model.set_expert_parallel(&ep);
+  EpTokenDispatchers<float> dispatchers(ep);
+  model.set_token_dispatchers(&dispatchers);
   try {
     model.forward_backward(micro_batch(config, grid.ep().rank()), loss_options());
     FAIL() << "expected an error";
@@ -331,6 +340,7 @@ Timing time_moe_layer(parallel::Communicator& comm, bool overlap, int steps,
   double count_seconds = 0.0, row_seconds = 0.0;
   view.count_exchange_seconds = &count_seconds;
   view.row_exchange_seconds = &row_seconds;
+  EpTokenDispatcher<float> dispatcher(view);
   MoeCache<float> cache;
   std::vector<float> y(x.size()), dx(x.size());
   Timing t;
@@ -339,8 +349,8 @@ Timing time_moe_layer(parallel::Communicator& comm, bool overlap, int steps,
     const double exposed = comm.stats().exposed_seconds;
     const double counts_before = count_seconds, rows_before = row_seconds;
     const auto start = std::chrono::steady_clock::now();
-    moe_forward(dims, w, x.data(), nullptr, cache, y.data(), false, &view);
-    moe_backward(dims, w, cache, dy.data(), 1.0f, g, dx.data(), &view);
+    moe_forward(dims, w, x.data(), nullptr, cache, y.data(), false, &dispatcher);
+    moe_backward(dims, w, cache, dy.data(), 1.0f, g, dx.data(), &dispatcher);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step < 0) continue;  // warm-up
@@ -358,7 +368,8 @@ Timing time_model(parallel::ProcessGrid& grid, bool overlap, int steps) {
   ExpertParallel ep = make_expert_parallel(config, grid.ep(), overlap);
   Model<float> model(config);
   model.init_random(3);
-  model.set_expert_parallel(&ep);
+  EpTokenDispatchers<float> dispatchers(ep);
+  model.set_token_dispatchers(&dispatchers);
   Timing t;
   for (int step = -1; step < steps; ++step) {
     Batch b = micro_batch(config, grid.ep().rank());

@@ -16,12 +16,12 @@
 #include "mpi/train_harness.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/parallel/communicator.hpp"
-#include "trex/parallel/process_grid.hpp"
 #include "trex/io/safetensors.hpp"
-#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/model.hpp"
-#include "trex/model/moe_parallel.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/ep_token_dispatcher.hpp"
+#include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/process_grid.hpp"
 #include "trex/train/checkpoint.hpp"
 
 namespace {
@@ -41,7 +41,7 @@ TEST(ExpertShardMpi, ShardedWeightsComputeTheSameAsReplicated) {
   parallel::ProcessGrid grid(world, {1, world->size(), 1});
   const int R = grid.ep().size(), rank = grid.ep().rank();
   const ModelConfig config = tiny_config();
-  ExpertParallel ep = make_expert_parallel(config, grid.ep(), true);
+  parallel::ExpertParallel ep = parallel::make_expert_parallel(config, grid.ep(), true);
   for (std::vector<int>& map : ep.owner)  // scattered: e -> (3e + 1) mod E mod R
     for (size_t e = 0; e < map.size(); ++e)
       map[e] = static_cast<int>(((3 * e + 1) % map.size()) % static_cast<size_t>(R));
@@ -50,11 +50,12 @@ TEST(ExpertShardMpi, ShardedWeightsComputeTheSameAsReplicated) {
 
   Model<float> replicated(config);
   replicated.init_random(9);
-  replicated.set_expert_parallel(&ep);
+  parallel::EpTokenDispatchers<float> dispatchers(ep);
+  replicated.set_token_dispatchers(&dispatchers);
   Model<float> sharded(config);
   sharded.init_random(9);
   shard_expert_params(sharded.params(), ExpertOwnership::of_rank(ep.owner, rank));
-  sharded.set_expert_parallel(&ep);
+  sharded.set_token_dispatchers(&dispatchers);
   ASSERT_LT(sharded.params().size(), replicated.params().size());
 
   for (int step = 0; step < 2; ++step) {

@@ -11,8 +11,8 @@
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
 #include "trex/parallel/communicator.hpp"
-#include "trex/train/checkpoint.hpp"
 #include "trex/parallel/pipeline.hpp"
+#include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {

@@ -12,8 +12,8 @@
 
 #include "../train/pipeline_fixtures.hpp"
 #include "trex/parallel/communicator.hpp"
-#include "trex/parallel/process_grid.hpp"
 #include "trex/parallel/pipeline.hpp"
+#include "trex/parallel/process_grid.hpp"
 
 namespace {
 

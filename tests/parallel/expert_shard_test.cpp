@@ -11,21 +11,20 @@
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/model.hpp"
-#include "trex/model/moe_parallel.hpp"
 #include "trex/model/weights.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/optimizer_relayout.hpp"
 
 namespace {
 
-using trex::parallel::ExpertOwnership;
 using trex::model::Model;
 using trex::model::ModelConfig;
 using trex::model::ParamRole;
 using trex::model::ParamSpec;
 using trex::model::ParamStore;
+using trex::parallel::ExpertOwnership;
 
 ModelConfig tiny() {
   return ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
@@ -126,7 +125,7 @@ TEST(ExpertShard, OwnershipRejectsABlockWithoutAMap) {
   auto owner = trex::test::rotating_expert_owner(c, 2);
   owner.pop_back();  // no map for the MTP block
   EXPECT_THROW(trex::parallel::filter_specs(trex::model::parameter_specs(c),
-                                         ExpertOwnership::of_rank(owner, 0)),
+                                            ExpertOwnership::of_rank(owner, 0)),
                trex::Error);
 }
 

@@ -307,8 +307,8 @@ trex::io::EncodedChat fake_example(int id, int prompt, int answer) {
 
 TEST(TrainSftLoader, PacksWholeExamplesWithMasksAndCountsOverlong) {
   std::vector<trex::io::EncodedChat> examples = {fake_example(1, 3, 2), fake_example(2, 2, 2),
-                                                    fake_example(3, 4, 3), fake_example(4, 9, 3),
-                                                    fake_example(5, 12, 0)};
+                                                 fake_example(3, 4, 3), fake_example(4, 9, 3),
+                                                 fake_example(5, 12, 0)};
   examples[4].labels.back() = examples[4].tokens.back();  // trained token only at position 11
   SftLoaderOptions o;
   o.seq_len = 10;

@@ -13,18 +13,18 @@
 #include "trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/model.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {
 
+using trex::parallel::OptimizerShard;
 using trex::test::TempDir;
 using trex::train::DataMode;
 using trex::train::Optimizer;
-using trex::parallel::OptimizerShard;
 using trex::train::RunConfig;
 
 nlohmann::json minimal_config() {
@@ -112,7 +112,8 @@ TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {
   c.parallel.dp = 2;
   try {
     trex::train::Trainer t(
-        c, {.quiet = true, .write_metrics = false, .world = trex::parallel::make_self_communicator()});
+        c,
+        {.quiet = true, .write_metrics = false, .world = trex::parallel::make_self_communicator()});
     FAIL() << "no error";
   } catch (const trex::Error& e) {
     EXPECT_EQ(e.field_name(), "parallel");
@@ -145,7 +146,8 @@ TEST(TrainZero, PartitionIsContiguousWholeSpecsAndBalanced) {
   }
   EXPECT_EQ(trex::parallel::partition_for_zero(specs, 1)[0], trex::parallel::whole_shard(specs));
   // More parts than tensors: some shards are empty, none overlap.
-  const auto many = trex::parallel::partition_for_zero(specs, static_cast<int64_t>(specs.size()) + 5);
+  const auto many =
+      trex::parallel::partition_for_zero(specs, static_cast<int64_t>(specs.size()) + 5);
   EXPECT_EQ(many.back().end, total);
   EXPECT_THROW(trex::parallel::partition_for_zero(specs, 0), trex::Error);
 }
@@ -314,8 +316,8 @@ TEST(TrainZero, RolePartitionCoversEveryValueOnceOverDataRanks) {
   std::map<std::string, int64_t> covered;  // whole-model tensor -> values covered
   int64_t dense_state = 0, expert_state = 0;
   for (int r = 0; r < kDp * kEp; ++r) {
-    const auto layout =
-        trex::parallel::filter_specs(whole, trex::parallel::ExpertOwnership::of_rank(owner, r % kEp));
+    const auto layout = trex::parallel::filter_specs(
+        whole, trex::parallel::ExpertOwnership::of_rank(owner, r % kEp));
     const trex::parallel::ZeroPartition parts =
         trex::parallel::partition_for_zero_by_role(layout, kDp * kEp, kDp);
     ASSERT_EQ(parts.dense.size(), static_cast<size_t>(kDp * kEp));

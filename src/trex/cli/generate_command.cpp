@@ -1,5 +1,5 @@
 // `trex generate`: batched sampling from a DeepSeek-V4 checkpoint with the
-// incremental KV cache (model/decode.hpp). Prompts are `trex or prompts`
+// incremental KV cache (infer/generate.hpp). Prompts are `trex or prompts`
 // records rendered in the non-thinking chat format; the output is the
 // completions JSONL `trex or eval` grades. See docs/generation.md.
 #include <algorithm>
@@ -13,8 +13,8 @@
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
-#include "trex/io/tokenizer.hpp"
 #include "trex/infer/generate.hpp"
+#include "trex/io/tokenizer.hpp"
 
 namespace trex::cli {
 namespace {

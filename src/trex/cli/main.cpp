@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const trex::Error& e) {
     std::cerr << "trex: error: " << e.what() << "\n";
-    if (trex::parallel::launched_by_mpi()) trex::parallel::abort_world(1);  // release the other ranks
+    if (trex::parallel::launched_by_mpi())
+      trex::parallel::abort_world(1);  // release the other ranks
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "trex: internal error: " << e.what() << "\n";

@@ -13,9 +13,9 @@
 #include "trex/cli/commands.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
+#include "trex/parallel/expert_placement.hpp"
 #include "trex/plan/calibrate.hpp"
 #include "trex/plan/cluster.hpp"
-#include "trex/parallel/expert_placement.hpp"
 #include "trex/plan/planner.hpp"
 #include "trex/plan/report.hpp"
 #include "trex/plan/validation.hpp"
@@ -240,9 +240,9 @@ void run_experts(const ExpertsOptions& o) {
     if (o.ep <= 0) throw Error("--cluster needs --ep (the EP group size)").field("--ep");
     // The cluster's scale-up domains (an NVLink node, a UB supernode) are the nodes.
     const ClusterSpec cluster = ClusterSpec::load(o.cluster);
-    topology = RankTopology::uniform(o.ep, static_cast<int>(cluster.topology.scale_up_domain),
-                                     cluster.topology.scale_up_gbps,
-                                     cluster.topology.scale_out_gbps);
+    topology =
+        RankTopology::uniform(o.ep, static_cast<int>(cluster.topology.scale_up_domain),
+                              cluster.topology.scale_up_gbps, cluster.topology.scale_out_gbps);
   } else {
     throw Error("--topology (or --cluster with --ep) is required").field("--topology");
   }

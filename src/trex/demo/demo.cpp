@@ -15,13 +15,13 @@
 #include "trex/core/log.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
-#include "trex/parallel/communicator.hpp"
+#include "trex/demo/demo_report.hpp"
+#include "trex/infer/generate.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
-#include "trex/infer/generate.hpp"
-#include "trex/demo/demo_report.hpp"
 #include "trex/or/eval/eval.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
 
@@ -320,7 +320,7 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
 
 // Training metrics series other than losses (e.g. the validation Pass@1).
 demo::CurveSeries metric_series(const std::string& metrics_path, const std::string& field,
-                                 const std::string& label) {
+                                const std::string& label) {
   demo::CurveSeries series;
   series.label = label;
   if (!fs::exists(metrics_path)) return series;

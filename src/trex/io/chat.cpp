@@ -69,8 +69,8 @@ EncodedChat encode_chat(const Tokenizer& tokenizer, const nlohmann::json& messag
   return out;
 }
 
-std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer,
-                                        const nlohmann::json& messages, const std::string& origin) {
+std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const nlohmann::json& messages,
+                                        const std::string& origin) {
   if (!messages.is_array() || messages.empty())
     throw Error("expected a non-empty array of messages").file(origin).field("messages");
   // An empty final assistant turn renders `<｜Assistant｜></think><EOS>`; the

@@ -34,8 +34,7 @@ EncodedChat encode_chat(const Tokenizer& tokenizer, const nlohmann::json& messag
 // The prompt of a generation in the same format: `messages` (system / user /
 // earlier assistant turns) rendered as encode_chat does, followed by the opening
 // `<｜Assistant｜></think>` of the answer to generate (non-thinking mode).
-std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer,
-                                        const nlohmann::json& messages,
+std::vector<int32_t> encode_chat_prompt(const Tokenizer& tokenizer, const nlohmann::json& messages,
                                         const std::string& origin = "<messages>");
 
 }  // namespace trex::io

@@ -14,7 +14,7 @@
 #include "trex/model/lm_loss.hpp"
 #include "trex/model/mhc.hpp"
 #include "trex/model/moe.hpp"
-#include "trex/model/moe_parallel.hpp"
+#include "trex/model/token_dispatcher.hpp"
 
 namespace trex::model {
 namespace {
@@ -259,7 +259,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const std::vector<Segment>& balance_segments, const T* x_in,
                      const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
                      double gradient_weight, BlockCache<T>& bc, T* x_out,
-                     ExpertParallel* ep = nullptr) {
+                     TokenDispatchers<T>* dispatchers = nullptr) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -312,10 +312,11 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                            c.rms_norm_eps);
   {
     TREX_PROFILE(profile::Op::kMoeOther);
-    const MoeParallel parallel = ep ? ep->block(layer, c.n_routed_experts) : MoeParallel{};
+    const std::unique_ptr<TokenDispatcher<T>> dispatcher =
+        dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
     moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
                 w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection,
-                ep ? &parallel : nullptr);
+                dispatcher.get());
   }
   TREX_PROFILE(profile::Op::kMhcPost);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
@@ -326,7 +327,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
 template <class T>
 void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
                     const LossOptions& loss, const BlockCache<T>& bc, const T* dx_out, T* dx_in,
-                    ExpertParallel* ep = nullptr) {
+                    TokenDispatchers<T>* dispatchers = nullptr) {
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
@@ -339,10 +340,11 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   }
   {
     TREX_PROFILE(profile::Op::kMoeOther);
-    const MoeParallel parallel = ep ? ep->block(layer, c.n_routed_experts) : MoeParallel{};
+    const std::unique_ptr<TokenDispatcher<T>> dispatcher =
+        dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
     moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
                  w.moe, bc.moe, dy.data(), static_cast<T>(bc.gradient_weight), w.moe_g,
-                 dnormed.data(), ep ? &parallel : nullptr);
+                 dnormed.data(), dispatcher.get());
   }
   kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
                             du.data(), w.ffn_norm_g, N, d);
@@ -669,7 +671,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     BlockCache<T>& bc = st.blocks[static_cast<size_t>(l - first)];
     out.indexer +=
         block_forward(c, binding, l, shape, segments, segments, x.data(), batch.input_ids.data(),
-                      loss, step, gradient_weight, bc, x_next.data(), expert_parallel_);
+                      loss, step, gradient_weight, bc, x_next.data(), token_dispatchers_);
     std::swap(x, x_next);
     out.expert_load[l] = bc.moe.expert_load;
     if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
@@ -772,7 +774,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const MtpSegments mseg = mtp_segments(segments, S);
     out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
                                  mc.next_ids.data(), loss, step, gradient_weight, mc.block,
-                                 mc.x_out.data(), expert_parallel_);
+                                 mc.x_out.data(), token_dispatchers_);
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -858,7 +860,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
         TREX_PROFILE(profile::Op::kMhcHead);
         hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
       }
-      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), expert_parallel_);
+      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), token_dispatchers_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
           de(M * d);
@@ -908,7 +910,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {
     BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
     block_backward(c, binding, l, st.loss, st.blocks[static_cast<size_t>(l - stage.first_layer)],
-                   dx.data(), dx_prev.data(), expert_parallel_);
+                   dx.data(), dx_prev.data(), token_dispatchers_);
     std::swap(dx, dx_prev);
     if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
   }

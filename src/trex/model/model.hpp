@@ -14,7 +14,8 @@
 
 namespace trex::model {
 
-struct ExpertParallel;  // moe_parallel.hpp
+template <class T>
+class TokenDispatchers;  // token_dispatcher.hpp
 
 // B sequences of S tokens. labels follow the HF convention: labels[b, t] is the
 // token expected at position t (so position t is trained to predict
@@ -173,13 +174,14 @@ class Model {
   // forward_backward, on every score-routed block.
   void update_router_biases(const LossBreakdown& last, double speed);
 
-  // Expert parallelism (moe_parallel.hpp): every MoE block runs its routed
-  // experts over ep->comm with the block's expert map (blocks: main layers,
-  // then MTP). Not owned; must outlive its use; null (default) runs locally.
-  // forward_backward is then collective over the EP group: all its ranks call
-  // it with the same options and sequence length.
-  void set_expert_parallel(ExpertParallel* ep) { expert_parallel_ = ep; }
-  ExpertParallel* expert_parallel() const { return expert_parallel_; }
+  // Where every MoE block sends its routed tokens (token_dispatcher.hpp;
+  // blocks: main layers, then MTP), e.g. parallel::EpTokenDispatchers for
+  // expert parallelism. Not owned; must outlive its use; null (default): a
+  // LocalTokenDispatcher per block. With expert-parallel dispatchers
+  // forward_backward is collective over the EP group: all its ranks call it
+  // with the same options and sequence length.
+  void set_token_dispatchers(TokenDispatchers<T>* dispatchers) { token_dispatchers_ = dispatchers; }
+  TokenDispatchers<T>* token_dispatchers() const { return token_dispatchers_; }
 
  private:
   struct State;
@@ -188,7 +190,7 @@ class Model {
   ParamStore<T> params_;
   HashTables hash_tables_;
   std::unique_ptr<State> state_;
-  ExpertParallel* expert_parallel_ = nullptr;
+  TokenDispatchers<T>* token_dispatchers_ = nullptr;
 };
 
 }  // namespace trex::model

@@ -32,7 +32,7 @@ struct ExpertOwnership {
 
 // `specs` without the experts `ownership` does not keep (order kept).
 std::vector<model::ParamSpec> filter_specs(const std::vector<model::ParamSpec>& specs,
-                                    const ExpertOwnership& ownership);
+                                           const ExpertOwnership& ownership);
 
 // Replaces `params` by a store of the kept specs holding the same values
 // (gradients zero). Throws trex::Error when `params` misses a kept tensor.
@@ -43,8 +43,8 @@ void shard_expert_params(model::ParamStore<T>& params, const ExpertOwnership& ow
 // tensor of `to` copied by name from `from`. Throws trex::Error naming a tensor
 // of `to` that `from` lacks or that has another shape.
 template <class T>
-std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from, std::span<const T> values,
-                                const std::vector<model::ParamSpec>& to);
+std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from,
+                                std::span<const T> values, const std::vector<model::ParamSpec>& to);
 
 // Loads a checkpoint directory keeping only `ownership`'s routed experts. A
 // released-scheme checkpoint of unquantised tensors (what the trainer writes)
@@ -52,7 +52,8 @@ std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from, std::
 // valid hash tables) but only the kept tensors are read; any other checkpoint
 // is loaded whole and then sharded.
 template <class T>
-model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir, const ExpertOwnership& ownership);
+model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
+                                                 const ExpertOwnership& ownership);
 
 // Elements of the specs (Σ numel), of their dense tensors and of their experts.
 int64_t total_numel(const std::vector<model::ParamSpec>& specs);

@@ -185,7 +185,8 @@ void GradReducer::finish(float scale) {
   for (const Range& r : reduced_) {
     if (r.end == r.begin) continue;  // the same on every stage of this rank's pipeline
     if (Communicator* pp = active(pp_))
-      pp->all_reduce(grads_ + r.begin, r.end - r.begin, parallel::DType::kF32, parallel::ReduceOp::kSum);
+      pp->all_reduce(grads_ + r.begin, r.end - r.begin, parallel::DType::kF32,
+                     parallel::ReduceOp::kSum);
     if (scale != 1.0f)
       for (int64_t i = r.begin; i < r.end; ++i) grads_[i] *= scale;
   }

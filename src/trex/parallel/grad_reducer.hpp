@@ -24,8 +24,8 @@
 #include <functional>
 #include <vector>
 
-#include "trex/parallel/communicator.hpp"
 #include "trex/model/params.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/parallel/zero_partition.hpp"
 
 namespace trex::parallel {
@@ -52,8 +52,8 @@ class GradReducer {
   // `data` / `pp`: null or single-rank when there is nothing to reduce over.
   // `zero`: the ZeRO partition by role (needed when scatter): dense parts over
   // `data`, expert parts over options.experts (else `data`).
-  GradReducer(const std::vector<model::ParamSpec>& specs, Communicator* data,
-              Communicator* pp, ZeroPartition zero, GradReducerOptions options);
+  GradReducer(const std::vector<model::ParamSpec>& specs, Communicator* data, Communicator* pp,
+              ZeroPartition zero, GradReducerOptions options);
 
   // Starts a step on `grads` (the flat gradient buffer, alive until finish()
   // returns). `released(begin, end)`, if set, is called under scatter once a

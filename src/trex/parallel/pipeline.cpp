@@ -308,8 +308,8 @@ PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_b
   auto send = [&](std::vector<T>&& data, int dest, int t) {
     sends.push_back({Request(), std::move(data)});
     PendingSend& p = sends.back();
-    p.request =
-        pp_.isend(p.data.data(), static_cast<int64_t>(p.data.size()), parallel::dtype_of<T>(), dest, t);
+    p.request = pp_.isend(p.data.data(), static_cast<int64_t>(p.data.size()),
+                          parallel::dtype_of<T>(), dest, t);
     // Completed sends release their buffers (FIFO: sends complete roughly in order).
     while (!sends.empty() && sends.front().request.done()) sends.pop_front();
   };

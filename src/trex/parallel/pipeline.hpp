@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "trex/parallel/communicator.hpp"
 #include "trex/model/model.hpp"
+#include "trex/parallel/communicator.hpp"
 
 namespace trex::parallel {
 

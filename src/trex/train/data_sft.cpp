@@ -16,7 +16,6 @@ std::atomic<bool> g_default_strict{false};
 std::mutex g_input_mutex;
 JsonlStats g_input_totals;
 
-
 std::pair<PackingItems, SftStats> prepare(std::vector<io::EncodedChat> examples,
                                           const SftLoaderOptions& options) {
   PackingItems items;
@@ -64,7 +63,8 @@ SftLoader::SftLoader(std::pair<PackingItems, SftStats> prepared, int32_t pad_id,
                              pad_id, PackingMode::kWholeItems}),
       stats_(prepared.second) {}
 
-SftLoader::SftLoader(std::vector<io::EncodedChat> examples, int32_t pad_id, SftLoaderOptions options)
+SftLoader::SftLoader(std::vector<io::EncodedChat> examples, int32_t pad_id,
+                     SftLoaderOptions options)
     : SftLoader(prepare(std::move(examples), options), pad_id, options) {}
 
 void set_default_data_strict(bool strict) {

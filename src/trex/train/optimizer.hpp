@@ -29,7 +29,8 @@ class Optimizer {
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options);
   // ZeRO: state only for `shard` (the buffers are shard.size() long); step()
   // updates only the shard's parameters.
-  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options, parallel::OptimizerShard shard);
+  Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,
+            parallel::OptimizerShard shard);
   // ZeRO with several disjoint, ascending ranges (ZeroPartition::ranges): the
   // state buffers hold the ranges one after the other.
   Optimizer(const model::ParamStore<float>& params, OptimizerOptions options,

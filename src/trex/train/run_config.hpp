@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trex/train/optimizer.hpp"
 #include "trex/parallel/pipeline.hpp"
+#include "trex/train/optimizer.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {

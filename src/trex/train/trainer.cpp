@@ -15,16 +15,16 @@
 #include "trex/core/progress.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
-#include "trex/parallel/expert_shard.hpp"
 #include "trex/model/flops.hpp"
-#include "trex/model/moe_parallel.hpp"
+#include "trex/parallel/ep_token_dispatcher.hpp"
 #include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/grad_reducer.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/data_sft.hpp"
-#include "trex/parallel/grad_reducer.hpp"
 #include "trex/train/optimizer_relayout.hpp"
-#include "trex/parallel/pipeline.hpp"
 #include "trex/train/schedule.hpp"
 
 namespace trex::train {
@@ -153,11 +153,11 @@ int64_t count_trained_tokens(const model::Batch& b) {
 }
 
 std::unique_ptr<parallel::ProcessGrid> make_grid(const RunConfig& c,
-                                             std::shared_ptr<parallel::Communicator> world) {
+                                                 std::shared_ptr<parallel::Communicator> world) {
   if (!world) world = parallel::world();
   const ParallelConfig& p = c.parallel;
   const parallel::GridShape shape{static_cast<int>(p.dp), static_cast<int>(p.ep),
-                              static_cast<int>(p.pp)};
+                                  static_cast<int>(p.pp)};
   if (world->size() != shape.size())
     throw Error("the run config asks for " + shape.to_string() + " = " +
                 std::to_string(shape.size()) + " ranks but " + std::to_string(world->size()) +
@@ -177,7 +177,7 @@ Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& par
 
 // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
 // the contiguous map unless the file lists it too).
-void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
+void apply_expert_placement(parallel::ExpertParallel& ep, const RunConfig& config,
                             const model::ModelConfig& mc, int ep_size) {
   const std::string& path = config.parallel.expert_placement;
   const parallel::ExpertPlacement placement = parallel::load_expert_placement(path);
@@ -190,27 +190,27 @@ void apply_expert_placement(model::ExpertParallel& ep, const RunConfig& config,
                 std::to_string(blocks - main_layers) + " MTP)")
         .file(path)
         .field("layers");
-  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts), ep_size,
-                               path);
+  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
+                                   ep_size, path);
   for (int l = 0; l < listed; ++l)
     ep.owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
 }
 
 // EP (ep > 1): the expert-parallel context over the grid's `ep` group
 // (contiguous map, or parallel.expert_placement); null otherwise.
-std::unique_ptr<model::ExpertParallel> make_trainer_expert_parallel(const RunConfig& c,
-                                                                    parallel::ProcessGrid& grid) {
+std::unique_ptr<parallel::ExpertParallel> make_trainer_expert_parallel(
+    const RunConfig& c, parallel::ProcessGrid& grid) {
   if (grid.shape().ep <= 1) return nullptr;
   const model::ModelConfig mc = run_model_config(c);
-  auto ep = std::make_unique<model::ExpertParallel>(
-      model::make_expert_parallel(mc, grid.ep(), c.parallel.ep_overlap));
+  auto ep = std::make_unique<parallel::ExpertParallel>(
+      parallel::make_expert_parallel(mc, grid.ep(), c.parallel.ep_overlap));
   if (!c.parallel.expert_placement.empty()) apply_expert_placement(*ep, c, mc, grid.shape().ep);
   return ep;
 }
 
 // EP: the routed experts this rank stores (model/expert_shard.hpp): those it owns.
-std::optional<parallel::ExpertOwnership> owned_experts(const model::ExpertParallel* ep,
-                                                    const parallel::ProcessGrid& grid) {
+std::optional<parallel::ExpertOwnership> owned_experts(const parallel::ExpertParallel* ep,
+                                                       const parallel::ProcessGrid& grid) {
   if (!ep) return std::nullopt;
   return parallel::ExpertOwnership::of_rank(ep->owner, grid.coords().ep);
 }
@@ -274,7 +274,8 @@ struct Trainer::Impl {
   bool root = true;  // world rank 0: writes metrics, logs and checkpoints
   io::Tokenizer tokenizer;
   // EP: the expert-parallel context the model's MoE blocks dispatch through (ep > 1).
-  std::unique_ptr<model::ExpertParallel> expert_parallel;
+  std::unique_ptr<parallel::ExpertParallel> expert_parallel;
+  std::unique_ptr<parallel::EpTokenDispatchers<float>> expert_dispatchers;  // over expert_parallel
   // EP: the routed experts this rank stores (the others live on their owners).
   std::optional<parallel::ExpertOwnership> ownership;
   model::Model<float> model;
@@ -305,10 +306,13 @@ struct Trainer::Impl {
         root(grid->world().rank() == 0),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
         expert_parallel(make_trainer_expert_parallel(config, *grid)),
+        expert_dispatchers(expert_parallel ? std::make_unique<parallel::EpTokenDispatchers<float>>(
+                                                 *expert_parallel)
+                                           : nullptr),
         ownership(owned_experts(expert_parallel.get(), *grid)),
         model(build_model(config, ownership ? &*ownership : nullptr)),
-        zero_partition(parallel::partition_for_zero_by_role(model.params().specs(), grid->data().size(),
-                                                  expert_comm().size())),
+        zero_partition(parallel::partition_for_zero_by_role(
+            model.params().specs(), grid->data().size(), expert_comm().size())),
         optimizer(make_optimizer(config, model.params(), zero_ranges())),
         reducer(model.params().specs(), &grid->data(), &grid->pp(), zero_partition,
                 {.bucket_bytes = std::max<int64_t>(
@@ -321,10 +325,10 @@ struct Trainer::Impl {
       options.quiet = true;
       options.write_metrics = false;
     }
-    if (expert_parallel) model.set_expert_parallel(expert_parallel.get());
+    if (expert_dispatchers) model.set_token_dispatchers(expert_dispatchers.get());
     if (grid->shape().pp > 1)
-      pipeline =
-          std::make_unique<parallel::PipelineRunner>(model, grid->pp(), config.parallel.pipeline_schedule);
+      pipeline = std::make_unique<parallel::PipelineRunner>(model, grid->pp(),
+                                                            config.parallel.pipeline_schedule);
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -361,7 +365,8 @@ struct Trainer::Impl {
         (std::filesystem::path(dir) / "optimizer.safetensors").string();
     if (ownership) {
       // Only this rank's experts are read (weights and optimizer state).
-      model::LoadedCheckpoint<float> loaded = parallel::load_checkpoint_shard<float>(dir, *ownership);
+      model::LoadedCheckpoint<float> loaded =
+          parallel::load_checkpoint_shard<float>(dir, *ownership);
       model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                   std::move(loaded.hash_tables));
       optimizer = make_optimizer(config, model.params(), zero_ranges());
@@ -372,7 +377,7 @@ struct Trainer::Impl {
       optimizer = make_optimizer(config, model.params(), zero_ranges());
       optimizer.load_state(optimizer_file);
     }
-    model.set_expert_parallel(expert_parallel.get());
+    model.set_token_dispatchers(expert_dispatchers.get());
     const nlohmann::json state = read_trainer_state(dir);
     const std::string origin = (std::filesystem::path(dir) / "trainer_state.json").string();
     try {
@@ -643,7 +648,8 @@ struct Trainer::Impl {
     if (ownership) {
       // Dense tensors are replicated (counted once); each expert lives on one EP rank.
       const parallel::OptimizerShard dense = parallel::role_range(specs, model::ParamRole::kDense);
-      const parallel::OptimizerShard experts = parallel::role_range(specs, model::ParamRole::kExpert);
+      const parallel::OptimizerShard experts =
+          parallel::role_range(specs, model::ParamRole::kExpert);
       const double squared =
           shard_grad_norm_squared(specs, dense, g) +
           grid->ep().all_reduce_value(shard_grad_norm_squared(specs, experts, g));
@@ -663,13 +669,15 @@ struct Trainer::Impl {
   void gather_parameters() {
     if (config.parallel.zero == 0) return;
     std::vector<float>& values = model.params().values();
-    auto gather = [&](parallel::Communicator& comm, const std::vector<parallel::OptimizerShard>& parts) {
+    auto gather = [&](parallel::Communicator& comm,
+                      const std::vector<parallel::OptimizerShard>& parts) {
       if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
       const parallel::OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
       const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
       std::vector<int64_t> counts;
       for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
-      comm.all_gather(own.data(), values.data() + parts.front().begin, counts, parallel::DType::kF32);
+      comm.all_gather(own.data(), values.data() + parts.front().begin, counts,
+                      parallel::DType::kF32);
     };
     gather(grid->data(), zero_partition.dense);
     gather(expert_comm(), zero_partition.expert);
@@ -896,10 +904,10 @@ struct Trainer::Impl {
     // a batch of its own in the last round runs a copy of one and discards it.
     struct DetachExperts {
       model::Model<float>& m;
-      model::ExpertParallel* ep;
-      ~DetachExperts() { m.set_expert_parallel(ep); }
-    } detach{model, model.expert_parallel()};
-    if (!ownership) model.set_expert_parallel(nullptr);
+      model::TokenDispatchers<float>* dispatchers;
+      ~DetachExperts() { m.set_token_dispatchers(dispatchers); }
+    } detach{model, model.token_dispatchers()};
+    if (!ownership) model.set_token_dispatchers(nullptr);
     DataSource validation(config, tokenizer, config.validation_file, false);
     const int64_t available = std::max<int64_t>(
         1, (validation.sequences_in_epoch() + config.micro_batch - 1) / config.micro_batch);
@@ -960,7 +968,8 @@ struct Trainer::Impl {
   Contribution contribution_of(int r, const std::vector<model::ParamSpec>& layout) const {
     Contribution c;
     const int ep = grid->shape().ep;
-    if (ownership && r / ep == 0) c.values = {parallel::role_range(layout, model::ParamRole::kExpert)};
+    if (ownership && r / ep == 0)
+      c.values = {parallel::role_range(layout, model::ParamRole::kExpert)};
     if (config.parallel.zero > 0) {
       const parallel::ZeroPartition parts =
           parallel::partition_for_zero_by_role(layout, grid->data().size(), expert_comm().size());
@@ -1010,8 +1019,8 @@ struct Trainer::Impl {
       const float* second_data = zero ? optimizer.second_moment().data() : second.data();
       std::vector<parallel::Request> sends;
       if (!values.empty())
-        sends.push_back(
-            data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32, 0, kValuesTag));
+        sends.push_back(data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32,
+                                        0, kValuesTag));
       if (size_of(mine.state) > 0) {
         sends.push_back(data_comm.isend(first_data, size_of(mine.state), parallel::DType::kF32, 0,
                                         kFirstMomentTag));
@@ -1051,7 +1060,8 @@ struct Trainer::Impl {
       out->optimizer_gathered = true;
       out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
       out->optimizer.second_moment.assign(static_cast<size_t>(total), 0.0f);
-      const std::vector<parallel::OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
+      const std::vector<parallel::OptimizerShard>& own_state =
+          zero ? optimizer.ranges() : everything;
       place(own_layout, own_state, optimizer.first_moment().data(), out->optimizer.first_moment);
       place(own_layout, own_state, optimizer.second_moment().data(), out->optimizer.second_moment);
     }
@@ -1063,13 +1073,13 @@ struct Trainer::Impl {
       std::vector<float> second(first.size());
       std::vector<parallel::Request> receives;
       if (!values.empty())
-        receives.push_back(
-            data_comm.irecv(values.data(), size_of(c.values), parallel::DType::kF32, r, kValuesTag));
+        receives.push_back(data_comm.irecv(values.data(), size_of(c.values), parallel::DType::kF32,
+                                           r, kValuesTag));
       if (!first.empty()) {
-        receives.push_back(
-            data_comm.irecv(first.data(), size_of(c.state), parallel::DType::kF32, r, kFirstMomentTag));
-        receives.push_back(data_comm.irecv(second.data(), size_of(c.state), parallel::DType::kF32, r,
-                                           kSecondMomentTag));
+        receives.push_back(data_comm.irecv(first.data(), size_of(c.state), parallel::DType::kF32, r,
+                                           kFirstMomentTag));
+        receives.push_back(data_comm.irecv(second.data(), size_of(c.state), parallel::DType::kF32,
+                                           r, kSecondMomentTag));
       }
       parallel::wait_all(receives);
       place(layout, c.values, values.data(), out->values);
@@ -1089,9 +1099,10 @@ struct Trainer::Impl {
     std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
     std::vector<int64_t> counts;
     for (int r = 0; r < ep.size(); ++r) {
-      owned[static_cast<size_t>(r)] =
-          parallel::filter_specs(whole, parallel::ExpertOwnership::of_rank(expert_parallel->owner, r));
-      counts.push_back(parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
+      owned[static_cast<size_t>(r)] = parallel::filter_specs(
+          whole, parallel::ExpertOwnership::of_rank(expert_parallel->owner, r));
+      counts.push_back(
+          parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
     }
     if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
       throw Error("internal: a buffer of " + std::to_string(local.size()) +

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "trex/parallel/communicator.hpp"
-#include "trex/parallel/process_grid.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
+#include "trex/parallel/communicator.hpp"
+#include "trex/parallel/process_grid.hpp"
 #include "trex/train/metrics.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/run_config.hpp"

@@ -1,8 +1,8 @@
-// Expert-parallel MoE (moe_parallel.hpp): the dispatch bookkeeping, and the
-// whole dispatch / expert / combine path with ranks simulated by threads of
-// this process (a small in-test communicator whose all-to-all is a
-// synchronous exchange), compared with the local path.
-#include "trex/model/moe_parallel.hpp"
+// Expert-parallel MoE (parallel/ep_token_dispatcher.hpp): the dispatch
+// bookkeeping, and the whole dispatch / expert / combine path with ranks
+// simulated by threads of this process (a small in-test communicator whose
+// all-to-all is a synchronous exchange), compared with the local path.
+#include "trex/parallel/ep_token_dispatcher.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,50 +19,25 @@
 #include <vector>
 
 #include "model/gradcheck.hpp"
-#include "test_paths.hpp"
 #include "trex/core/error.hpp"
-#include "trex/parallel/communicator.hpp"
-#include "trex/model/config.hpp"
 #include "trex/model/moe.hpp"
+#include "trex/parallel/communicator.hpp"
 
 namespace trex::model {
 namespace {
 
+using parallel::chunk_bounds;
+using parallel::contiguous_expert_owner;
+using parallel::DispatchPlan;
+using parallel::EpTokenDispatcher;
+using parallel::MoeParallel;
+using parallel::plan_dispatch;
+using parallel::plan_receive;
+using parallel::ReceivePlan;
 using testing::random_vector;
 
 // ---------------------------------------------------------------------------
 // Bookkeeping.
-
-TEST(MoeParallelPlan, ContiguousOwner) {
-  EXPECT_EQ(contiguous_expert_owner(8, 2), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
-  EXPECT_EQ(contiguous_expert_owner(8, 4), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
-  // 7 experts over 3 ranks: shares 3, 2, 2.
-  EXPECT_EQ(contiguous_expert_owner(7, 3), (std::vector<int>{0, 0, 0, 1, 1, 2, 2}));
-  EXPECT_THROW(contiguous_expert_owner(8, 0), Error);
-}
-
-TEST(MoeParallelPlan, ValidateOwnerNamesTheField) {
-  const std::vector<int> short_map{0, 1};
-  try {
-    validate_expert_owner(short_map, 3, 2, "ep.owner[1]");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field_name(), "ep.owner[1]");
-  }
-  const std::vector<int> bad_rank{0, 2, 1};
-  EXPECT_THROW(validate_expert_owner(bad_rank, 3, 2, "f"), Error);
-  const std::vector<int> negative{0, -1, 1};
-  EXPECT_THROW(validate_expert_owner(negative, 3, 2, "f"), Error);
-  const std::vector<int> ok{1, 0, 1};
-  EXPECT_NO_THROW(validate_expert_owner(ok, 3, 2, "f"));
-}
-
-TEST(MoeParallelPlan, MapFingerprintTellsMapsApart) {
-  const std::vector<int> a{0, 0, 1, 1}, b{0, 1, 0, 1}, c{0, 0, 1}, a2{0, 0, 1, 1};
-  EXPECT_EQ(expert_map_fingerprint(a), expert_map_fingerprint(a2));
-  EXPECT_NE(expert_map_fingerprint(a), expert_map_fingerprint(b));
-  EXPECT_NE(expert_map_fingerprint(a), expert_map_fingerprint(c));
-}
 
 TEST(MoeParallelPlan, ChunkBounds) {
   EXPECT_EQ(chunk_bounds(7, false), (std::vector<int64_t>{0, 7}));
@@ -125,20 +100,6 @@ TEST(MoeParallelPlan, ReceiveRejectsRowsForAnotherOwner) {
   }
 }
 
-TEST(MoeParallelPlan, ExpertParallelContextForConfig) {
-  const ModelConfig config =
-      ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
-  auto comm = parallel::make_self_communicator("ep");
-  ExpertParallel ep = make_expert_parallel(config, *comm, false);
-  ASSERT_EQ(ep.owner.size(), static_cast<size_t>(config.num_hidden_layers + 1));
-  EXPECT_EQ(ep.owner[0], std::vector<int>(static_cast<size_t>(config.n_routed_experts), 0));
-  const MoeParallel view = ep.block(2, config.n_routed_experts);
-  EXPECT_EQ(view.comm, comm.get());
-  EXPECT_FALSE(view.overlap);
-  EXPECT_THROW(ep.block(static_cast<int64_t>(ep.owner.size()), config.n_routed_experts), Error);
-  EXPECT_THROW(ep.block(0, config.n_routed_experts + 1), Error);  // map too short
-}
-
 // ---------------------------------------------------------------------------
 // Ranks as threads: all-to-all is a synchronous exchange through shared slots.
 
@@ -186,7 +147,8 @@ class ThreadComm : public parallel::Communicator {
   int size() const override { return group_.size(); }
   const std::string& name() const override { return name_; }
   parallel::Request iall_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
-                            std::span<const int64_t> recv_counts, parallel::DType type) override {
+                                std::span<const int64_t> recv_counts,
+                                parallel::DType type) override {
     group_.all_to_all(rank_, send, send_counts, recv, recv_counts, type);
     ++stats_.operations;
     return {};
@@ -195,10 +157,11 @@ class ThreadComm : public parallel::Communicator {
     throw Error("thread comm: all_reduce not supported");
   }
   parallel::Request ireduce_scatter(const void*, void*, std::span<const int64_t>, parallel::DType,
-                                parallel::ReduceOp) override {
+                                    parallel::ReduceOp) override {
     throw Error("thread comm: reduce_scatter not supported");
   }
-  parallel::Request iall_gather(const void*, void*, std::span<const int64_t>, parallel::DType) override {
+  parallel::Request iall_gather(const void*, void*, std::span<const int64_t>,
+                                parallel::DType) override {
     throw Error("thread comm: all_gather not supported");
   }
   parallel::Request ibroadcast(void*, int64_t, parallel::DType, int) override {
@@ -342,16 +305,17 @@ Micro micro_batch(const Layer& layer, int rank) {
   return m;
 }
 
-RankResult run_rank(const Layer& layer, const Micro& m, Grads& grads, const MoeParallel* parallel) {
+RankResult run_rank(const Layer& layer, const Micro& m, Grads& grads,
+                    TokenDispatcher<float>* dispatcher) {
   RankResult r;
   const int64_t N = m.dims.tokens(), d = m.dims.hidden;
   MoeCache<float> cache;
   r.y.assign(static_cast<size_t>(N * d), 0.f);
   r.dx.assign(static_cast<size_t>(N * d), 0.f);
   const MoeWeights<float> w = layer.weights();
-  moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, r.y.data(), false, parallel);
+  moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, r.y.data(), false, dispatcher);
   MoeGrads<float> g = grads.view();
-  moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, r.dx.data(), parallel);
+  moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, r.dx.data(), dispatcher);
   r.balance = cache.balance_loss;
   r.load = cache.expert_load;
   return r;
@@ -409,7 +373,8 @@ void check_expert_parallel(const EpCase& ec) {
           view.pairs = pairs[r].data();
           view.dispatch_bytes = dispatch[r].data();
           view.total_bytes = total[r].data();
-          parallel[r] = run_rank(layer, micro[r], grads[r], &view);
+          EpTokenDispatcher<float> dispatcher(view);
+          parallel[r] = run_rank(layer, micro[r], grads[r], &dispatcher);
         } catch (...) {
           errors[r] = std::current_exception();
         }
@@ -497,7 +462,8 @@ TEST(MoeParallelThreads, UnbalancedMapAllExpertsOnOneRank) {
       view.comm = &comm;
       view.owner = owner.data();
       view.overlap = true;
-      out[r] = run_rank(layer, r == 0 ? m0 : m1, grads[r], &view);
+      EpTokenDispatcher<float> dispatcher(view);
+      out[r] = run_rank(layer, r == 0 ? m0 : m1, grads[r], &dispatcher);
     });
   for (std::thread& t : threads) t.join();
   EXPECT_LE(max_rel(out[0].y, l0.y), 1e-6);
@@ -527,9 +493,10 @@ TEST(MoeParallelThreads, DisagreeingRanksAllFail) {
         view.comm = &comm;
         view.owner = owner[r].data();
         view.overlap = variant == 0 || r != 1;  // variant 1: rank 1 runs without overlap
+        EpTokenDispatcher<float> dispatcher(view);
         Grads grads(layer.dims);
         try {
-          run_rank(layer, micro_batch(layer, r), grads, &view);
+          run_rank(layer, micro_batch(layer, r), grads, &dispatcher);
         } catch (const Error& e) {
           errors[r] = e.field_name() + ": " + e.what();
         }
@@ -556,7 +523,8 @@ TEST(MoeParallelSelf, OneRankIsBitwiseTheLocalPath) {
   view.overlap = false;
   Grads local_grads(layer.dims), ep_grads(layer.dims);
   const RankResult local = run_rank(layer, m, local_grads, nullptr);
-  const RankResult ep = run_rank(layer, m, ep_grads, &view);
+  EpTokenDispatcher<float> one_chunk(view);
+  const RankResult ep = run_rank(layer, m, ep_grads, &one_chunk);
   EXPECT_EQ(ep.y, local.y);
   EXPECT_EQ(ep.dx, local.dx);
   const auto a = ep_grads.all(), b = local_grads.all();
@@ -564,7 +532,8 @@ TEST(MoeParallelSelf, OneRankIsBitwiseTheLocalPath) {
   // Overlap splits the call in two halves: per-token maths unchanged.
   view.overlap = true;
   Grads half_grads(layer.dims);
-  const RankResult halves = run_rank(layer, m, half_grads, &view);
+  EpTokenDispatcher<float> two_chunks(view);
+  const RankResult halves = run_rank(layer, m, half_grads, &two_chunks);
   EXPECT_LE(max_rel(halves.y, local.y), 1e-6);
   EXPECT_LE(max_rel(halves.dx, local.dx), 1e-6);
   const auto c = half_grads.all();
@@ -586,16 +555,19 @@ TEST(MoeParallelSelf, BackwardMustMatchTheForwardMode) {
   MoeGrads<float> g = grads.view();
   const MoeWeights<float> w = layer.weights();
   moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, y.data());
-  EXPECT_THROW(moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, dx.data(), &view), Error);
-  moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, y.data(), false, &view);
+  EpTokenDispatcher<float> two_chunks(view);
+  EXPECT_THROW(moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, dx.data(), &two_chunks), Error);
+  moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, y.data(), false, &two_chunks);
   EXPECT_THROW(moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, dx.data()), Error);
   view.overlap = false;  // the forward ran two chunks
-  EXPECT_THROW(moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, dx.data(), &view), Error);
+  EpTokenDispatcher<float> one_chunk(view);
+  EXPECT_THROW(moe_backward(m.dims, w, cache, m.dy.data(), 1.0f, g, dx.data(), &one_chunk), Error);
   // A map naming a rank outside the group.
   const std::vector<int> bad(static_cast<size_t>(layer.dims.n_experts), 1);
   view.owner = bad.data();
-  EXPECT_THROW(moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, y.data(), false, &view),
-               Error);
+  EpTokenDispatcher<float> bad_map(view);
+  EXPECT_THROW(
+      moe_forward(m.dims, w, m.x.data(), m.tokens.data(), cache, y.data(), false, &bad_map), Error);
 }
 
 }  // namespace
