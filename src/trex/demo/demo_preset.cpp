@@ -30,11 +30,13 @@ class PresetTable {
     if (!node.is_table()) fail(key, node, "expected a table ([" + key_path(key) + "])");
     return PresetTable(*node.as_table(), file_, key_path(key));
   }
-  int64_t integer(const std::string& key, int64_t min) {
+  int64_t integer(const std::string& key, int64_t min,
+                  int64_t max = std::numeric_limits<int64_t>::max()) {
     const toml::node& node = at(key);
     if (!node.is_integer()) fail(key, node, "expected an integer");
     const int64_t value = node.as_integer()->get();
     if (value < min) fail(key, node, "must be >= " + std::to_string(min));
+    if (value > max) fail(key, node, "must be <= " + std::to_string(max));
     return value;
   }
   // A finite number with min < value <= max (min_inclusive: min <= value).
@@ -59,11 +61,10 @@ class PresetTable {
     if (!node.is_string()) fail(key, node, "expected a string");
     std::string value = node.as_string()->get();
     if (value.empty()) fail(key, node, "must not be empty");
-    if (!allowed.empty() && !allowed.count(value)) {
-      std::string names;
-      for (const std::string& name : allowed) names += (names.empty() ? "" : ", ") + name;
-      fail(key, node, "must be one of " + names + ", got \"" + value + "\"");
-    }
+    if (!allowed.empty() && !allowed.count(value))
+      fail(key, node,
+           "must be one of " + join({allowed.begin(), allowed.end()}, ", ") + ", got \"" + value +
+               "\"");
     return value;
   }
   std::vector<std::string> strings(const std::string& key) {
@@ -132,8 +133,8 @@ void read_data(PresetTable data, DemoPreset& p) {
   p.sizes.cpt_problems = data.integer("cpt_problems", 0);
   p.sizes.side_constraint_rate = data.number("side_constraint_rate", 0.0, 1.0, true);
   p.sizes.max_chars = static_cast<size_t>(data.integer("max_chars", 0));
-  p.sizes.copy_drills = static_cast<int>(
-      std::min<int64_t>(data.integer("copy_drills", 0), std::numeric_limits<int>::max()));
+  p.sizes.copy_drills =
+      static_cast<int>(data.integer("copy_drills", 0, std::numeric_limits<int>::max()));
   p.train_families = data.strings("train_families");
   p.heldout_families = data.strings("heldout_families");
   p.public_files = data.strings("public_files");
@@ -165,12 +166,13 @@ std::string find_config_dir(const std::string& explicit_dir) {
     candidates.push_back(executable.parent_path() / "configs");
     candidates.push_back(executable.parent_path().parent_path() / "configs");
   }
-  std::string looked;
+  std::vector<std::string> looked;
   for (const fs::path& dir : candidates) {
-    if (fs::is_directory(dir / "demo", error)) return dir.lexically_normal().string();
-    looked += (looked.empty() ? "" : ", ") + dir.lexically_normal().string();
+    const std::string name = dir.lexically_normal().string();
+    if (fs::is_directory(dir / "demo", error)) return name;
+    if (std::find(looked.begin(), looked.end(), name) == looked.end()) looked.push_back(name);
   }
-  throw Error("no configs folder with demo presets found (looked in " + looked +
+  throw Error("no configs folder with demo presets found (looked in " + join(looked, ", ") +
               "); run from the repository root, or give --config-dir or TREX_CONFIG_DIR")
       .field("config_dir");
 }
