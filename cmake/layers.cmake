@@ -77,6 +77,7 @@ trex_add_layer(or_eval FOLDERS or/eval USES or_solver)
 trex_add_layer(or_dataset FOLDERS or/dataset USES or_synth or_eval)
 
 trex_add_layer(demo FOLDERS demo USES train infer or_dataset)
+target_link_libraries(trex_demo PRIVATE tomlplusplus::tomlplusplus)
 
 # Everything, for the CLI, tests, benchmarks and fuzz replays.
 add_library(trex_lib INTERFACE)

@@ -15,8 +15,8 @@ struct CliRun {
   std::string output;  // stdout + stderr
 };
 
-inline CliRun run_trex(const std::string& args) {
-  const std::string cmd = trex_binary() + " " + args + " 2>&1";
+// Runs a shell command line and captures its output.
+inline CliRun run_shell(const std::string& cmd) {
   CliRun r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -26,6 +26,15 @@ inline CliRun run_trex(const std::string& args) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliRun run_trex(const std::string& args) {
+  return run_shell(trex_binary() + " " + args + " 2>&1");
+}
+
+// The same, started in the working directory `dir`.
+inline CliRun run_trex_in(const std::string& dir, const std::string& args) {
+  return run_shell("cd '" + dir + "' && " + trex_binary() + " " + args + " 2>&1");
 }
 
 }  // namespace trex::test

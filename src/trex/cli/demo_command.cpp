@@ -1,4 +1,4 @@
-// `trex demo`: the mission end to end on its embedded default (docs/demo.md):
+// `trex demo`: the mission end to end on a preset file (docs/demo.md):
 // data -> tokenizer -> [copy warm-up] -> CPT -> zero-shot base -> SFT -> zero-shot SFT -> report.
 #include <iostream>
 #include <memory>
@@ -18,8 +18,12 @@ void add_demo_command(CLI::App& app) {
   d->add_option("--out-dir", options->out_dir, "Output directory (rerun to resume)")
       ->capture_default_str();
   d->add_option("--preset", options->preset,
-                "default (<= 20 min on 2 cores) | full (hours, 10K SFT set) | smoke (seconds)")
+                "default (<= 20 min on 2 cores) | full (hours, 10K SFT set) | smoke (seconds): "
+                "configs/demo/NAME.toml; or a preset file (PATH.toml)")
       ->capture_default_str();
+  d->add_option("--config-dir", options->config_dir,
+                "The configs folder of the preset names (default: $TREX_CONFIG_DIR, else "
+                "./configs, else configs next to or above the trex binary)");
   d->add_option("--seed", options->seed, "Random seed (data, init, shuffling)")
       ->capture_default_str();
   d->add_option("--cpt-steps", options->cpt_steps, "Override the preset's CPT steps");

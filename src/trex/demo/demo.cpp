@@ -31,56 +31,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// The embedded demo model: every DeepSeek-V4 component (SWA, CSA with the
-// lightning indexer, HCA, hash and score routing, shared expert, mHC, MTP) at
-// a size two CPU cores train at ~1K tokens/s: 10.4M parameters, 4.6M active.
-// The window covers the whole 512-token sequence: answers copy names and
-// numbers from a question ~100-400 tokens back, which a 128-token window
-// leaves to the compressed entries (4 or 32 tokens pooled into one), from
-// which exact copying is harder. A design choice, not yet an A/B-measured one
-// (docs/demo.md, "Measured").
-json demo_model_config() {
-  return json::parse(R"({
-    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
-    "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 4,
-    "compress_ratios": [0, 4, 32, 4, 0], "num_hash_layers": 1,
-    "num_attention_heads": 2, "head_dim": 256, "qk_rope_head_dim": 32, "q_lora_rank": 128,
-    "o_groups": 2, "o_lora_rank": 128, "sliding_window": 512,
-    "index_n_heads": 4, "index_head_dim": 32, "index_topk": 16,
-    "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
-    "n_shared_experts": 1, "routed_scaling_factor": 1.5, "swiglu_limit": 10.0,
-    "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc", "norm_topk_prob": true,
-    "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 1024,
-                     "beta_fast": 32, "beta_slow": 1},
-    "num_key_value_heads": 1, "hidden_act": "silu",
-    "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06, "rms_norm_eps": 1e-06,
-    "rope_theta": 10000, "compress_rope_theta": 160000,
-    "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
-    "bos_token_id": 0, "eos_token_id": 1, "attention_bias": false,
-    "initializer_range": 0.02, "torch_dtype": "float32", "max_position_embeddings": 4096
-  })");
-}
-
-// A model small enough for a test to run every stage in seconds.
-json smoke_model_config() {
-  json c = demo_model_config();
-  c["hidden_size"] = 64;
-  c["num_hidden_layers"] = 2;
-  c["compress_ratios"] = json::array({4, 8, 0});
-  c["num_attention_heads"] = 2;
-  c["head_dim"] = 32;
-  c["qk_rope_head_dim"] = 16;
-  c["q_lora_rank"] = 32;
-  c["o_lora_rank"] = 32;
-  c["sliding_window"] = 16;
-  c["index_n_heads"] = 2;
-  c["index_head_dim"] = 16;
-  c["index_topk"] = 4;
-  c["n_routed_experts"] = 4;
-  c["moe_intermediate_size"] = 32;
-  return c;
-}
-
 const std::vector<std::string>& eval_splits() {
   static const std::vector<std::string> splits = {"test", "heldout_template", "heldout_family",
                                                   "public"};
@@ -278,13 +228,13 @@ SplitResult generate_and_grade(const model::Model<float>& model, const io::Token
       orlib::eval::run_eval(e);
     });
   }
-  const demo::Pass1Cell cell = demo::read_pass1(eval_dir + "/report.json", split);
+  const Pass1Cell cell = read_pass1(eval_dir + "/report.json", split);
   result.present = cell.present;
   result.pass1 = cell.pass1;
   result.n = cell.n;
   const std::string gold = (fs::path(bench).parent_path() / "gold" / (split + ".jsonl")).string();
   if (fs::exists(gold) && fs::exists(completions))
-    result.data_lines = demo::data_line_recall(completions, gold).percent();
+    result.data_lines = data_line_recall(completions, gold).percent();
   return result;
 }
 
@@ -319,9 +269,9 @@ std::map<std::string, double> evaluate_stage(const model::Model<float>& model,
 }
 
 // Training metrics series other than losses (e.g. the validation Pass@1).
-demo::CurveSeries metric_series(const std::string& metrics_path, const std::string& field,
-                                const std::string& label) {
-  demo::CurveSeries series;
+CurveSeries metric_series(const std::string& metrics_path, const std::string& field,
+                          const std::string& label) {
+  CurveSeries series;
   series.label = label;
   if (!fs::exists(metrics_path)) return series;
   read_jsonl(metrics_path, [&](const json& r, long) {
@@ -403,96 +353,359 @@ train::TrainSummary run_stage(train::RunConfig config, const DemoOptions& o, Dem
   return trainer->run(hook);
 }
 
+// What the stages of one `trex demo` share: the options (quiet on every rank
+// but 0), the preset, the processes, where everything goes, and the wall time
+// of each stage for the report.
+struct DemoRun {
+  DemoRun(const DemoOptions& o, DemoRanks& r)
+      : options(o), ranks(r), out(o.out_dir), data_dir(o.out_dir + "/data") {
+    if (!ranks.root()) options.quiet = true;  // rank 0 prints
+    preset = resolve_demo_preset(options);
+  }
+
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  DemoOptions options;
+  DemoRanks& ranks;
+  DemoPreset preset;
+  const std::string out;                                      // options.out_dir
+  const std::string data_dir;                                 // out/data
+  std::vector<std::pair<std::string, double>> stage_seconds;  // in stage order
+
+  void say(const std::string& line) const { demo::say(options, line); }
+  // Runs one stage and records its wall time under `stage`.
+  template <class Fn>
+  auto timed(const std::string& stage, Fn&& fn) {
+    const auto t = std::chrono::steady_clock::now();
+    auto result = fn();
+    stage_seconds.push_back({stage, seconds_since(t)});
+    return result;
+  }
+};
+
+// What every training stage starts from.
+struct TrainingInputs {
+  std::string tokenizer_path;
+  std::string model_config_path;  // the preset's model with the tokenizer's vocabulary
+  double peak_gflops = 0.0;       // the MFU denominator
+  std::string peak_dtype;         // how it was measured, for the report
+};
+
+// The zero-shot results of one model over the evaluation splits.
+struct StageEvaluation {
+  std::map<std::string, double> pass1, data_lines;  // split -> percent
+  double generation_tokens_per_s = 0.0;
+};
+
+// 1. Data (rank 0): the solver-verified problems, built once, plus the CPT
+// validation documents and, for a copy warm-up, its drill files.
+json build_data(const DemoRun& run) {
+  const DemoOptions& o = run.options;
+  const DemoPreset& preset = run.preset;
+  const std::string& data_dir = run.data_dir;
+  run.ranks.on_root("building the data", [&] {
+    if (fs::exists(data_dir + "/summary.json")) {
+      run.say("== data: reusing " + data_dir);
+    } else {
+      run.say("== data: solver-verified problems -> compact SFT set, CPT corpus, eval splits (" +
+              preset.data_preset + " sizes)");
+      DemoDataOptions d;
+      d.out_dir = data_dir;
+      d.preset = preset.data_preset;
+      d.sizes = preset.sizes;
+      d.train_families = preset.train_families;
+      d.heldout_families = preset.heldout_families;
+      d.public_files = preset.public_files;
+      d.difficulty = preset.difficulty;
+      d.seed = o.seed;
+      d.bench_dir = fs::is_directory(o.bench_dir) ? o.bench_dir : "";
+      if (d.bench_dir.empty()) {
+        log::warn("benchmark directory ", o.bench_dir, " not found: no public slice");
+        d.sizes.public_items = 0;
+      }
+      d.jobs = o.jobs;
+      d.show_progress = !o.quiet;
+      build_demo_data(d);
+    }
+    if (!fs::exists(data_dir + "/cpt_val.jsonl"))
+      write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
+    if (preset.copy_warmup_steps > 0 && !fs::exists(data_dir + "/copy_drills.jsonl"))
+      write_copy_drill_files(data_dir + "/cpt.jsonl", data_dir + "/copy_drills.jsonl",
+                             data_dir + "/copy_drills_val.jsonl");
+  });
+  return json::parse(read_file(data_dir + "/summary.json"));
+}
+
+// 2. Tokenizer (rank 0 trains it once; every rank loads it). A resumed run
+// must not train on a tokenizer of the other pre-tokenizer.
+io::Tokenizer prepare_tokenizer(const DemoRun& run, const std::string& tokenizer_path) {
+  const DemoPreset& preset = run.preset;
+  run.ranks.on_root("training the tokenizer", [&] {
+    if (fs::exists(tokenizer_path)) return;
+    run.say("== tokenizer: byte-level BPE, " + std::to_string(preset.vocab_size) +
+            " tokens at most, on the CPT corpus" +
+            (preset.bare_words ? " (bare words: names copy token for token)" : ""));
+    train_demo_tokenizer(run.data_dir + "/cpt.jsonl", preset.vocab_size, preset.bare_words,
+                         run.options.quiet)
+        .save(tokenizer_path);
+  });
+  io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
+  if (nlohmann::json(tokenizer.to_json()["pre_tokenizer"]) !=
+      nlohmann::json(io::deepseek_v3_pre_tokenizer_json(false, preset.bare_words)))
+    throw Error(std::string("the tokenizer was trained ") +
+                (preset.bare_words ? "without" : "with") +
+                " --bare-words; use that setting or a new --out-dir")
+        .file(tokenizer_path)
+        .field("pre_tokenizer");
+  return tokenizer;
+}
+
+// The preset's model with the tokenizer's vocabulary and special ids, written
+// where every training stage reads it. Returns its path.
+std::string write_model_config(const DemoRun& run, const io::Tokenizer& tokenizer) {
+  json model_config = run.preset.model_config;
+  model_config["vocab_size"] = tokenizer.vocab_size();
+  model_config["bos_token_id"] = tokenizer.special_ids().bos;
+  model_config["eos_token_id"] = tokenizer.special_ids().eos;
+  const std::string path = run.out + "/model-config.json";
+  run.ranks.on_root("writing " + path,
+                    [&] { write_file_atomic(path, model_config.dump(2) + "\n"); });
+  return path;
+}
+
+// The MFU denominator, measured once through the engine's GEMM path unless
+// given; with several ranks each measures its own threads while the others do
+// (what a rank gets while all train), and the mean is the per-rank peak.
+void measure_mfu_peak(const DemoRun& run, TrainingInputs& inputs) {
+  const bool bf16 = run.preset.bf16;
+  inputs.peak_gflops = run.options.peak_gflops;
+  inputs.peak_dtype = bf16 ? "bf16" : "fp32";
+  if (bf16 && !kernels::gemm_bf16_native()) inputs.peak_dtype = "bf16 rounding on fp32";
+  if (inputs.peak_gflops <= 0) {
+    double measured = 0;
+    run.ranks.all("measuring the GEMM peak", [&] {
+      measured = kernels::measure_peak(bf16, {512, 1024}, 3).peak_gflops;
+    });
+    inputs.peak_gflops = run.ranks.sum(measured) / run.ranks.size();
+  }
+  if (run.ranks.size() > 1) inputs.peak_dtype += ", per rank";
+  run.say("== peak: " + format_fixed(inputs.peak_gflops, 1) + " GFLOP/s (" + inputs.peak_dtype +
+          " GEMM, the MFU denominator)");
+}
+
+// 3. The copy warm-up from random init, on the drills alone.
+train::TrainSummary copy_warmup(DemoRun& run, const TrainingInputs& inputs,
+                                std::unique_ptr<train::Trainer>& trainer) {
+  const DemoPreset& preset = run.preset;
+  run.say("== warm-up: " + std::to_string(preset.copy_warmup_steps) + " steps of " +
+          std::to_string(preset.copy_warmup_batch) + " x " +
+          std::to_string(preset.copy_warmup_seq_len) +
+          " tokens of copy drills from random init, peak LR " + format_fixed(preset.cpt_lr, 4));
+  train::RunConfig warmup =
+      base_run_config(preset, inputs.tokenizer_path, inputs.peak_gflops, run.options.seed);
+  warmup.model_config = inputs.model_config_path;
+  warmup.init_seed = run.options.seed;
+  warmup.mode = train::DataMode::kCpt;
+  warmup.train_file = run.data_dir + "/copy_drills.jsonl";
+  warmup.validation_file = run.data_dir + "/copy_drills_val.jsonl";
+  warmup.seq_len = preset.copy_warmup_seq_len;
+  warmup.global_batch = preset.copy_warmup_batch;
+  warmup.micro_batch = preset.copy_warmup_batch;
+  warmup.steps = preset.copy_warmup_steps;
+  warmup.peak_lr = preset.cpt_lr;
+  warmup.min_lr = preset.cpt_lr / 10;
+  warmup.eval_interval = std::max<int64_t>(1, preset.copy_warmup_steps / 4);
+  warmup.out_dir = run.out + "/warmup";
+  const train::TrainSummary summary = run_stage(warmup, run.options, run.ranks, trainer);
+  trainer.reset();
+  return summary;
+}
+
+// 4. CPT on the corpus, from the warm-up's last checkpoint or from random init.
+// Leaves the trained model in `trainer` for the base evaluation.
+train::TrainSummary continued_pretraining(DemoRun& run, const TrainingInputs& inputs,
+                                          const std::optional<train::TrainSummary>& warmup,
+                                          std::unique_ptr<train::Trainer>& trainer) {
+  const DemoPreset& preset = run.preset;
+  run.say("== cpt: " + std::to_string(preset.cpt_steps) + " steps of " +
+          std::to_string(preset.global_batch) + " x " + std::to_string(preset.seq_len) +
+          " tokens from " + (warmup ? warmup->last_checkpoint : std::string("random init")) +
+          ", peak LR " + format_fixed(preset.cpt_lr, 4));
+  train::RunConfig cpt =
+      base_run_config(preset, inputs.tokenizer_path, inputs.peak_gflops, run.options.seed);
+  if (warmup) {
+    cpt.init_checkpoint = warmup->last_checkpoint;
+  } else {
+    cpt.model_config = inputs.model_config_path;
+    cpt.init_seed = run.options.seed;
+  }
+  cpt.mode = train::DataMode::kCpt;
+  cpt.train_file = run.data_dir + "/cpt.jsonl";
+  cpt.validation_file = run.data_dir + "/cpt_val.jsonl";
+  cpt.steps = preset.cpt_steps;
+  cpt.peak_lr = preset.cpt_lr;
+  cpt.min_lr = preset.cpt_lr / 10;
+  cpt.eval_interval = std::max<int64_t>(1, preset.cpt_steps / 4);
+  cpt.out_dir = run.out + "/cpt";
+  return run_stage(cpt, run.options, run.ranks, trainer);
+}
+
+// 5 and 7. Zero-shot answers of `model` on every evaluation split, graded.
+StageEvaluation evaluate(const DemoRun& run, const model::Model<float>& model,
+                         const io::Tokenizer& tokenizer, const std::string& stage_dir,
+                         const std::string& label) {
+  StageEvaluation e;
+  e.pass1 = evaluate_stage(model, tokenizer, run.data_dir, stage_dir, label, run.preset,
+                           run.options, run.ranks, &e.generation_tokens_per_s, &e.data_lines);
+  return e;
+}
+
+// 6. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
+// Leaves the trained model in `trainer` for the final evaluation.
+train::TrainSummary supervised_finetuning(DemoRun& run, const TrainingInputs& inputs,
+                                          const train::TrainSummary& cpt,
+                                          std::unique_ptr<train::Trainer>& trainer) {
+  const DemoPreset& preset = run.preset;
+  run.say("== sft: " + std::to_string(preset.sft_steps) + " steps of " +
+          std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
+          " tokens from " + cpt.last_checkpoint + ", peak LR " + format_fixed(preset.sft_lr, 4));
+  train::RunConfig sft =
+      base_run_config(preset, inputs.tokenizer_path, inputs.peak_gflops, run.options.seed);
+  sft.seq_len = preset.sft_seq_len;
+  sft.micro_batch = preset.sft_micro_batch;
+  sft.global_batch = preset.sft_global_batch;
+  sft.init_checkpoint = cpt.last_checkpoint;
+  sft.mode = train::DataMode::kSft;
+  sft.train_file = run.data_dir + "/sft_train.jsonl";
+  sft.validation_file = run.data_dir + "/sft_val.jsonl";
+  sft.steps = preset.sft_steps;
+  sft.peak_lr = preset.sft_lr;
+  sft.min_lr = preset.sft_lr / 10;
+  sft.eval_interval = std::max<int64_t>(1, preset.sft_steps / preset.val_pass_evals);
+  sft.out_dir = run.out + "/sft";
+  const std::string val_prompts = run.data_dir + "/prompts/val.jsonl";
+  const std::string val_bench = run.data_dir + "/val.jsonl";
+  auto val_pass1_hook = [&](train::Trainer& tr, int64_t step, train::MetricsRecord& record) {
+    const std::string dir = run.out + "/sft/val-pass1/step-" + std::to_string(step);
+    // A resumed run re-measures the step it repeats.
+    run.ranks.on_root("clearing " + dir, [&] { fs::remove_all(dir); });
+    const SplitResult r = generate_and_grade(tr.model(), tr.tokenizer(), val_prompts, val_bench,
+                                             dir, "val", preset, run.options, run.ranks);
+    if (!r.present) return;
+    record.set("val_pass1", r.pass1);
+    std::string line = "   step " + std::to_string(step) + ": validation Pass@1 " +
+                       format_fixed(r.pass1, 1) + "% of " + std::to_string(r.n);
+    if (r.data_lines >= 0) {
+      record.set("val_data_lines", r.data_lines);
+      line += ", data lines reproduced " + format_fixed(r.data_lines, 1) + "%";
+    }
+    run.say(line);
+  };
+  return run_stage(sft, run.options, run.ranks, trainer, val_pass1_hook);
+}
+
+// The training figures of one stage for the report. They come from the
+// stage's metrics.jsonl (one record per step), so a stage finished by an
+// earlier, interrupted `trex demo` still reports its whole history, not this
+// process's share of it (none, for a stage that was already complete).
+void add_stage_figures(DemoReportInputs& report, const std::string& name,
+                       const train::TrainSummary& s, double lr) {
+  const StageHistory h = read_stage_history(s.metrics_jsonl);
+  report.figures.push_back({name + " steps", std::to_string(s.steps) + " (" +
+                                                 std::to_string(s.skipped_steps) + " skipped, " +
+                                                 std::to_string(s.spikes) +
+                                                 " loss spikes), peak LR " + format_fixed(lr, 4)});
+  report.figures.push_back({name + " tokens", format_fixed(h.tokens, 0) + " (" +
+                                                  std::to_string(s.trained_tokens) + " trained)"});
+  report.figures.push_back(
+      {name + " throughput", format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
+                                 format_fixed(h.model_gflops_per_second(), 1) +
+                                 " model GFLOP/s, MFU " + format_fixed(100 * h.mfu(), 1) + "% (" +
+                                 format_fixed(h.seconds, 0) + " s of training steps)"});
+  report.figures.push_back(
+      {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
+                                 format_fixed(h.final_lm_loss, 3) + ", validation " +
+                                 format_fixed(h.final_validation_loss, 3) + ")"});
+}
+
+// The loss curves of every training stage and the validation Pass@1 during SFT.
+void write_charts(const DemoRun& run, const std::optional<train::TrainSummary>& warmup,
+                  const train::TrainSummary& cpt, const train::TrainSummary& sft) {
+  SvgChart chart;
+  chart.title = std::string(warmup ? "Copy warm-up, CPT" : "CPT") +
+                " then SFT: training and validation loss (LM + MTP + balance)";
+  std::vector<CurveSeries> series;
+  if (warmup) series = read_loss_series(warmup->metrics_jsonl, "warm-up");
+  for (auto& s : read_loss_series(cpt.metrics_jsonl, "CPT")) series.push_back(s);
+  for (auto& s : read_loss_series(sft.metrics_jsonl, "SFT")) series.push_back(s);
+  write_file_atomic(run.out + "/loss.svg", loss_curves_svg(series, chart));
+  SvgChart pass_chart;
+  pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
+  pass_chart.y_label = "percent";
+  write_file_atomic(
+      run.out + "/val_pass1.svg",
+      loss_curves_svg(
+          {metric_series(sft.metrics_jsonl, "val_pass1", "validation Pass@1"),
+           metric_series(sft.metrics_jsonl, "val_data_lines", "validation data lines reproduced")},
+          pass_chart));
+}
+
+// 8. report.md (rank 0): the Pass@1 table, charts, data summary and figures.
+void write_report(const DemoRun& run, const std::string& report_path, const json& data_summary,
+                  const TrainingInputs& inputs, const std::optional<train::TrainSummary>& warmup,
+                  const train::TrainSummary& cpt, const train::TrainSummary& sft,
+                  const StageEvaluation& base, const StageEvaluation& final_eval) {
+  const DemoPreset& preset = run.preset;
+  run.ranks.on_root("writing the report", [&] {
+    write_charts(run, warmup, cpt, sft);
+    DemoReportInputs report;
+    report.title =
+        "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(run.options.seed) + ")";
+    for (const std::string& split : eval_splits()) {
+      const std::string base_report = run.out + "/base/eval/" + split + "/report.json";
+      const std::string sft_report = run.out + "/final/eval/" + split + "/report.json";
+      if (fs::exists(base_report)) report.base_reports[split] = base_report;
+      if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
+    }
+    report.figures.push_back({"model", "DeepSeek-V4 architecture, " + inputs.model_config_path});
+    report.figures.push_back(
+        {"processes", run.ranks.size() == 1
+                          ? std::string("1")
+                          : std::to_string(run.ranks.size()) +
+                                " MPI ranks (training data parallel, ZeRO-1; generation split)"});
+    report.figures.push_back({"MFU denominator", format_fixed(inputs.peak_gflops, 1) +
+                                                     " GFLOP/s (" + inputs.peak_dtype + " GEMM)"});
+    if (warmup) add_stage_figures(report, "copy warm-up", *warmup, preset.cpt_lr);
+    add_stage_figures(report, "CPT", cpt, preset.cpt_lr);
+    add_stage_figures(report, "SFT", sft, preset.sft_lr);
+    if (base.generation_tokens_per_s > 0)
+      report.figures.push_back(
+          {"generation (base)", format_fixed(base.generation_tokens_per_s, 0) + " tokens/s"});
+    if (final_eval.generation_tokens_per_s > 0)
+      report.figures.push_back(
+          {"generation (SFT)", format_fixed(final_eval.generation_tokens_per_s, 0) + " tokens/s"});
+    for (const auto& [stage, seconds] : run.stage_seconds)
+      report.figures.push_back({"time: " + stage, format_fixed(seconds, 1) + " s"});
+    report.figures.push_back({"time: total", format_fixed(seconds_since(run.start), 1) + " s"});
+    report.charts = {{"Loss curves", "loss.svg"},
+                     {"Validation Pass@1 during SFT", "val_pass1.svg"}};
+    report.data_summary = data_summary;
+    report.base_data_lines = base.data_lines;
+    report.sft_data_lines = final_eval.data_lines;
+    report.notes =
+        "Pass@1 is greedy zero-shot decoding graded by `trex or eval` (the generated MathProg "
+        "model "
+        "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "
+        "Reproduce: `trex demo --preset " +
+        preset.name + " --seed " + std::to_string(run.options.seed) + "`; docs/demo.md.\n";
+    write_demo_report(report_path, report);
+  });
+}
+
 }  // namespace
 
-DemoPreset demo_preset(std::string_view name) {
-  DemoPreset p;
-  p.name = std::string(name);
-  if (name == "default") {
-    p.data_preset = "default";
-    p.sizes = demo::demo_preset_sizes("default");
-    // Sized for `make demo` on a fresh 2-core machine in <= 20 minutes, of
-    // which installing and building take ~8.5: half the data preset's
-    // evaluation items (generation of a split dominates its grading) and
-    // 30 + 40 training steps (~6.5 min at ~700 tokens/s).
-    p.sizes.test = 40;
-    p.sizes.heldout_template = 40;
-    p.sizes.heldout_family = 30;
-    p.sizes.public_items = 30;
-    p.model_config = demo_model_config();
-    p.cpt_steps = 30;
-    p.sft_steps = 40;
-    p.val_pass_evals = 2;
-    p.max_new_tokens = 320;
-  } else if (name == "full") {
-    p.data_preset = "full";
-    p.sizes = demo::demo_preset_sizes("full");
-    p.model_config = demo_model_config();
-    // 8 drills per problem (128,000) and a 500-step warm-up on them alone (the
-    // copy at ~95 % of drill values; docs/demo.md), then CPT 200 and SFT 700
-    // steps: ~1 h 50 min on 2 cores.
-    p.sizes.copy_drills = 8;
-    p.copy_warmup_steps = 500;
-    p.cpt_steps = 200;
-    p.sft_steps = 700;
-    p.warmup_steps = 20;
-    p.val_pass_evals = 4;
-    p.checkpoint_interval = 100;
-  } else if (name == "smoke") {
-    p.data_preset = "default";
-    p.sizes = demo::demo_preset_sizes("default");
-    p.sizes.sft_train = 24;
-    p.sizes.sft_val = 4;
-    p.sizes.test = 4;
-    p.sizes.heldout_template = 4;
-    p.sizes.heldout_family = 4;
-    p.sizes.public_items = 2;
-    p.sizes.cpt_problems = 24;
-    p.model_config = smoke_model_config();
-    p.vocab_size = 700;
-    p.seq_len = 1024;  // a 700-token vocabulary makes an SFT pair ~600 tokens
-    p.micro_batch = 1;
-    p.global_batch = 2;
-    p.sft_seq_len = 1024;
-    p.sft_micro_batch = 1;
-    p.sft_global_batch = 2;
-    p.bf16 = false;
-    p.cpt_steps = 3;
-    p.sft_steps = 3;
-    p.warmup_steps = 1;
-    p.val_pass_evals = 1;
-    p.max_new_tokens = 24;
-    p.checkpoint_interval = 2;
-  } else {
-    throw Error("unknown demo preset '" + std::string(name) + "' (default, full or smoke)")
-        .field("preset");
-  }
-  return p;
-}
-
-DemoPreset with_bare_words(DemoPreset p) {
-  p.bare_words = true;
-  const int64_t window = p.model_config.at("sliding_window").get<int64_t>();
-  p.model_config["sliding_window"] = std::max<int64_t>(window, 1024);
-  auto longer_rows = [](int64_t& seq_len, int64_t& micro, int64_t& global) {
-    if (global % 2 != 0) return;  // keep the rows when the batch cannot halve
-    seq_len *= 2;
-    global /= 2;
-    micro = std::gcd(micro, global);
-  };
-  longer_rows(p.seq_len, p.micro_batch, p.global_batch);
-  longer_rows(p.sft_seq_len, p.sft_micro_batch, p.sft_global_batch);
-  p.max_new_tokens = p.max_new_tokens * 5 / 4;
-  return p;
-}
-
-DemoResult run_demo(const DemoOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  DemoRanks ranks;
-  DemoOptions o = options;
-  if (!ranks.root()) o.quiet = true;  // rank 0 prints
-  DemoPreset preset = demo_preset(o.preset);
-  if (o.bare_words) preset = with_bare_words(std::move(preset));
+DemoPreset resolve_demo_preset(const DemoOptions& o) {
+  DemoPreset preset = demo_preset(o.preset, o.config_dir);
+  if (o.bare_words && !preset.bare_words) preset = with_bare_words(std::move(preset));
   if (o.cpt_steps >= 0) preset.cpt_steps = o.cpt_steps;
   if (o.copy_warmup_steps >= 0) preset.copy_warmup_steps = o.copy_warmup_steps;
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
@@ -518,295 +731,52 @@ DemoResult run_demo(const DemoOptions& options) {
     // A micro-batch no larger than the preset's that divides the new batch.
     preset.sft_micro_batch = std::gcd(preset.sft_micro_batch, o.sft_global_batch);
   }
-  const std::string out = o.out_dir;
-  const std::string data_dir = out + "/data";
-  ranks.on_root("creating " + out, [&] { fs::create_directories(out); });
-  std::vector<std::pair<std::string, double>> stage_seconds;  // in stage order
+  return preset;
+}
+
+DemoResult run_demo(const DemoOptions& options) {
+  DemoRanks ranks;
+  DemoRun run(options, ranks);
+  ranks.on_root("creating " + run.out, [&] { fs::create_directories(run.out); });
   if (ranks.size() > 1)
-    say(o, "== ranks: " + std::to_string(ranks.size()) +
-               " (training data parallel with ZeRO-1, generation split over the ranks)");
+    run.say("== ranks: " + std::to_string(ranks.size()) +
+            " (training data parallel with ZeRO-1, generation split over the ranks)");
 
-  // 1. Data.
-  auto t = std::chrono::steady_clock::now();
-  json data_summary;
-  ranks.on_root("building the data", [&] {
-    if (fs::exists(data_dir + "/summary.json")) {
-      say(o, "== data: reusing " + data_dir);
-    } else {
-      say(o, "== data: solver-verified problems -> compact SFT set, CPT corpus, eval splits (" +
-                 preset.data_preset + " sizes)");
-      demo::DemoDataOptions d;
-      d.out_dir = data_dir;
-      d.preset = preset.data_preset;
-      d.sizes = preset.sizes;
-      d.seed = o.seed;
-      d.bench_dir = fs::is_directory(o.bench_dir) ? o.bench_dir : "";
-      if (d.bench_dir.empty()) {
-        log::warn("benchmark directory ", o.bench_dir, " not found: no public slice");
-        d.sizes.public_items = 0;
-      }
-      d.jobs = o.jobs;
-      d.show_progress = !o.quiet;
-      demo::build_demo_data(d);
-    }
-    if (!fs::exists(data_dir + "/cpt_val.jsonl"))
-      write_cpt_validation(data_dir + "/sft_val.jsonl", data_dir + "/cpt_val.jsonl");
-    if (preset.copy_warmup_steps > 0 && !fs::exists(data_dir + "/copy_drills.jsonl"))
-      write_copy_drill_files(data_dir + "/cpt.jsonl", data_dir + "/copy_drills.jsonl",
-                             data_dir + "/copy_drills_val.jsonl");
+  const json data_summary = run.timed("data", [&] { return build_data(run); });
+  TrainingInputs inputs;
+  inputs.tokenizer_path = run.out + "/tokenizer.json";
+  const io::Tokenizer tokenizer = run.timed("tokenizer", [&] {
+    io::Tokenizer loaded = prepare_tokenizer(run, inputs.tokenizer_path);
+    inputs.model_config_path = write_model_config(run, loaded);
+    return loaded;
   });
-  data_summary = json::parse(read_file(data_dir + "/summary.json"));
-  stage_seconds.push_back({"data", seconds_since(t)});
+  measure_mfu_peak(run, inputs);
 
-  // 2. Tokenizer.
-  t = std::chrono::steady_clock::now();
-  const std::string tokenizer_path = out + "/tokenizer.json";
-  ranks.on_root("training the tokenizer", [&] {
-    if (!fs::exists(tokenizer_path)) {
-      say(o, "== tokenizer: byte-level BPE, " + std::to_string(preset.vocab_size) +
-                 " tokens at most, on the CPT corpus" +
-                 (preset.bare_words ? " (bare words: names copy token for token)" : ""));
-      io::Tokenizer trained = train_demo_tokenizer(data_dir + "/cpt.jsonl", preset.vocab_size,
-                                                   preset.bare_words, o.quiet);
-      trained.save(tokenizer_path);
-    }
-  });
-  const io::Tokenizer tokenizer = io::Tokenizer::load(tokenizer_path);
-  // A resumed run must not train on a tokenizer of the other pre-tokenizer.
-  if (nlohmann::json(tokenizer.to_json()["pre_tokenizer"]) !=
-      nlohmann::json(io::deepseek_v3_pre_tokenizer_json(false, preset.bare_words)))
-    throw Error(std::string("the tokenizer was trained ") +
-                (preset.bare_words ? "without" : "with") +
-                " --bare-words; use that setting or a new --out-dir")
-        .file(tokenizer_path)
-        .field("pre_tokenizer");
-  json model_config = preset.model_config;
-  model_config["vocab_size"] = tokenizer.vocab_size();
-  model_config["bos_token_id"] = tokenizer.special_ids().bos;
-  model_config["eos_token_id"] = tokenizer.special_ids().eos;
-  const std::string model_config_path = out + "/model-config.json";
-  ranks.on_root("writing " + model_config_path,
-                [&] { write_file_atomic(model_config_path, model_config.dump(2) + "\n"); });
-  stage_seconds.push_back({"tokenizer", seconds_since(t)});
-
-  // The MFU denominator, measured once through the engine's GEMM path; with
-  // several ranks each measures its own threads while the others do (what a
-  // rank gets while all train), and the mean is the per-rank peak.
-  double peak = o.peak_gflops;
-  std::string peak_dtype = preset.bf16 ? "bf16" : "fp32";
-  if (preset.bf16 && !kernels::gemm_bf16_native()) peak_dtype = "bf16 rounding on fp32";
-  if (peak <= 0) {
-    double measured = 0;
-    ranks.all("measuring the GEMM peak", [&] {
-      measured = kernels::measure_peak(preset.bf16, {512, 1024}, 3).peak_gflops;
-    });
-    peak = ranks.sum(measured) / ranks.size();
-  }
-  if (ranks.size() > 1) peak_dtype += ", per rank";
-  say(o, "== peak: " + format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype +
-             " GEMM, the MFU denominator)");
-
-  // 3. The copy warm-up from scratch, on the drills alone.
   std::unique_ptr<train::Trainer> trainer;
-  std::optional<train::TrainSummary> warmup_summary;
-  if (preset.copy_warmup_steps > 0) {
-    t = std::chrono::steady_clock::now();
-    say(o, "== warm-up: " + std::to_string(preset.copy_warmup_steps) + " steps of " +
-               std::to_string(preset.copy_warmup_batch) + " x " +
-               std::to_string(preset.copy_warmup_seq_len) +
-               " tokens of copy drills from random init, peak LR " +
-               format_fixed(preset.cpt_lr, 4));
-    train::RunConfig warmup = base_run_config(preset, tokenizer_path, peak, o.seed);
-    warmup.model_config = model_config_path;
-    warmup.init_seed = o.seed;
-    warmup.mode = train::DataMode::kCpt;
-    warmup.train_file = data_dir + "/copy_drills.jsonl";
-    warmup.validation_file = data_dir + "/copy_drills_val.jsonl";
-    warmup.seq_len = preset.copy_warmup_seq_len;
-    warmup.global_batch = preset.copy_warmup_batch;
-    warmup.micro_batch = preset.copy_warmup_batch;
-    warmup.steps = preset.copy_warmup_steps;
-    warmup.peak_lr = preset.cpt_lr;
-    warmup.min_lr = preset.cpt_lr / 10;
-    warmup.eval_interval = std::max<int64_t>(1, preset.copy_warmup_steps / 4);
-    warmup.out_dir = out + "/warmup";
-    warmup_summary = run_stage(warmup, o, ranks, trainer);
-    trainer.reset();
-    stage_seconds.push_back({"warm-up", seconds_since(t)});
-  }
-
-  // 4. CPT, from the warm-up or from scratch.
-  t = std::chrono::steady_clock::now();
-  say(o, "== cpt: " + std::to_string(preset.cpt_steps) + " steps of " +
-             std::to_string(preset.global_batch) + " x " + std::to_string(preset.seq_len) +
-             " tokens from " +
-             (warmup_summary ? warmup_summary->last_checkpoint : std::string("random init")) +
-             ", peak LR " + format_fixed(preset.cpt_lr, 4));
-  train::RunConfig cpt = base_run_config(preset, tokenizer_path, peak, o.seed);
-  if (warmup_summary) {
-    cpt.init_checkpoint = warmup_summary->last_checkpoint;
-  } else {
-    cpt.model_config = model_config_path;
-    cpt.init_seed = o.seed;
-  }
-  cpt.mode = train::DataMode::kCpt;
-  cpt.train_file = data_dir + "/cpt.jsonl";
-  cpt.validation_file = data_dir + "/cpt_val.jsonl";
-  cpt.steps = preset.cpt_steps;
-  cpt.peak_lr = preset.cpt_lr;
-  cpt.min_lr = preset.cpt_lr / 10;
-  cpt.eval_interval = std::max<int64_t>(1, preset.cpt_steps / 4);
-  cpt.out_dir = out + "/cpt";
-  const train::TrainSummary cpt_summary = run_stage(cpt, o, ranks, trainer);
-  stage_seconds.push_back({"cpt", seconds_since(t)});
-
-  // 5. The CPT-only base, zero-shot.
-  t = std::chrono::steady_clock::now();
-  say(o, "== base: zero-shot answers of the CPT-only model");
-  double base_gen_tps = 0;
-  std::map<std::string, double> base_data_lines, sft_data_lines;
-  const auto base_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/base",
-                                         "base", preset, o, ranks, &base_gen_tps, &base_data_lines);
-  stage_seconds.push_back({"base eval", seconds_since(t)});
+  std::optional<train::TrainSummary> warmup;
+  if (run.preset.copy_warmup_steps > 0)
+    warmup = run.timed("warm-up", [&] { return copy_warmup(run, inputs, trainer); });
+  const train::TrainSummary cpt =
+      run.timed("cpt", [&] { return continued_pretraining(run, inputs, warmup, trainer); });
+  const StageEvaluation base = run.timed("base eval", [&] {
+    run.say("== base: zero-shot answers of the CPT-only model");
+    return evaluate(run, trainer->model(), tokenizer, run.out + "/base", "base");
+  });
   trainer.reset();
+  const train::TrainSummary sft =
+      run.timed("sft", [&] { return supervised_finetuning(run, inputs, cpt, trainer); });
+  const StageEvaluation final_eval = run.timed("final eval", [&] {
+    run.say("== final: zero-shot answers of the SFT model");
+    return evaluate(run, trainer->model(), tokenizer, run.out + "/final", "sft");
+  });
 
-  // 6. SFT from the CPT checkpoint, with a validation Pass@1 at intervals.
-  t = std::chrono::steady_clock::now();
-  say(o, "== sft: " + std::to_string(preset.sft_steps) + " steps of " +
-             std::to_string(preset.sft_global_batch) + " x " + std::to_string(preset.sft_seq_len) +
-             " tokens from " + cpt_summary.last_checkpoint + ", peak LR " +
-             format_fixed(preset.sft_lr, 4));
-  train::RunConfig sft = base_run_config(preset, tokenizer_path, peak, o.seed);
-  sft.seq_len = preset.sft_seq_len;
-  sft.micro_batch = preset.sft_micro_batch;
-  sft.global_batch = preset.sft_global_batch;
-  sft.init_checkpoint = cpt_summary.last_checkpoint;
-  sft.mode = train::DataMode::kSft;
-  sft.train_file = data_dir + "/sft_train.jsonl";
-  sft.validation_file = data_dir + "/sft_val.jsonl";
-  sft.steps = preset.sft_steps;
-  sft.peak_lr = preset.sft_lr;
-  sft.min_lr = preset.sft_lr / 10;
-  sft.eval_interval = std::max<int64_t>(1, preset.sft_steps / preset.val_pass_evals);
-  sft.out_dir = out + "/sft";
-  const std::string val_prompts = data_dir + "/prompts/val.jsonl";
-  const std::string val_bench = data_dir + "/val.jsonl";
-  auto val_pass1_hook = [&](train::Trainer& tr, int64_t step, train::MetricsRecord& record) {
-    const std::string dir = out + "/sft/val-pass1/step-" + std::to_string(step);
-    // A resumed run re-measures the step it repeats.
-    ranks.on_root("clearing " + dir, [&] { fs::remove_all(dir); });
-    const SplitResult r = generate_and_grade(tr.model(), tr.tokenizer(), val_prompts, val_bench,
-                                             dir, "val", preset, o, ranks);
-    if (!r.present) return;
-    record.set("val_pass1", r.pass1);
-    std::string line = "   step " + std::to_string(step) + ": validation Pass@1 " +
-                       format_fixed(r.pass1, 1) + "% of " + std::to_string(r.n);
-    if (r.data_lines >= 0) {
-      record.set("val_data_lines", r.data_lines);
-      line += ", data lines reproduced " + format_fixed(r.data_lines, 1) + "%";
-    }
-    say(o, line);
-  };
-  const train::TrainSummary sft_summary = run_stage(sft, o, ranks, trainer, val_pass1_hook);
-  stage_seconds.push_back({"sft", seconds_since(t)});
-
-  // 7. The SFT model, zero-shot.
-  t = std::chrono::steady_clock::now();
-  say(o, "== final: zero-shot answers of the SFT model");
-  double sft_gen_tps = 0;
-  const auto sft_pass1 = evaluate_stage(trainer->model(), tokenizer, data_dir, out + "/final",
-                                        "sft", preset, o, ranks, &sft_gen_tps, &sft_data_lines);
-  stage_seconds.push_back({"final eval", seconds_since(t)});
-
-  // 8. Report (rank 0).
   DemoResult result;
   result.root = ranks.root();
-  result.base_pass1 = base_pass1;
-  result.sft_pass1 = sft_pass1;
-  result.report_path = out + "/report.md";
-  ranks.on_root("writing the report", [&] {
-    demo::SvgChart chart;
-    chart.title = std::string(warmup_summary ? "Copy warm-up, CPT" : "CPT") +
-                  " then SFT: training and validation loss (LM + MTP + balance)";
-    std::vector<demo::CurveSeries> series;
-    if (warmup_summary) series = demo::read_loss_series(warmup_summary->metrics_jsonl, "warm-up");
-    for (auto& s : demo::read_loss_series(cpt_summary.metrics_jsonl, "CPT")) series.push_back(s);
-    for (auto& s : demo::read_loss_series(sft_summary.metrics_jsonl, "SFT")) series.push_back(s);
-    write_file_atomic(out + "/loss.svg", demo::loss_curves_svg(series, chart));
-    demo::SvgChart pass_chart;
-    pass_chart.title = "SFT: validation Pass@1 and data lines reproduced during training";
-    pass_chart.y_label = "percent";
-    write_file_atomic(
-        out + "/val_pass1.svg",
-        demo::loss_curves_svg(
-            {metric_series(sft_summary.metrics_jsonl, "val_pass1", "validation Pass@1"),
-             metric_series(sft_summary.metrics_jsonl, "val_data_lines",
-                           "validation data lines reproduced")},
-            pass_chart));
-
-    demo::DemoReportInputs report;
-    report.title = "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(o.seed) + ")";
-    for (const std::string& split : eval_splits()) {
-      const std::string base_report = out + "/base/eval/" + split + "/report.json";
-      const std::string sft_report = out + "/final/eval/" + split + "/report.json";
-      if (fs::exists(base_report)) report.base_reports[split] = base_report;
-      if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
-    }
-    // Stage figures come from the stage's metrics.jsonl (one record per step),
-    // so a stage finished by an earlier, interrupted `trex demo` still reports
-    // its whole history, not this process's share of it (none, for a stage
-    // that was already complete).
-    auto stage_figures = [&](const std::string& name, const train::TrainSummary& s, double lr) {
-      const StageHistory h = read_stage_history(s.metrics_jsonl);
-      report.figures.push_back(
-          {name + " steps", std::to_string(s.steps) + " (" + std::to_string(s.skipped_steps) +
-                                " skipped, " + std::to_string(s.spikes) +
-                                " loss spikes), peak LR " + format_fixed(lr, 4)});
-      report.figures.push_back(
-          {name + " tokens",
-           format_fixed(h.tokens, 0) + " (" + std::to_string(s.trained_tokens) + " trained)"});
-      report.figures.push_back(
-          {name + " throughput", format_fixed(h.tokens_per_second(), 0) + " tokens/s, " +
-                                     format_fixed(h.model_gflops_per_second(), 1) +
-                                     " model GFLOP/s, MFU " + format_fixed(100 * h.mfu(), 1) +
-                                     "% (" + format_fixed(h.seconds, 0) + " s of training steps)"});
-      report.figures.push_back(
-          {name + " final loss", format_fixed(h.final_loss, 3) + " (LM " +
-                                     format_fixed(h.final_lm_loss, 3) + ", validation " +
-                                     format_fixed(h.final_validation_loss, 3) + ")"});
-    };
-    report.figures.push_back({"model", "DeepSeek-V4 architecture, " + model_config_path});
-    report.figures.push_back(
-        {"processes", ranks.size() == 1
-                          ? std::string("1")
-                          : std::to_string(ranks.size()) +
-                                " MPI ranks (training data parallel, ZeRO-1; generation split)"});
-    report.figures.push_back(
-        {"MFU denominator", format_fixed(peak, 1) + " GFLOP/s (" + peak_dtype + " GEMM)"});
-    if (warmup_summary) stage_figures("copy warm-up", *warmup_summary, preset.cpt_lr);
-    stage_figures("CPT", cpt_summary, preset.cpt_lr);
-    stage_figures("SFT", sft_summary, preset.sft_lr);
-    if (base_gen_tps > 0)
-      report.figures.push_back({"generation (base)", format_fixed(base_gen_tps, 0) + " tokens/s"});
-    if (sft_gen_tps > 0)
-      report.figures.push_back({"generation (SFT)", format_fixed(sft_gen_tps, 0) + " tokens/s"});
-    for (const auto& [stage, seconds] : stage_seconds)
-      report.figures.push_back({"time: " + stage, format_fixed(seconds, 1) + " s"});
-    report.figures.push_back({"time: total", format_fixed(seconds_since(start), 1) + " s"});
-    report.charts = {{"Loss curves", "loss.svg"},
-                     {"Validation Pass@1 during SFT", "val_pass1.svg"}};
-    report.data_summary = data_summary;
-    report.base_data_lines = base_data_lines;
-    report.sft_data_lines = sft_data_lines;
-    report.notes =
-        "Pass@1 is greedy zero-shot decoding graded by `trex or eval` (the generated MathProg "
-        "model "
-        "is solved and its objective compared with the ground truth, relative tolerance 1e-6). "
-        "Reproduce: `trex demo --preset " +
-        preset.name + " --seed " + std::to_string(o.seed) + "`; docs/demo.md.\n";
-    demo::write_demo_report(result.report_path, report);
-  });
-  result.seconds = seconds_since(start);
+  result.base_pass1 = base.pass1;
+  result.sft_pass1 = final_eval.pass1;
+  result.report_path = run.out + "/report.md";
+  write_report(run, result.report_path, data_summary, inputs, warmup, cpt, sft, base, final_eval);
+  result.seconds = seconds_since(run.start);
   return result;
 }
 

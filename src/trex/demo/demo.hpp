@@ -1,5 +1,5 @@
 #pragma once
-// `trex demo`: the mission end to end on an embedded default (docs/demo.md).
+// `trex demo`: the mission end to end on a preset file (docs/demo.md).
 // Stages, each resumable (a rerun with the same out dir skips finished work and
 // continues interrupted training from its last checkpoint):
 //   data      solver-verified OR problems -> compact SFT set, CPT corpus, eval splits
@@ -13,68 +13,16 @@
 //   report    report.md with the Pass@1 table, loss curves (SVG), throughput, MFU
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
-#include <vector>
 
-#include "trex/demo/demo_data.hpp"
+#include "trex/demo/demo_preset.hpp"
 
 namespace trex::demo {
 
-// Everything a preset fixes. `default` fits the 20-minute budget on two cores;
-// `full` trains for hours on the 10K SFT set; `smoke` is the seconds-long
-// configuration the tests run.
-struct DemoPreset {
-  std::string name;
-  std::string data_preset;  // demo-data preset the sizes start from
-  demo::DemoSizes sizes;
-  nlohmann::json model_config;  // released key scheme; vocab/bos/eos set from the tokenizer
-  int64_t vocab_size = 4096;    // an upper bound: BPE stops when no pair repeats
-  // Word pre-tokens without a leading space (io::deepseek_v3_pre_tokenizer_json):
-  // `face mask` in a question and `face_mask` in its model share the tokens
-  // `face` and `mask`, so copying a name is an identity over token ids; the
-  // DeepSeek-V3 split gives ` mask` and `_mask` (and `Warren` vs ` Warren` at
-  // a line start), a map the model must learn per word. Off in the presets
-  // until a full run measures it (docs/demo.md); with_bare_words() turns it on.
-  bool bare_words = false;
-  // CPT packs documents back to back into rows of `seq_len`; SFT packs whole
-  // examples into rows of `sft_seq_len` (a 1024-token row holds 2-3 pairs of
-  // ~400 tokens, where a 512-token row holds one and pads the rest).
-  int64_t seq_len = 512;
-  int64_t micro_batch = 4;
-  int64_t global_batch = 8;
-  int64_t sft_seq_len = 1024;
-  int64_t sft_micro_batch = 2;
-  int64_t sft_global_batch = 4;
-  bool bf16 = true;  // bf16 GEMM compute, fp32 master weights (docs/training.md)
-  // The copy warm-up: steps on the CPT corpus's copy drills alone, from random
-  // init, before the OR CPT starts from its checkpoint. On drills alone the
-  // model learns to copy a question's values (83 % of drill values at 300
-  // steps, 99 % at 700; docs/demo.md), a lookup that mixed CPT + SFT had not
-  // formed in 1,600 steps. Needs sizes.copy_drills > 0.
-  int64_t copy_warmup_steps = 0;
-  int64_t copy_warmup_seq_len = 256;  // rows of several drills (1-3 sentences + values each)
-  int64_t copy_warmup_batch = 8;
-  int64_t cpt_steps = 0;
-  int64_t sft_steps = 0;
-  double cpt_lr = 3e-3;
-  double sft_lr = 2e-3;
-  int64_t warmup_steps = 10;
-  int64_t val_pass_evals = 3;  // validation Pass@1 measurements during SFT
-  int64_t max_new_tokens = 384;
-  int64_t checkpoint_interval = 25;
-};
-DemoPreset demo_preset(std::string_view name);  // default | full | smoke; throws trex::Error
-// The preset with the bare-words tokenizer and what its ~50% longer token
-// sequences need: a window over a whole pair (>= 1024), CPT and SFT rows twice
-// as long with half as many per step (the same tokens per step, one pair of
-// ~580 tokens per 1024-token row would pad ~40%), answers up to 5/4 as long.
-DemoPreset with_bare_words(DemoPreset preset);
-
 struct DemoOptions {
   std::string out_dir = "out/demo";
-  std::string preset = "default";
+  std::string preset = "default";  // a name (configs/demo/NAME.toml) or a preset file
+  std::string config_dir;          // empty: find_config_dir()'s search
   uint64_t seed = 1;
   int64_t cpt_steps = -1;  // >= 0 overrides the preset
   int64_t sft_steps = -1;
@@ -97,6 +45,11 @@ struct DemoResult {
   std::map<std::string, double> base_pass1, sft_pass1;  // split -> percent
   double seconds = 0.0;
 };
+
+// The preset run_demo() trains: options.preset's file with the command-line
+// overrides applied (they win over the file). Throws trex::Error naming the
+// file or the option.
+DemoPreset resolve_demo_preset(const DemoOptions& options);
 
 // Under `mpirun -np N` every rank calls this (collective): training is data
 // parallel over the ranks, generation split; rank 0 writes the data and report.
