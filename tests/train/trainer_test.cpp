@@ -184,6 +184,7 @@ z_threshold = 5.0
     FAIL() << "no error";
   } catch (const trex::Error& e) {
     EXPECT_NE(std::string(e.what()).find("schedule.peek_lr"), std::string::npos);
+    EXPECT_EQ(e.line_number(), 2);
   }
 }
 
