@@ -54,7 +54,7 @@ endfunction()
 trex_add_layer(core FOLDERS core)
 target_compile_definitions(trex_core PUBLIC TREX_VERSION="${PROJECT_VERSION}")
 target_link_libraries(trex_core PUBLIC nlohmann_json::nlohmann_json Threads::Threads
-                      OpenMP::OpenMP_CXX)
+                      OpenMP::OpenMP_CXX PRIVATE tomlplusplus::tomlplusplus)
 
 trex_add_layer(io FOLDERS io USES core)
 trex_add_layer(kernels FOLDERS kernels USES io)
@@ -63,7 +63,6 @@ trex_add_layer(model FOLDERS model USES kernels)
 trex_add_layer(parallel FOLDERS parallel USES model)
 target_link_libraries(trex_parallel PRIVATE MPI::MPI_CXX)
 trex_add_layer(train FOLDERS train USES parallel)
-target_link_libraries(trex_train PRIVATE tomlplusplus::tomlplusplus)
 trex_add_layer(infer FOLDERS infer USES parallel)
 trex_add_layer(plan FOLDERS plan USES model kernels)
 
@@ -77,7 +76,7 @@ trex_add_layer(or_eval FOLDERS or/eval USES or_solver)
 trex_add_layer(or_dataset FOLDERS or/dataset USES or_synth or_eval)
 
 trex_add_layer(demo FOLDERS demo USES train infer or_dataset)
-target_link_libraries(trex_demo PRIVATE tomlplusplus::tomlplusplus)
+
 
 # Everything, for the CLI, tests, benchmarks and fuzz replays.
 add_library(trex_lib INTERFACE)

@@ -18,8 +18,8 @@ if(TREX_FUZZ)
   set(TREX_FUZZ_SANITIZERS address,undefined)
   # The parser sources the targets reach (and what those need), not all of trex_lib.
   set(TREX_FUZZ_LIB_SOURCES
-      core/atomic_file.cpp core/dtypes.cpp core/error.cpp core/jsonl.cpp core/log.cpp
-      core/progress.cpp core/strings.cpp
+      core/atomic_file.cpp core/config_reader.cpp core/dtypes.cpp core/error.cpp core/jsonl.cpp
+      core/log.cpp core/progress.cpp core/strings.cpp
       io/checkpoint_files.cpp io/safetensors.cpp io/tokenizer.cpp io/tokenizer_regex.cpp
       io/tokenizer_train.cpp io/tokenizer_unicode_tables.cpp
       model/config.cpp train/run_config.cpp train/schedule.cpp

@@ -143,7 +143,7 @@ TEST(DemoPreset, BadFileNamesTheFileLineAndKey) {
       << what;
   // A missing key: a preset file gives every value.
   what = error_of(edited_smoke("peak_lr = 2e-3\n", ""));
-  EXPECT_NE(what.find("field 'sft.peak_lr': missing key"), std::string::npos) << what;
+  EXPECT_NE(what.find("field 'sft.peak_lr': required key is missing"), std::string::npos) << what;
   // Wrong types and values.
   what = error_of(edited_smoke("max_new_tokens = 24", "max_new_tokens = \"24\""));
   EXPECT_NE(what.find("field 'generation.max_new_tokens': expected an integer"), std::string::npos)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "test_paths.hpp"
@@ -384,6 +385,30 @@ TEST(ModelConfig, LoadNamesTheFile) {
   EXPECT_THROW(ModelConfig::load(dir.file("missing.json")), Error);
   write_file_atomic(dir.file("list.json"), "[1, 2]");
   EXPECT_THROW(ModelConfig::load(dir.file("list.json")), Error);
+}
+
+// The 1-based line of the first occurrence of `needle` in `text`.
+long line_of(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  EXPECT_NE(at, std::string::npos) << needle;
+  return 1 + static_cast<long>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+TEST(ModelConfig, LoadedFileErrorsNameTheLine) {
+  test::TempDir dir;
+  json j = config_json("tiny-v4");
+  j["compress_ratios"][2] = "sixteen";
+  const std::string text = j.dump(2);
+  write_file_atomic(dir.file("config.json"), text);
+  try {
+    ModelConfig::load(dir.file("config.json"));
+    ADD_FAILURE() << "accepted a string ratio";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field_name(), "compress_ratios[2]");
+    EXPECT_EQ(e.line_number(), line_of(text, "\"sixteen\""));
+    EXPECT_NE(std::string(e.what()).find("expected an integer, got string"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -158,6 +158,17 @@ TEST(ExpertPlacementTopology, BadFilesNameTheField) {
   } catch (const Error& e) {
     EXPECT_EQ(e.file_name(), dir.file("bad.json"));
   }
+  write_file_atomic(dir.file("typo.json"),
+                    "{\n  \"ranks\": 4,\n  \"ranks_per_node\": 2,\n  \"inter_node_gbs\": 5\n}\n");
+  try {
+    RankTopology::load(dir.file("typo.json"));
+    FAIL() << "unknown key accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.line_number(), 4);
+    EXPECT_EQ(e.field_name(), "inter_node_gbs");
+    EXPECT_NE(std::string(e.what()).find("did you mean 'inter_node_gbps'?"), std::string::npos)
+        << e.what();
+  }
   try {
     RankTopology::from_json(json::parse(R"({"nodes": [[0, 0]]})"), "topo.json");
     FAIL() << "duplicate rank accepted";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -185,6 +186,21 @@ TEST(PlanCluster, ShippedSpecsLoadAndErrorsNameTheField) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.field_name(), "efficiency.gemm.max");
+  }
+  // Loaded from a file, the error also gives the line.
+  test::TempDir dir;
+  const std::string text = bad.dump(2);
+  write_file_atomic(dir.file("c.json"), text);
+  try {
+    ClusterSpec::load(dir.file("c.json"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field_name(), "efficiency.gemm.max");
+    const size_t at = text.find("\"max\": 1.5");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_EQ(e.line_number(), 1 + std::count(text.begin(), text.begin() + at, '\n'));
+    EXPECT_NE(std::string(e.what()).find("must be in [0.001, 1], got 1.5"), std::string::npos)
+        << e.what();
   }
 }
 

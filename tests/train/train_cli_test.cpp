@@ -67,7 +67,7 @@ TEST(TrainCli, TrainsTinyCorpusLossDecreasesAndResumes) {
   trex::write_file_atomic(dir.file("bad.json"), run.dump());
   const auto bad = run_trex("train --config " + dir.file("bad.json"));
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.output.find("bad.json: field 'schedule.peak': unknown key"), std::string::npos)
+  EXPECT_NE(bad.output.find("bad.json:1: field 'schedule.peak': unknown key"), std::string::npos)
       << bad.output;
 }
 

@@ -78,7 +78,9 @@ TEST(TrainRunConfig, ParsesEveryKeyAndResolvesPaths) {
 TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   nlohmann::json j = full_example();
   j["schedule"]["peek_lr"] = 1.0;
-  EXPECT_EQ(error_of(j), "run.json: field 'schedule.peek_lr': unknown key");
+  EXPECT_EQ(error_of(j),
+            "run.json: field 'schedule.peek_lr': unknown key (did you mean 'peak_lr'? allowed: "
+            "min_lr, peak_lr, warmup_steps)");
   j = full_example();
   j["precision"] = "fp16";
   EXPECT_NE(error_of(j).find("field 'precision'"), std::string::npos);
@@ -91,7 +93,7 @@ TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   EXPECT_NE(error_of(j).find("field 'model'"), std::string::npos);
   j = full_example();
   j["seq_len"] = "long";
-  EXPECT_EQ(error_of(j), "run.json: field 'seq_len': expected an integer");
+  EXPECT_EQ(error_of(j), "run.json: field 'seq_len': expected an integer, got string");
   j = full_example();
   j["optimizer"]["muon"]["momentum"] = 1.5;
   EXPECT_NE(error_of(j).find("optimizer.muon.momentum"), std::string::npos);
@@ -182,6 +184,7 @@ z_threshold = 5.0
     FAIL() << "no error";
   } catch (const trex::Error& e) {
     EXPECT_NE(std::string(e.what()).find("schedule.peek_lr"), std::string::npos);
+    EXPECT_EQ(e.line_number(), 2);
   }
 }
 

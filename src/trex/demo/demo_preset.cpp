@@ -1,14 +1,13 @@
 #include "trex/demo/demo_preset.hpp"
 
-#include <toml++/toml.h>
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <numeric>
 #include <set>
 
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/config_reader.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/strings.hpp"
 
@@ -17,127 +16,63 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One table of a preset file. Every key is required, so a preset file states
-// every value the demo uses; each read marks its key, and the keys left over
-// are reported as unknown. Errors name the file, the line and the key path.
-class PresetTable {
- public:
-  PresetTable(const toml::table& table, std::string file, std::string path)
-      : table_(table), file_(std::move(file)), path_(std::move(path)) {}
+// Every key of a preset file is required, so a file states every value the demo
+// uses; each section rejects the keys it did not read.
+using config::Range;
+using config::Reader;
 
-  PresetTable table(const std::string& key) {
-    const toml::node& node = at(key);
-    if (!node.is_table()) fail(key, node, "expected a table ([" + key_path(key) + "])");
-    return PresetTable(*node.as_table(), file_, key_path(key));
-  }
-  int64_t integer(const std::string& key, int64_t min,
-                  int64_t max = std::numeric_limits<int64_t>::max()) {
-    const toml::node& node = at(key);
-    if (!node.is_integer()) fail(key, node, "expected an integer");
-    const int64_t value = node.as_integer()->get();
-    if (value < min) fail(key, node, "must be >= " + std::to_string(min));
-    if (value > max) fail(key, node, "must be <= " + std::to_string(max));
-    return value;
-  }
-  // A finite number with min < value <= max (min_inclusive: min <= value).
-  double number(const std::string& key, double min, double max, bool min_inclusive) {
-    const toml::node& node = at(key);
-    if (!node.is_floating_point() && !node.is_integer()) fail(key, node, "expected a number");
-    const double value = node.is_integer() ? static_cast<double>(node.as_integer()->get())
-                                           : node.as_floating_point()->get();
-    if (!(min_inclusive ? value >= min : value > min) || !(value <= max))
-      fail(key, node,
-           "must be in " + std::string(min_inclusive ? "[" : "(") + format_number(min) + ", " +
-               format_number(max) + "]");
-    return value;
-  }
-  bool boolean(const std::string& key) {
-    const toml::node& node = at(key);
-    if (!node.is_boolean()) fail(key, node, "expected true or false");
-    return node.as_boolean()->get();
-  }
-  std::string string(const std::string& key, const std::set<std::string>& allowed = {}) {
-    const toml::node& node = at(key);
-    if (!node.is_string()) fail(key, node, "expected a string");
-    std::string value = node.as_string()->get();
-    if (value.empty()) fail(key, node, "must not be empty");
-    if (!allowed.empty() && !allowed.count(value))
-      fail(key, node,
-           "must be one of " + join({allowed.begin(), allowed.end()}, ", ") + ", got \"" + value +
-               "\"");
-    return value;
-  }
-  std::vector<std::string> strings(const std::string& key) {
-    const toml::node& node = at(key);
-    const toml::array* array = node.as_array();
-    if (!array) fail(key, node, "expected an array of strings");
-    std::vector<std::string> out;
-    for (const toml::node& element : *array) {
-      if (!element.is_string()) fail(key, element, "expected an array of strings");
-      out.push_back(element.as_string()->get());
-    }
-    return out;
-  }
+std::string word(const Reader& r, const std::string& key,
+                 const std::set<std::string>& allowed = {}) {
+  std::string value = r.string(key);
+  if (value.empty()) r.fail(key, "must not be empty");
+  if (!allowed.empty() && !allowed.count(value))
+    r.fail(key, "must be one of " + join({allowed.begin(), allowed.end()}, ", ") + ", got \"" +
+                    value + "\"");
+  return value;
+}
 
-  // A file path, relative to `base_dir` unless absolute; the file must exist.
-  std::string existing_file(const std::string& key, const fs::path& base_dir) {
-    const std::string value = string(key);
-    const fs::path path =
-        (fs::path(value).is_absolute() ? fs::path(value) : base_dir / value).lexically_normal();
-    if (!fs::is_regular_file(path)) fail(key, at(key), "file not found: " + path.string());
-    return path.string();
-  }
+std::vector<std::string> words(const Reader& r, const std::string& key) {
+  const Reader array = r.array(key);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < array.size(); ++i) out.push_back(array[i].as_string());
+  return out;
+}
 
-  void reject_unknown() const {
-    for (const auto& [key, node] : table_)
-      if (!used_.count(std::string(key.str()))) fail(std::string(key.str()), node, "unknown key");
-  }
+// A file path, relative to `base_dir` unless absolute; the file must exist.
+std::string existing_file(const Reader& r, const std::string& key, const fs::path& base_dir) {
+  const std::string value = word(r, key);
+  const fs::path path =
+      (fs::path(value).is_absolute() ? fs::path(value) : base_dir / value).lexically_normal();
+  if (!fs::is_regular_file(path)) r.fail(key, "file not found: " + path.string());
+  return path.string();
+}
 
- private:
-  const toml::node& at(const std::string& key) {
-    used_.insert(key);
-    const toml::node* node = table_.get(key);
-    if (!node)
-      throw Error("missing key (a preset file gives every value)")
-          .file(file_)
-          .line(static_cast<long>(table_.source().begin.line))
-          .field(key_path(key));
-    return *node;
-  }
-  std::string key_path(const std::string& key) const {
-    return path_.empty() ? key : path_ + "." + key;
-  }
-  [[noreturn]] void fail(const std::string& key, const toml::node& node,
-                         const std::string& message) const {
-    throw Error(message)
-        .file(file_)
-        .line(static_cast<long>(node.source().begin.line))
-        .field(key_path(key));
-  }
+int64_t at_least(const Reader& r, const std::string& key, int64_t min) {
+  return r.integer(key, Range<int64_t>::at_least(min));
+}
 
-  const toml::table& table_;
-  std::string file_;
-  std::string path_;
-  std::set<std::string> used_;
-};
+// A learning rate: in (0, 1].
+double rate(const Reader& r, const std::string& key) {
+  return r.number(key, Range<double>{0.0, 1.0, true});
+}
 
-void read_data(PresetTable data, DemoPreset& p) {
-  p.data_preset = data.string("size_table");
-  p.difficulty = data.string("difficulty", {"easy", "medium", "hard"});
-  p.sizes.sft_train = data.integer("sft_train", 1);
-  p.sizes.sft_val = data.integer("sft_val", 1);
-  p.sizes.test = data.integer("test", 0);
-  p.sizes.heldout_template = data.integer("heldout_template", 0);
-  p.sizes.heldout_family = data.integer("heldout_family", 0);
-  p.sizes.public_items = data.integer("public_items", 0);
-  p.sizes.cpt_problems = data.integer("cpt_problems", 0);
-  p.sizes.side_constraint_rate = data.number("side_constraint_rate", 0.0, 1.0, true);
-  p.sizes.max_chars = static_cast<size_t>(data.integer("max_chars", 0));
-  p.sizes.copy_drills =
-      static_cast<int>(data.integer("copy_drills", 0, std::numeric_limits<int>::max()));
-  p.train_families = data.strings("train_families");
-  p.heldout_families = data.strings("heldout_families");
-  p.public_files = data.strings("public_files");
+void read_data(const Reader& data, DemoPreset& p) {
+  p.data_preset = word(data, "size_table");
+  p.difficulty = word(data, "difficulty", {"easy", "medium", "hard"});
+  p.sizes.sft_train = at_least(data, "sft_train", 1);
+  p.sizes.sft_val = at_least(data, "sft_val", 1);
+  p.sizes.test = at_least(data, "test", 0);
+  p.sizes.heldout_template = at_least(data, "heldout_template", 0);
+  p.sizes.heldout_family = at_least(data, "heldout_family", 0);
+  p.sizes.public_items = at_least(data, "public_items", 0);
+  p.sizes.cpt_problems = at_least(data, "cpt_problems", 0);
+  p.sizes.side_constraint_rate =
+      data.number("side_constraint_rate", Range<double>::between(0.0, 1.0));
+  p.sizes.max_chars = static_cast<size_t>(at_least(data, "max_chars", 0));
+  p.sizes.copy_drills = data.integer<int>("copy_drills", Range<int>::at_least(0));
+  p.train_families = words(data, "train_families");
+  p.heldout_families = words(data, "heldout_families");
+  p.public_files = words(data, "public_files");
   data.reject_unknown();
 }
 
@@ -179,66 +114,59 @@ std::string find_config_dir(const std::string& explicit_dir) {
 
 DemoPreset load_demo_preset(const std::string& path) {
   if (!fs::is_regular_file(path)) throw Error("demo preset file not found").file(path);
-  toml::table root_table;
-  try {
-    root_table = toml::parse(read_file(path), path);
-  } catch (const toml::parse_error& e) {
-    throw Error(std::string("invalid TOML: ") + std::string(e.description()))
-        .file(path)
-        .line(static_cast<long>(e.source().begin.line));
-  }
+  const config::Document document = config::Document::load(path, config::Format::kToml);
   const fs::path base_dir = fs::path(path).parent_path();
   DemoPreset p;
   p.name = path;
-  PresetTable root(root_table, path, "");
-  read_data(root.table("data"), p);
+  const Reader root = document.root();
+  read_data(root.object("data"), p);
   {
-    PresetTable model = root.table("model");
-    p.model_config = read_model_config(model.existing_file("config", base_dir));
+    const Reader model = root.object("model");
+    p.model_config = read_model_config(existing_file(model, "config", base_dir));
     model.reject_unknown();
   }
   {
-    PresetTable tokenizer = root.table("tokenizer");
-    p.vocab_size = tokenizer.integer("vocab_size", 1);
+    const Reader tokenizer = root.object("tokenizer");
+    p.vocab_size = at_least(tokenizer, "vocab_size", 1);
     p.bare_words = tokenizer.boolean("bare_words");
     tokenizer.reject_unknown();
   }
   {
-    PresetTable training = root.table("training");
-    p.bf16 = training.string("precision", {"bf16", "fp32"}) == "bf16";
-    p.warmup_steps = training.integer("lr_warmup_steps", 0);
-    p.checkpoint_interval = training.integer("checkpoint_interval", 0);
+    const Reader training = root.object("training");
+    p.bf16 = word(training, "precision", {"bf16", "fp32"}) == "bf16";
+    p.warmup_steps = at_least(training, "lr_warmup_steps", 0);
+    p.checkpoint_interval = at_least(training, "checkpoint_interval", 0);
     training.reject_unknown();
   }
   {
-    PresetTable warmup = root.table("copy_warmup");
-    p.copy_warmup_steps = warmup.integer("steps", 0);
-    p.copy_warmup_seq_len = warmup.integer("seq_len", 2);
-    p.copy_warmup_batch = warmup.integer("batch", 1);
+    const Reader warmup = root.object("copy_warmup");
+    p.copy_warmup_steps = at_least(warmup, "steps", 0);
+    p.copy_warmup_seq_len = at_least(warmup, "seq_len", 2);
+    p.copy_warmup_batch = at_least(warmup, "batch", 1);
     warmup.reject_unknown();
   }
   {
-    PresetTable cpt = root.table("cpt");
-    p.cpt_steps = cpt.integer("steps", 0);
-    p.seq_len = cpt.integer("seq_len", 2);
-    p.micro_batch = cpt.integer("micro_batch", 1);
-    p.global_batch = cpt.integer("global_batch", 1);
-    p.cpt_lr = cpt.number("peak_lr", 0.0, 1.0, false);
+    const Reader cpt = root.object("cpt");
+    p.cpt_steps = at_least(cpt, "steps", 0);
+    p.seq_len = at_least(cpt, "seq_len", 2);
+    p.micro_batch = at_least(cpt, "micro_batch", 1);
+    p.global_batch = at_least(cpt, "global_batch", 1);
+    p.cpt_lr = rate(cpt, "peak_lr");
     cpt.reject_unknown();
   }
   {
-    PresetTable sft = root.table("sft");
-    p.sft_steps = sft.integer("steps", 0);
-    p.sft_seq_len = sft.integer("seq_len", 2);
-    p.sft_micro_batch = sft.integer("micro_batch", 1);
-    p.sft_global_batch = sft.integer("global_batch", 1);
-    p.sft_lr = sft.number("peak_lr", 0.0, 1.0, false);
-    p.val_pass_evals = sft.integer("val_pass_evals", 1);
+    const Reader sft = root.object("sft");
+    p.sft_steps = at_least(sft, "steps", 0);
+    p.sft_seq_len = at_least(sft, "seq_len", 2);
+    p.sft_micro_batch = at_least(sft, "micro_batch", 1);
+    p.sft_global_batch = at_least(sft, "global_batch", 1);
+    p.sft_lr = rate(sft, "peak_lr");
+    p.val_pass_evals = at_least(sft, "val_pass_evals", 1);
     sft.reject_unknown();
   }
   {
-    PresetTable generation = root.table("generation");
-    p.max_new_tokens = generation.integer("max_new_tokens", 1);
+    const Reader generation = root.object("generation");
+    p.max_new_tokens = at_least(generation, "max_new_tokens", 1);
     generation.reject_unknown();
   }
   root.reject_unknown();

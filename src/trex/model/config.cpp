@@ -5,12 +5,13 @@
 #include <set>
 #include <sstream>
 
-#include "trex/core/atomic_file.hpp"
+#include "trex/core/config_reader.hpp"
 #include "trex/core/error.hpp"
 
 namespace trex::model {
 
 using json = nlohmann::json;
+using config::Reader;
 
 namespace {
 
@@ -24,102 +25,17 @@ constexpr int64_t kCsaRatio = 4;  // the reference: overlap + indexer iff ratio 
   throw Error(msg).file(source).field(key);
 }
 
-std::string type_name(const json& value) {
-  return value.type_name();
-}
-
-// Typed access to one JSON object; every error names "<prefix><key>" and the file.
-class Reader {
- public:
-  Reader(const json& object, std::string source, std::string prefix = "")
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  bool has(const std::string& key) const {
-    return object_.contains(key) && !object_.at(key).is_null();
-  }
-  bool present(const std::string& key) const { return object_.contains(key); }  // null counts
-  const json& at(const std::string& key) const { return object_.at(key); }
-  std::string name(const std::string& key) const { return prefix_ + key; }
-  const std::string& source() const { return source_; }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& msg) const {
-    ::trex::model::fail(source_, name(key), msg);
-  }
-  void require_key(const std::string& key, const std::string& why = "") const {
-    if (!has(key)) fail(key, "required key is missing" + (why.empty() ? "" : " (" + why + ")"));
-  }
-
-  int64_t integer(const std::string& key) const {
-    require_key(key);
-    return to_integer(key, at(key));
-  }
-  int64_t integer(const std::string& key, int64_t fallback) const {
-    return has(key) ? to_integer(key, at(key)) : fallback;
-  }
-  double number(const std::string& key) const {
-    require_key(key);
-    return to_number(key, at(key));
-  }
-  double number(const std::string& key, double fallback) const {
-    return has(key) ? to_number(key, at(key)) : fallback;
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!at(key).is_boolean()) fail(key, "expected a boolean, got " + type_name(at(key)));
-    return at(key).get<bool>();
-  }
-  std::string string(const std::string& key) const {
-    require_key(key);
-    return to_string(key, at(key));
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    return has(key) ? to_string(key, at(key)) : fallback;
-  }
-  const json& object(const std::string& key) const {
-    if (!at(key).is_object()) fail(key, "expected an object, got " + type_name(at(key)));
-    return at(key);
-  }
-  const json& array(const std::string& key) const {
-    if (!at(key).is_array()) fail(key, "expected an array, got " + type_name(at(key)));
-    return at(key);
-  }
-
-  int64_t to_integer(const std::string& key, const json& value) const {
-    if (value.is_number_integer()) return value.get<int64_t>();
-    if (value.is_number_float()) {
-      double v = value.get<double>();
-      if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15) {
-        return static_cast<int64_t>(v);
-      }
-      fail(key, "expected an integer, got " + value.dump());
-    }
-    fail(key, "expected an integer, got " + type_name(value));
-  }
-  double to_number(const std::string& key, const json& value) const {
-    if (!value.is_number()) fail(key, "expected a number, got " + type_name(value));
-    return value.get<double>();
-  }
-  std::string to_string(const std::string& key, const json& value) const {
-    if (!value.is_string()) fail(key, "expected a string, got " + type_name(value));
-    return value.get<std::string>();
-  }
-
- private:
-  const json& object_;
-  std::string source_;
-  std::string prefix_;
-};
+// Hugging Face writes unset keys as null and may write 64.0 for 64.
+constexpr config::Conventions kHuggingFace{.null_is_absent = true,
+                                           .whole_floats_are_integers = true};
 
 // A token id: integer, null (-1) or, for eos_token_id, a list (first entry).
-int64_t read_token_id(const Reader& r, const std::string& key, int64_t fallback) {
-  if (!r.present(key)) return fallback;
-  const json& value = r.at(key);
+int64_t read_token_id(const config::Reader& r, const std::string& key, int64_t fallback) {
+  if (!r.contains(key)) return fallback;
+  const config::Reader value = r.at(key);
   if (value.is_null()) return -1;
-  if (value.is_array()) {
-    if (value.empty()) return -1;
-    return r.to_integer(key, value.at(0));
-  }
-  return r.to_integer(key, value);
+  if (value.is_array()) return value.size() == 0 ? -1 : value[0].as_integer();
+  return value.as_integer();
 }
 
 // A RoPE scaling object: {"type" or "rope_type": "yarn", factor,
@@ -219,22 +135,12 @@ void read_common(const Reader& r, ModelConfig& c) {
   if (r.has("quantization_config")) r.object("quantization_config");  // tolerated, not stored
 }
 
-std::vector<int64_t> read_ratio_list(const Reader& r, const std::string& key) {
-  const json& list = r.array(key);
-  std::vector<int64_t> ratios;
-  for (size_t i = 0; i < list.size(); ++i) {
-    ratios.push_back(r.to_integer(key + "[" + std::to_string(i) + "]", list[i]));
-  }
-  return ratios;
-}
-
 void read_released_scheme(const Reader& r, ModelConfig& c) {
   c.qk_rope_head_dim = r.integer("qk_rope_head_dim");
-  c.compress_ratios = read_ratio_list(r, "compress_ratios");
+  c.compress_ratios = r.array("compress_ratios").integers();
   c.num_hash_layers = r.integer("num_hash_layers", 3);
   if (r.has("rope_scaling")) {
-    c.rope_scaling =
-        read_rope_scaling(Reader(r.object("rope_scaling"), r.source(), "rope_scaling."));
+    c.rope_scaling = read_rope_scaling(r.object("rope_scaling"));
   }
 }
 
@@ -251,7 +157,7 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
   int64_t csa_rate = kCsaRatio;
   int64_t hca_rate = 128;
   if (r.has("compress_rates")) {
-    Reader rates(r.object("compress_rates"), r.source(), "compress_rates.");
+    const Reader rates = r.object("compress_rates");
     for (const char* key : {"csa", kCsaName}) csa_rate = rates.integer(key, csa_rate);
     for (const char* key : {"hca", kHcaName}) hca_rate = rates.integer(key, hca_rate);
   }
@@ -268,15 +174,14 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
                                  std::to_string(hca_rate));
   }
 
-  const json& types = r.array("layer_types");
+  const Reader types = r.array("layer_types");
   if (static_cast<int64_t>(types.size()) != n) {
     r.fail("layer_types", "has " + std::to_string(types.size()) +
                               " entries, num_hidden_layers is " + std::to_string(n));
   }
   c.compress_ratios.clear();
   for (size_t i = 0; i < types.size(); ++i) {
-    std::string key = "layer_types[" + std::to_string(i) + "]";
-    std::string type = r.to_string(key, types[i]);
+    const std::string type = types[i].as_string();
     if (type == kSlidingName) {
       c.compress_ratios.push_back(0);
     } else if (type == kCsaName) {
@@ -284,17 +189,16 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
     } else if (type == kHcaName) {
       c.compress_ratios.push_back(hca_rate);
     } else {
-      fail(r.source(), key,
-           "unknown layer type '" + type +
-               "' (expected sliding_attention, "
-               "compressed_sparse_attention or heavily_compressed_attention)");
+      types[i].fail("unknown layer type '" + type +
+                    "' (expected sliding_attention, "
+                    "compressed_sparse_attention or heavily_compressed_attention)");
     }
   }
   // The MTP block is SWA in both releases; a legacy full-length compress_ratios
   // (which the port accepts and ignores when layer_types is given) can say otherwise.
   const int64_t mtp = c.num_nextn_predict_layers;
   if (r.has("compress_ratios")) {
-    std::vector<int64_t> legacy = read_ratio_list(r, "compress_ratios");
+    std::vector<int64_t> legacy = r.array("compress_ratios").integers();
     if (static_cast<int64_t>(legacy.size()) != n + std::max<int64_t>(mtp, 0)) {
       r.fail("compress_ratios", "has " + std::to_string(legacy.size()) +
                                     " entries, expected "
@@ -312,7 +216,7 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
   }
 
   if (r.has("mlp_layer_types")) {
-    const json& mlp = r.array("mlp_layer_types");
+    const Reader mlp = r.array("mlp_layer_types");
     if (static_cast<int64_t>(mlp.size()) != n) {
       r.fail("mlp_layer_types", "has " + std::to_string(mlp.size()) +
                                     " entries, num_hidden_layers is " + std::to_string(n));
@@ -320,15 +224,14 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
     int64_t hash = 0;
     bool seen_moe = false;
     for (size_t i = 0; i < mlp.size(); ++i) {
-      std::string key = "mlp_layer_types[" + std::to_string(i) + "]";
-      std::string type = r.to_string(key, mlp[i]);
+      const std::string type = mlp[i].as_string();
       if (type == "hash_moe") {
-        if (seen_moe) fail(r.source(), key, "hash_moe layers must come first (layers 0..k-1)");
+        if (seen_moe) mlp[i].fail("hash_moe layers must come first (layers 0..k-1)");
         ++hash;
       } else if (type == "moe") {
         seen_moe = true;
       } else {
-        fail(r.source(), key, "unknown MLP layer type '" + type + "' (expected hash_moe or moe)");
+        mlp[i].fail("unknown MLP layer type '" + type + "' (expected hash_moe or moe)");
       }
     }
     c.num_hash_layers = hash;
@@ -337,17 +240,17 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
   }
 
   // RoPE.
-  std::vector<std::pair<std::string, double>> rotary_factors;  // where each was found
+  std::vector<std::pair<Reader, double>> rotary_factors;  // where each was found
   if (r.has("partial_rotary_factor")) {
-    rotary_factors.emplace_back("partial_rotary_factor", r.number("partial_rotary_factor"));
+    rotary_factors.emplace_back(r.at("partial_rotary_factor"), r.number("partial_rotary_factor"));
   }
   if (r.has("rope_parameters")) {
-    const json& params = r.object("rope_parameters");
-    bool nested = params.contains("main") && params.at("main").is_object() &&
-                  params.contains("compress") && params.at("compress").is_object();
+    const Reader params = r.object("rope_parameters");
+    bool nested = params.has("main") && params.at("main").is_object() && params.has("compress") &&
+                  params.at("compress").is_object();
     if (nested) {
-      Reader main(params.at("main"), r.source(), "rope_parameters.main.");
-      Reader compress(params.at("compress"), r.source(), "rope_parameters.compress.");
+      const Reader main = params.object("main");
+      const Reader compress = params.object("compress");
       if (main.has("rope_theta")) {
         double theta = main.number("rope_theta");
         if (r.has("rope_theta") && r.number("rope_theta") != theta) {
@@ -372,28 +275,27 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
       c.rope_scaling = read_rope_scaling(compress);
       for (const Reader* sub : {&main, &compress}) {
         if (sub->has("partial_rotary_factor")) {
-          rotary_factors.emplace_back(sub->name("partial_rotary_factor"),
+          rotary_factors.emplace_back(sub->at("partial_rotary_factor"),
                                       sub->number("partial_rotary_factor"));
         }
       }
     } else {
-      c.rope_scaling = read_rope_scaling(Reader(params, r.source(), "rope_parameters."));
+      c.rope_scaling = read_rope_scaling(params);
     }
   } else if (r.has("rope_scaling")) {
-    c.rope_scaling =
-        read_rope_scaling(Reader(r.object("rope_scaling"), r.source(), "rope_scaling."));
+    c.rope_scaling = read_rope_scaling(r.object("rope_scaling"));
   }
 
   // qk_rope_head_dim = int(head_dim * partial_rotary_factor), default factor 64/512.
   int64_t rope_dims = -1;
-  for (const auto& [key, factor] : rotary_factors) {
+  for (const auto& [where, factor] : rotary_factors) {
     double dims = static_cast<double>(c.head_dim) * factor;
     int64_t rounded = std::llround(dims);
     if (!(factor > 0.0) || std::fabs(dims - static_cast<double>(rounded)) > 1e-6) {
-      fail(r.source(), key, "head_dim * partial_rotary_factor must be a whole number of dims");
+      where.fail("head_dim * partial_rotary_factor must be a whole number of dims");
     }
     if (rope_dims >= 0 && rope_dims != rounded)
-      fail(r.source(), key, "disagrees with another partial_rotary_factor");
+      where.fail("disagrees with another partial_rotary_factor");
     rope_dims = rounded;
   }
   if (r.has("qk_rope_head_dim")) {
@@ -406,6 +308,21 @@ void read_transformers_scheme(const Reader& r, ModelConfig& c) {
   }
   if (rope_dims < 0) rope_dims = c.head_dim / 8;  // the port's default factor 64 / 512
   c.qk_rope_head_dim = rope_dims;
+}
+
+ModelConfig read_config(const Reader& r, const std::string& source) {
+  ModelConfig c;
+  read_common(r, c);
+  if (r.has("layer_types")) {
+    read_transformers_scheme(r, c);
+  } else if (r.has("compress_ratios")) {
+    read_released_scheme(r, c);
+  } else {
+    r.fail("compress_ratios",
+           "required key is missing (or give the transformers scheme's layer_types)");
+  }
+  c.validate(source);
+  return c;
 }
 
 }  // namespace
@@ -423,33 +340,12 @@ bool ModelConfig::has_csa_layer() const {
 }
 
 ModelConfig ModelConfig::from_json(const json& json_value, const std::string& source) {
-  if (!json_value.is_object()) {
-    throw Error("a model config must be a JSON object, got " + type_name(json_value)).file(source);
-  }
-  Reader r(json_value, source);
-  ModelConfig c;
-  read_common(r, c);
-  if (r.has("layer_types")) {
-    read_transformers_scheme(r, c);
-  } else if (r.has("compress_ratios")) {
-    read_released_scheme(r, c);
-  } else {
-    r.fail("compress_ratios",
-           "required key is missing (or give the transformers scheme's layer_types)");
-  }
-  c.validate(source);
-  return c;
+  return read_config(Reader(json_value, source, kHuggingFace), source);
 }
 
 ModelConfig ModelConfig::load(const std::string& path) {
-  std::string text = read_file(path);
-  json parsed;
-  try {
-    parsed = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
-    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
-  }
-  return from_json(parsed, path);
+  const config::Document document = config::Document::load(path, config::Format::kJson);
+  return read_config(document.root(kHuggingFace), path);
 }
 
 void ModelConfig::validate(const std::string& source) const {

@@ -4,12 +4,11 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <set>
 
+#include "trex/core/config_reader.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
 
@@ -20,51 +19,15 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-constexpr int64_t kMaxCount = int64_t{1} << 24;  // ranks, experts, layers: far above any real model
-
-json parse_json_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot open " + what).file(path);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
-    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
-  }
-}
+// Ranks, experts, layers in files: counts (and indices) far above any real model.
+constexpr int kMaxCount = 1 << 24;
+constexpr auto kCount = config::Range<int>::between(1, kMaxCount);
+constexpr auto kIndex = config::Range<int>::between(0, kMaxCount);
+constexpr auto kTokenCount = config::Range<double>::at_least(0);
+constexpr auto kPositive = config::Range<double>::above(0);
 
 std::string indexed(const std::string& field, size_t i) {
   return field + "[" + std::to_string(i) + "]";
-}
-
-int positive_int(const json& j, const std::string& source, const std::string& field) {
-  if (!j.is_number_integer() || j.get<int64_t>() <= 0 || j.get<int64_t>() > kMaxCount)
-    throw Error("must be a positive integer").file(source).field(field);
-  return static_cast<int>(j.get<int64_t>());
-}
-
-int non_negative_int(const json& j, const std::string& source, const std::string& field) {
-  if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > kMaxCount)
-    throw Error("must be a non-negative integer").file(source).field(field);
-  return static_cast<int>(j.get<int64_t>());
-}
-
-double positive_number(const json& j, const std::string& source, const std::string& field) {
-  if (!j.is_number() || !(j.get<double>() > 0) || !std::isfinite(j.get<double>()))
-    throw Error("must be a positive number").file(source).field(field);
-  return j.get<double>();
-}
-
-double token_count(const json& j, const std::string& source, const std::string& field) {
-  if (!j.is_number() || !(j.get<double>() >= 0) || !std::isfinite(j.get<double>()))
-    throw Error("must be a non-negative token count").file(source).field(field);
-  return j.get<double>();
-}
-
-// Typos in optional keys ("inter_node_gbs") would otherwise be silently ignored.
-void reject_unknown_keys(const json& j, const std::set<std::string>& allowed,
-                         const std::string& source) {
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!allowed.count(it.key())) throw Error("unknown field").file(source).field(it.key());
 }
 
 // Node labels renumbered 0, 1, ... by first appearance in rank order, so equal
@@ -495,87 +458,66 @@ RankTopology RankTopology::uniform(int ranks, int ranks_per_node, double intra_n
   return t;
 }
 
-RankTopology RankTopology::from_json(const json& j, const std::string& source) {
-  if (!j.is_object()) throw Error("a topology must be a JSON object").file(source);
-  reject_unknown_keys(j,
-                      {"name", "description", "ranks", "ranks_per_node", "node_of_rank", "nodes",
-                       "intra_node_gbps", "inter_node_gbps"},
-                      source);
-  const bool simple = j.contains("ranks") || j.contains("ranks_per_node");
-  const int forms = int{simple} + int{j.contains("node_of_rank")} + int{j.contains("nodes")};
-  if (forms == 0)
-    throw Error("missing: give ranks + ranks_per_node, node_of_rank or nodes")
-        .file(source)
-        .field("ranks");
+namespace {
+
+RankTopology read_topology(const config::Reader& r) {
+  r.reject_unknown({"name", "description", "ranks", "ranks_per_node", "node_of_rank", "nodes",
+                    "intra_node_gbps", "inter_node_gbps"});
+  const bool simple = r.contains("ranks") || r.contains("ranks_per_node");
+  const int forms = int{simple} + int{r.contains("node_of_rank")} + int{r.contains("nodes")};
+  if (forms == 0) r.fail("ranks", "missing: give ranks + ranks_per_node, node_of_rank or nodes");
   if (forms > 1)
-    throw Error("give only one of ranks + ranks_per_node, node_of_rank, nodes")
-        .file(source)
-        .field(j.contains("nodes") ? "nodes" : "node_of_rank");
+    r.fail(r.contains("nodes") ? "nodes" : "node_of_rank",
+           "give only one of ranks + ranks_per_node, node_of_rank, nodes");
 
   RankTopology t;
   if (simple) {
-    if (!j.contains("ranks")) throw Error("missing field").file(source).field("ranks");
-    if (!j.contains("ranks_per_node"))
-      throw Error("missing field").file(source).field("ranks_per_node");
-    const int ranks = positive_int(j["ranks"], source, "ranks");
-    const int per_node = positive_int(j["ranks_per_node"], source, "ranks_per_node");
+    const int ranks = r.integer<int>("ranks", kCount);
+    const int per_node = r.integer<int>("ranks_per_node", kCount);
     t.node_of_rank.resize(ranks);
-    for (int r = 0; r < ranks; ++r) t.node_of_rank[r] = r / per_node;
-  } else if (j.contains("node_of_rank")) {
-    const json& map = j["node_of_rank"];
-    if (!map.is_array() || map.empty())
-      throw Error("must be a non-empty array of node ids").file(source).field("node_of_rank");
-    for (size_t r = 0; r < map.size(); ++r)
-      t.node_of_rank.push_back(non_negative_int(map[r], source, indexed("node_of_rank", r)));
+    for (int rank = 0; rank < ranks; ++rank) t.node_of_rank[rank] = rank / per_node;
+  } else if (r.contains("node_of_rank")) {
+    const config::Reader map = r.array("node_of_rank");
+    if (map.size() == 0) map.fail("must be a non-empty array of node ids");
+    t.node_of_rank = map.integers<int>(kIndex);
   } else {
-    const json& nodes = j["nodes"];
-    if (!nodes.is_array() || nodes.empty())
-      throw Error("must be a non-empty array of nodes").file(source).field("nodes");
+    const config::Reader nodes = r.array("nodes");
+    if (nodes.size() == 0) nodes.fail("must be a non-empty array of nodes");
     std::vector<int> node_of;  // by rank, -1 = not yet seen
     for (size_t n = 0; n < nodes.size(); ++n) {
-      const std::string field = indexed("nodes", n);
-      const json* ranks = &nodes[n];
-      std::string ranks_field = field;
-      if (nodes[n].is_object()) {
-        for (auto it = nodes[n].begin(); it != nodes[n].end(); ++it)
-          if (it.key() != "name" && it.key() != "ranks")
-            throw Error("unknown field").file(source).field(field + "." + it.key());
-        if (!nodes[n].contains("ranks"))
-          throw Error("missing field").file(source).field(field + ".ranks");
-        ranks = &nodes[n]["ranks"];
-        ranks_field = field + ".ranks";
+      config::Reader ranks = nodes[n];
+      if (ranks.is_object()) {  // {"name": ..., "ranks": [...]}
+        ranks.reject_unknown({"name", "ranks"});
+        ranks = ranks.at("ranks");
       }
-      if (!ranks->is_array() || ranks->empty())
-        throw Error("must be a non-empty array of ranks").file(source).field(ranks_field);
-      for (size_t k = 0; k < ranks->size(); ++k) {
-        const std::string rank_field = indexed(ranks_field, k);
-        const int r = non_negative_int((*ranks)[k], source, rank_field);
-        if (r >= static_cast<int>(node_of.size())) node_of.resize(r + 1, -1);
-        if (node_of[r] >= 0)
-          throw Error("rank " + std::to_string(r) + " is listed twice")
-              .file(source)
-              .field(rank_field);
-        node_of[r] = static_cast<int>(n);
+      if (!ranks.is_array() || ranks.size() == 0) ranks.fail("must be a non-empty array of ranks");
+      for (size_t k = 0; k < ranks.size(); ++k) {
+        const int rank = ranks[k].as_integer<int>(kIndex);
+        if (rank >= static_cast<int>(node_of.size())) node_of.resize(rank + 1, -1);
+        if (node_of[rank] >= 0) ranks[k].fail("rank " + std::to_string(rank) + " is listed twice");
+        node_of[rank] = static_cast<int>(n);
       }
     }
-    for (size_t r = 0; r < node_of.size(); ++r)
-      if (node_of[r] < 0)
-        throw Error("ranks must be 0.." + std::to_string(node_of.size() - 1) + "; rank " +
-                    std::to_string(r) + " is on no node")
-            .file(source)
-            .field("nodes");
+    for (size_t rank = 0; rank < node_of.size(); ++rank)
+      if (node_of[rank] < 0)
+        nodes.fail("ranks must be 0.." + std::to_string(node_of.size() - 1) + "; rank " +
+                   std::to_string(rank) + " is on no node");
     t.node_of_rank = node_of;
   }
   t.node_of_rank = canonical_nodes(t.node_of_rank);
-  if (j.contains("intra_node_gbps"))
-    t.intra_node_gbps = positive_number(j["intra_node_gbps"], source, "intra_node_gbps");
-  if (j.contains("inter_node_gbps"))
-    t.inter_node_gbps = positive_number(j["inter_node_gbps"], source, "inter_node_gbps");
+  t.intra_node_gbps = r.number("intra_node_gbps", t.intra_node_gbps, kPositive);
+  t.inter_node_gbps = r.number("inter_node_gbps", t.inter_node_gbps, kPositive);
   return t;
 }
 
+}  // namespace
+
+RankTopology RankTopology::from_json(const json& j, const std::string& source) {
+  return read_topology(config::Reader(j, source));
+}
+
 RankTopology RankTopology::load(const std::string& path) {
-  return from_json(parse_json_file(path, "topology file"), path);
+  return read_topology(config::Document::load(path, config::Format::kJson).root());
 }
 
 RankTopology RankTopology::group(int first, int count) const {
@@ -610,55 +552,45 @@ int ExpertLoad::source_ranks() const {
   return layers.empty() ? 0 : static_cast<int>(layers.front().size());
 }
 
-ExpertLoad ExpertLoad::from_json(const json& j, const std::string& source, int source_ranks) {
+namespace {
+
+ExpertLoad read_expert_load(const config::Reader& r, int source_ranks) {
   if (source_ranks <= 0) throw Error("the EP group has no ranks").field("ep");
-  if (!j.is_object()) throw Error("a load profile must be a JSON object").file(source);
-  reject_unknown_keys(j, {"name", "description", "generator", "layers"}, source);
-  if (!j.contains("layers")) throw Error("missing field").file(source).field("layers");
-  const json& layers = j["layers"];
-  if (!layers.is_array() || layers.empty())
-    throw Error("must be a non-empty array of MoE layers").file(source).field("layers");
+  r.reject_unknown({"name", "description", "generator", "layers"});
+  const config::Reader layers = r.array("layers");
+  if (layers.size() == 0) layers.fail("must be a non-empty array of MoE layers");
 
   ExpertLoad load;
   int experts = -1;
-  auto check_experts = [&](size_t count, const std::string& field) {
-    if (count == 0) throw Error("has no experts").file(source).field(field);
-    if (experts < 0) experts = static_cast<int>(count);
-    if (static_cast<int>(count) != experts)
-      throw Error("has " + std::to_string(count) + " experts, earlier entries " +
-                  std::to_string(experts))
-          .file(source)
-          .field(field);
+  auto check_experts = [&](const config::Reader& counts) {
+    const int count = static_cast<int>(counts.size());
+    if (count == 0) counts.fail("has no experts");
+    if (experts < 0) experts = count;
+    if (count != experts)
+      counts.fail("has " + std::to_string(count) + " experts, earlier entries " +
+                  std::to_string(experts));
   };
   for (size_t l = 0; l < layers.size(); ++l) {
-    const std::string field = indexed("layers", l);
-    const json& layer = layers[l];
-    if (!layer.is_array() || layer.empty())
-      throw Error("must be a [source rank][expert] matrix or an [expert] vector")
-          .file(source)
-          .field(field);
+    const config::Reader layer = layers[l];
+    if (!layer.is_array() || layer.size() == 0)
+      layer.fail("must be a [source rank][expert] matrix or an [expert] vector");
     std::vector<std::vector<double>> matrix;
-    if (layer.front().is_array()) {
+    if (layer[0].is_array()) {
       if (static_cast<int>(layer.size()) != source_ranks)
-        throw Error("has " + std::to_string(layer.size()) + " source-rank rows, the EP group " +
-                    std::to_string(source_ranks) + " ranks")
-            .file(source)
-            .field(field);
+        layer.fail("has " + std::to_string(layer.size()) + " source-rank rows, the EP group " +
+                   std::to_string(source_ranks) + " ranks");
       for (size_t s = 0; s < layer.size(); ++s) {
-        const std::string row_field = indexed(field, s);
-        if (!layer[s].is_array())
-          throw Error("must be an array of token counts").file(source).field(row_field);
-        check_experts(layer[s].size(), row_field);
-        std::vector<double> row;
-        for (size_t e = 0; e < layer[s].size(); ++e)
-          row.push_back(token_count(layer[s][e], source, indexed(row_field, e)));
-        matrix.push_back(std::move(row));
+        const config::Reader row = layer[s];
+        if (!row.is_array()) row.fail("must be an array of token counts");
+        check_experts(row);
+        matrix.push_back(row.numbers(kTokenCount));
       }
     } else {
-      check_experts(layer.size(), field);
-      matrix.assign(source_ranks, std::vector<double>(layer.size()));
-      for (size_t e = 0; e < layer.size(); ++e) {
-        const double spread = token_count(layer[e], source, indexed(field, e)) / source_ranks;
+      check_experts(layer);
+      const std::vector<double> totals = layer.numbers(kTokenCount);
+      matrix.assign(source_ranks, std::vector<double>(totals.size()));
+      for (size_t e = 0; e < totals.size(); ++e) {
+        const double spread = totals[e] / source_ranks;
         for (int s = 0; s < source_ranks; ++s) matrix[s][e] = spread;
       }
     }
@@ -667,8 +599,14 @@ ExpertLoad ExpertLoad::from_json(const json& j, const std::string& source, int s
   return load;
 }
 
+}  // namespace
+
+ExpertLoad ExpertLoad::from_json(const json& j, const std::string& source, int source_ranks) {
+  return read_expert_load(config::Reader(j, source), source_ranks);
+}
+
 ExpertLoad ExpertLoad::load(const std::string& path, int source_ranks) {
-  return from_json(parse_json_file(path, "load profile"), path, source_ranks);
+  return read_expert_load(config::Document::load(path, config::Format::kJson).root(), source_ranks);
 }
 
 json ExpertLoad::to_json() const {
@@ -780,45 +718,44 @@ ExpertPlacement contiguous_placement(int layers, int experts, int ranks) {
   return p;
 }
 
-ExpertPlacement expert_placement_from_json(const json& j, const std::string& source) {
-  if (!j.is_object()) throw Error("an expert map must be a JSON object").file(source);
-  if (!j.contains("layers")) throw Error("missing field").file(source).field("layers");
-  const json& layers = j["layers"];
-  if (!layers.is_array() || layers.empty())
-    throw Error("must be a non-empty array of per-layer owner lists").file(source).field("layers");
+namespace {
+
+ExpertPlacement read_expert_placement(const config::Reader& r) {
+  const config::Reader layers = r.array("layers");
+  if (layers.size() == 0) layers.fail("must be a non-empty array of per-layer owner lists");
   ExpertPlacement p;
-  const int ep = j.contains("ep") ? positive_int(j["ep"], source, "ep") : 0;
+  const int ep = r.integer<int>("ep", 0, kCount);
   int max_owner = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
-    const std::string field = indexed("layers", l);
-    if (!layers[l].is_array() || layers[l].empty())
-      throw Error("must be a non-empty array of owner ranks").file(source).field(field);
-    if (l > 0 && layers[l].size() != layers[0].size())
-      throw Error("has " + std::to_string(layers[l].size()) + " experts, layers[0] " +
-                  std::to_string(layers[0].size()))
-          .file(source)
-          .field(field);
-    std::vector<int> owners;
-    for (size_t e = 0; e < layers[l].size(); ++e) {
-      const int r = non_negative_int(layers[l][e], source, indexed(field, e));
-      if (ep > 0 && r >= ep)
-        throw Error("owner rank " + std::to_string(r) + " is outside ep = " + std::to_string(ep))
-            .file(source)
-            .field(indexed(field, e));
-      max_owner = std::max(max_owner, r);
-      owners.push_back(r);
+    const config::Reader owners = layers[l];
+    if (!owners.is_array() || owners.size() == 0)
+      owners.fail("must be a non-empty array of owner ranks");
+    if (l > 0 && owners.size() != layers[0].size())
+      owners.fail("has " + std::to_string(owners.size()) + " experts, layers[0] " +
+                  std::to_string(layers[0].size()));
+    std::vector<int> ranks = owners.integers<int>(kIndex);
+    for (size_t e = 0; e < ranks.size(); ++e) {
+      if (ep > 0 && ranks[e] >= ep)
+        owners[e].fail("owner rank " + std::to_string(ranks[e]) +
+                       " is outside ep = " + std::to_string(ep));
+      max_owner = std::max(max_owner, ranks[e]);
     }
-    p.layers.push_back(std::move(owners));
+    p.layers.push_back(std::move(ranks));
   }
-  if (j.contains("experts") &&
-      positive_int(j["experts"], source, "experts") != static_cast<int>(layers[0].size()))
-    throw Error("does not match the length of the owner lists").file(source).field("experts");
+  if (r.has("experts") && r.integer<int>("experts", kCount) != static_cast<int>(layers[0].size()))
+    r.fail("experts", "does not match the length of the owner lists");
   p.ranks = ep > 0 ? ep : max_owner + 1;
   return p;
 }
 
+}  // namespace
+
+ExpertPlacement expert_placement_from_json(const json& j, const std::string& source) {
+  return read_expert_placement(config::Reader(j, source));
+}
+
 ExpertPlacement load_expert_placement(const std::string& path) {
-  return expert_placement_from_json(parse_json_file(path, "expert map"), path);
+  return read_expert_placement(config::Document::load(path, config::Format::kJson).root());
 }
 
 void check_expert_placement(const ExpertPlacement& p, int layers, int experts, int ranks,

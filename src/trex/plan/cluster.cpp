@@ -1,151 +1,97 @@
 #include "trex/plan/cluster.hpp"
 
 #include <algorithm>
-#include <fstream>
 
-#include "trex/core/error.hpp"
+#include "trex/core/config_reader.hpp"
 
 namespace trex::plan {
 
 namespace {
 
 using json = nlohmann::json;
-
-// Reads optional numeric fields of one JSON object, naming "section.key" on error.
-class Reader {
- public:
-  Reader(const json& j, std::string source, std::string section)
-      : j_(j), source_(std::move(source)), section_(std::move(section)) {
-    if (!j_.is_object()) throw Error("must be an object").file(source_).field(section_);
-  }
-  void number(const char* key, double& out, bool required, double lo, double hi) const {
-    auto it = j_.find(key);
-    if (it == j_.end()) {
-      if (required) throw Error("missing field").file(source_).field(path(key));
-      return;
-    }
-    if (!it->is_number()) throw Error("must be a number").file(source_).field(path(key));
-    double v = it->get<double>();
-    if (!(v >= lo && v <= hi))
-      throw Error("must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                  std::to_string(v))
-          .file(source_)
-          .field(path(key));
-    out = v;
-  }
-  void integer(const char* key, int64_t& out, bool required) const {
-    auto it = j_.find(key);
-    if (it == j_.end()) {
-      if (required) throw Error("missing field").file(source_).field(path(key));
-      return;
-    }
-    if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-      throw Error("must be a positive integer").file(source_).field(path(key));
-    out = it->get<int64_t>();
-  }
-  const json* child(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-
- private:
-  std::string path(const char* key) const { return section_.empty() ? key : section_ + "." + key; }
-  const json& j_;
-  std::string source_, section_;
-};
+using config::Range;
+using config::Reader;
 
 constexpr double kBig = 1e9;
+constexpr auto kPositive = Range<double>::between(1e-6, kBig);
+constexpr auto kAmount = Range<double>::between(0, kBig);
+constexpr auto kFraction = Range<double>::between(1e-3, 1);
+constexpr auto kShare = Range<double>::between(0, 1);  // a fraction that may be 0 (off)
+constexpr auto kMicroseconds = Range<double>::between(0, 1e6);
+constexpr auto kCount = Range<int64_t>::at_least(1);
 
-// An optional string field (json::value() would throw json::type_error on a number).
-std::string optional_string(const json& j, const char* key, const std::string& fallback,
-                            const std::string& source, const std::string& field) {
-  auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  if (!it->is_string()) throw Error("must be a string").file(source).field(field);
-  return it->get<std::string>();
+ClusterSpec read_cluster(const Reader& root) {
+  ClusterSpec c;
+  c.name = root.string("name", "cluster");
+  const Reader d = root.object("device");
+  c.device.name = d.string("name", "device");
+  c.device.bf16_tflops = d.number("bf16_tflops", kPositive);
+  c.device.fp8_tflops = d.number("fp8_tflops", c.device.fp8_tflops, kAmount);
+  c.device.vector_tflops = d.number("vector_tflops", c.device.vector_tflops, kAmount);
+  c.device.hbm_gib = d.number("hbm_gib", kPositive);
+  c.device.hbm_gbps = d.number("hbm_gbps", kPositive);
+  c.device.reserved_gib = d.number("reserved_gib", c.device.reserved_gib, kAmount);
+  if (c.device.reserved_gib >= c.device.hbm_gib) d.fail("reserved_gib", "must be below hbm_gib");
+
+  const Reader t = root.object("topology");
+  TopologySpec& top = c.topology;
+  top.dies_per_package = t.integer("dies_per_package", top.dies_per_package, kCount);
+  top.die_to_die_gbps = top.dies_per_package > 1
+                            ? t.number("die_to_die_gbps", kAmount)
+                            : t.number("die_to_die_gbps", top.die_to_die_gbps, kAmount);
+  top.die_to_die_latency_us = t.number("die_to_die_latency_us", top.die_to_die_latency_us, kAmount);
+  top.devices_per_node = t.integer("devices_per_node", kCount);
+  if (top.devices_per_node % top.dies_per_package != 0)
+    t.fail("devices_per_node", "must be a multiple of dies_per_package");
+  top.scale_up_domain = t.integer("scale_up_domain", top.devices_per_node, kCount);
+  if (top.scale_up_domain % top.devices_per_node != 0)
+    t.fail("scale_up_domain", "must be a multiple of devices_per_node");
+  top.scale_up_gbps = t.number("scale_up_gbps", kPositive);
+  top.scale_up_latency_us = t.number("scale_up_latency_us", top.scale_up_latency_us, kAmount);
+  top.scale_out_gbps = t.number("scale_out_gbps", kPositive);
+  top.scale_out_latency_us = t.number("scale_out_latency_us", top.scale_out_latency_us, kAmount);
+  top.host_gbps = t.number("host_gbps", kPositive);
+
+  if (root.has("efficiency")) {
+    const Reader e = root.object("efficiency");
+    EfficiencySpec& x = c.efficiency;
+    if (e.has("gemm")) {
+      const Reader g = e.object("gemm");
+      x.gemm.max = g.number("max", x.gemm.max, kFraction);
+      x.gemm.fp8_max = g.number("fp8_max", x.gemm.fp8_max, kShare);
+      x.gemm.memory = g.number("memory", x.gemm.memory, kFraction);
+      x.gemm.launch_us = g.number("launch_us", x.gemm.launch_us, kMicroseconds);
+      if (x.gemm.fp8_max > 0 && c.device.fp8_tflops <= 0)
+        g.fail("fp8_max", "fp8_max given but the device has no fp8_tflops");
+    }
+    x.attention = e.number("attention", x.attention, kFraction);
+    x.vector_memory = e.number("vector_memory", x.vector_memory, kFraction);
+    x.vector_launch_us = e.number("vector_launch_us", x.vector_launch_us, kMicroseconds);
+    x.fused_vector_traffic = e.number("fused_vector_traffic", x.fused_vector_traffic, kFraction);
+    x.fused_vector_calls = e.number("fused_vector_calls", x.fused_vector_calls, kFraction);
+    x.unfused_attention = e.number("unfused_attention", x.unfused_attention, kFraction);
+    x.collective_max = e.number("collective_max", x.collective_max, kFraction);
+    x.collective_half_bytes =
+        e.number("collective_half_bytes", x.collective_half_bytes, Range<double>::between(0, 1e15));
+    x.collective_launch_us =
+        e.number("collective_launch_us", x.collective_launch_us, kMicroseconds);
+    x.overlap_compute_penalty =
+        e.number("overlap_compute_penalty", x.overlap_compute_penalty, kShare);
+    x.optimizer_bytes_per_param = e.number("optimizer_bytes_per_param", x.optimizer_bytes_per_param,
+                                           Range<double>::between(0, 1e4));
+  }
+  return c;
 }
 
 }  // namespace
 
 ClusterSpec ClusterSpec::from_json(const json& j, const std::string& source) {
-  ClusterSpec c;
-  Reader root(j, source, "");
-  c.name = optional_string(j, "name", "cluster", source, "name");
-  const json* dev = root.child("device");
-  if (!dev) throw Error("missing section").file(source).field("device");
-  Reader d(*dev, source, "device");
-  c.device.name = optional_string(*dev, "name", "device", source, "device.name");
-  d.number("bf16_tflops", c.device.bf16_tflops, true, 1e-6, kBig);
-  d.number("fp8_tflops", c.device.fp8_tflops, false, 0, kBig);
-  d.number("vector_tflops", c.device.vector_tflops, false, 0, kBig);
-  d.number("hbm_gib", c.device.hbm_gib, true, 1e-6, kBig);
-  d.number("hbm_gbps", c.device.hbm_gbps, true, 1e-6, kBig);
-  d.number("reserved_gib", c.device.reserved_gib, false, 0, kBig);
-  if (c.device.reserved_gib >= c.device.hbm_gib)
-    throw Error("must be below hbm_gib").file(source).field("device.reserved_gib");
-
-  const json* top = root.child("topology");
-  if (!top) throw Error("missing section").file(source).field("topology");
-  Reader t(*top, source, "topology");
-  t.integer("dies_per_package", c.topology.dies_per_package, false);
-  t.number("die_to_die_gbps", c.topology.die_to_die_gbps, c.topology.dies_per_package > 1, 0, kBig);
-  t.number("die_to_die_latency_us", c.topology.die_to_die_latency_us, false, 0, kBig);
-  t.integer("devices_per_node", c.topology.devices_per_node, true);
-  if (c.topology.devices_per_node % c.topology.dies_per_package != 0)
-    throw Error("must be a multiple of dies_per_package")
-        .file(source)
-        .field("topology.devices_per_node");
-  c.topology.scale_up_domain = c.topology.devices_per_node;
-  t.integer("scale_up_domain", c.topology.scale_up_domain, false);
-  if (c.topology.scale_up_domain % c.topology.devices_per_node != 0)
-    throw Error("must be a multiple of devices_per_node")
-        .file(source)
-        .field("topology.scale_up_domain");
-  t.number("scale_up_gbps", c.topology.scale_up_gbps, true, 1e-6, kBig);
-  t.number("scale_up_latency_us", c.topology.scale_up_latency_us, false, 0, kBig);
-  t.number("scale_out_gbps", c.topology.scale_out_gbps, true, 1e-6, kBig);
-  t.number("scale_out_latency_us", c.topology.scale_out_latency_us, false, 0, kBig);
-  t.number("host_gbps", c.topology.host_gbps, true, 1e-6, kBig);
-
-  if (const json* eff = root.child("efficiency")) {
-    Reader e(*eff, source, "efficiency");
-    EfficiencySpec& x = c.efficiency;
-    if (const json* g = e.child("gemm")) {
-      Reader gr(*g, source, "efficiency.gemm");
-      gr.number("max", x.gemm.max, false, 1e-3, 1);
-      gr.number("fp8_max", x.gemm.fp8_max, false, 0, 1);
-      gr.number("memory", x.gemm.memory, false, 1e-3, 1);
-      gr.number("launch_us", x.gemm.launch_us, false, 0, 1e6);
-    }
-    e.number("attention", x.attention, false, 1e-3, 1);
-    e.number("vector_memory", x.vector_memory, false, 1e-3, 1);
-    e.number("vector_launch_us", x.vector_launch_us, false, 0, 1e6);
-    e.number("fused_vector_traffic", x.fused_vector_traffic, false, 1e-3, 1);
-    e.number("fused_vector_calls", x.fused_vector_calls, false, 1e-3, 1);
-    e.number("unfused_attention", x.unfused_attention, false, 1e-3, 1);
-    e.number("collective_max", x.collective_max, false, 1e-3, 1);
-    e.number("collective_half_bytes", x.collective_half_bytes, false, 0, 1e15);
-    e.number("collective_launch_us", x.collective_launch_us, false, 0, 1e6);
-    e.number("overlap_compute_penalty", x.overlap_compute_penalty, false, 0, 1);
-    e.number("optimizer_bytes_per_param", x.optimizer_bytes_per_param, false, 0, 1e4);
-  }
-  if (c.efficiency.gemm.fp8_max > 0 && c.device.fp8_tflops <= 0)
-    throw Error("fp8_max given but the device has no fp8_tflops")
-        .file(source)
-        .field("efficiency.gemm.fp8_max");
-  return c;
+  return read_cluster(Reader(j, source));
 }
 
 ClusterSpec ClusterSpec::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot open cluster spec").file(path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
-    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
-  }
-  return from_json(j, path);
+  const config::Document document = config::Document::load(path, config::Format::kJson);
+  return read_cluster(document.root());
 }
 
 json ClusterSpec::to_json() const {

@@ -1,8 +1,8 @@
 #include "trex/plan/model_shape.hpp"
 
 #include <algorithm>
-#include <fstream>
 
+#include "trex/core/config_reader.hpp"
 #include "trex/core/error.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/flops.hpp"
@@ -23,20 +23,8 @@ double vector_traffic(double act_bytes) {
   return 2 * act_bytes;
 }
 
-int64_t get_int(const json& j, const std::string& key, const std::string& source) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer())
-    throw Error("missing or non-integer field").file(source).field(key);
-  int64_t v = it->get<int64_t>();
-  if (v < 0) throw Error("must be >= 0, got " + std::to_string(v)).file(source).field(key);
-  return v;
-}
-
-int64_t get_positive(const json& j, const std::string& key, const std::string& source) {
-  int64_t v = get_int(j, key, source);
-  if (v <= 0) throw Error("must be > 0").file(source).field(key);
-  return v;
-}
+constexpr auto kCount = config::Range<int64_t>::at_least(0);
+constexpr auto kPositive = config::Range<int64_t>::at_least(1);
 
 // ---- DeepSeek-V4 through the engine's config, FLOP and parameter counters ----
 
@@ -151,28 +139,25 @@ ModelShape v4_shape(const json& j, const std::string& source, int64_t seq_len) {
 
 // ---- DeepSeek-V3 shape (MLA + MoE), Megatron's num_floating_point_operations ----
 
-ModelShape v3_shape(const json& j, const std::string& source, int64_t seq_len) {
-  const int64_t layers = get_positive(j, "num_hidden_layers", source);
-  const int64_t dense_layers = get_int(j, "first_k_dense_replace", source);
-  const int64_t mtp_layers =
-      j.contains("num_nextn_predict_layers") ? get_int(j, "num_nextn_predict_layers", source) : 0;
-  if (dense_layers > layers)
-    throw Error("exceeds num_hidden_layers").file(source).field("first_k_dense_replace");
-  const double d = static_cast<double>(get_positive(j, "hidden_size", source));
-  const double vocab = static_cast<double>(get_positive(j, "vocab_size", source));
-  const double ffn = static_cast<double>(get_positive(j, "intermediate_size", source));
-  const double inter = static_cast<double>(get_positive(j, "moe_intermediate_size", source));
-  const double experts = static_cast<double>(get_positive(j, "n_routed_experts", source));
-  const double shared = static_cast<double>(get_int(j, "n_shared_experts", source));
-  const double top_k = static_cast<double>(get_positive(j, "num_experts_per_tok", source));
-  const double heads = static_cast<double>(get_positive(j, "num_attention_heads", source));
-  const double q_lora = static_cast<double>(get_positive(j, "q_lora_rank", source));
-  const double kv_lora = static_cast<double>(get_positive(j, "kv_lora_rank", source));
-  const double nope = static_cast<double>(get_positive(j, "qk_nope_head_dim", source));
-  const double rope = static_cast<double>(get_positive(j, "qk_rope_head_dim", source));
-  const double v_dim = static_cast<double>(get_positive(j, "v_head_dim", source));
-  if (top_k > experts)
-    throw Error("exceeds n_routed_experts").file(source).field("num_experts_per_tok");
+ModelShape v3_shape(const config::Reader& r, int64_t seq_len) {
+  const int64_t layers = r.integer("num_hidden_layers", kPositive);
+  const int64_t dense_layers = r.integer("first_k_dense_replace", kCount);
+  const int64_t mtp_layers = r.integer("num_nextn_predict_layers", 0, kCount);
+  if (dense_layers > layers) r.fail("first_k_dense_replace", "exceeds num_hidden_layers");
+  const double d = static_cast<double>(r.integer("hidden_size", kPositive));
+  const double vocab = static_cast<double>(r.integer("vocab_size", kPositive));
+  const double ffn = static_cast<double>(r.integer("intermediate_size", kPositive));
+  const double inter = static_cast<double>(r.integer("moe_intermediate_size", kPositive));
+  const double experts = static_cast<double>(r.integer("n_routed_experts", kPositive));
+  const double shared = static_cast<double>(r.integer("n_shared_experts", kCount));
+  const double top_k = static_cast<double>(r.integer("num_experts_per_tok", kPositive));
+  const double heads = static_cast<double>(r.integer("num_attention_heads", kPositive));
+  const double q_lora = static_cast<double>(r.integer("q_lora_rank", kPositive));
+  const double kv_lora = static_cast<double>(r.integer("kv_lora_rank", kPositive));
+  const double nope = static_cast<double>(r.integer("qk_nope_head_dim", kPositive));
+  const double rope = static_cast<double>(r.integer("qk_rope_head_dim", kPositive));
+  const double v_dim = static_cast<double>(r.integer("v_head_dim", kPositive));
+  if (top_k > experts) r.fail("num_experts_per_tok", "exceeds n_routed_experts");
   const double qk = nope + rope;
   const double s = static_cast<double>(seq_len);
 
@@ -224,13 +209,12 @@ ModelShape v3_shape(const json& j, const std::string& source, int64_t seq_len) {
   m.top_k = static_cast<int64_t>(top_k);
   m.expert_ffn = static_cast<int64_t>(inter);
   m.min_matrix_dim = static_cast<int64_t>(std::min(q_lora, inter));
-  if (j.contains("n_group") || j.contains("topk_group")) {
-    m.routed_groups = get_positive(j, "n_group", source);
-    m.routed_group_limit = get_positive(j, "topk_group", source);
-    if (m.routed_group_limit > m.routed_groups)
-      throw Error("exceeds n_group").file(source).field("topk_group");
+  if (r.contains("n_group") || r.contains("topk_group")) {
+    m.routed_groups = r.integer("n_group", kPositive);
+    m.routed_group_limit = r.integer("topk_group", kPositive);
+    if (m.routed_group_limit > m.routed_groups) r.fail("topk_group", "exceeds n_group");
     if (static_cast<int64_t>(experts) % m.routed_groups != 0)
-      throw Error("must divide n_routed_experts").file(source).field("n_group");
+      r.fail("n_group", "must divide n_routed_experts");
   }
   double activated = 0, total = 0;
   for (int64_t l = 0; l < layers; ++l) {
@@ -259,37 +243,32 @@ double ModelShape::all_params() const {
   return p;
 }
 
-ModelShape model_shape_from_json(const json& j, const std::string& source, int64_t seq_len) {
+namespace {
+
+ModelShape read_model_shape(const config::Reader& r, const std::string& source, int64_t seq_len) {
   if (seq_len <= 0) throw Error("sequence length must be > 0").field("seq");
-  if (!j.is_object()) throw Error("model config must be a JSON object").file(source);
-  auto it = j.find("model_type");
-  if (it == j.end() || !it->is_string())
-    throw Error("missing model_type").file(source).field("model_type");
-  const std::string type = it->get<std::string>();
+  const std::string type = r.string("model_type");
   ModelShape m;
   if (type == "deepseek_v4") {
-    m = v4_shape(j, source, seq_len);
+    m = v4_shape(r.value(), source, seq_len);
   } else if (type == "deepseek_v3") {
-    m = v3_shape(j, source, seq_len);
+    m = v3_shape(r, seq_len);
   } else {
-    throw Error("unsupported model_type '" + type + "' (deepseek_v4 or deepseek_v3)")
-        .file(source)
-        .field("model_type");
+    r.fail("model_type", "unsupported model_type '" + type + "' (deepseek_v4 or deepseek_v3)");
   }
-  m.name = j.value("name", source.substr(source.find_last_of('/') + 1));
+  m.name = r.string("name", source.substr(source.find_last_of('/') + 1));
   return m;
 }
 
+}  // namespace
+
+ModelShape model_shape_from_json(const json& j, const std::string& source, int64_t seq_len) {
+  return read_model_shape(config::Reader(j, source), source, seq_len);
+}
+
 ModelShape load_model_shape(const std::string& path, int64_t seq_len) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot open model config").file(path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
-    throw Error(std::string("invalid JSON: ") + e.what()).file(path);
-  }
-  return model_shape_from_json(j, path, seq_len);
+  const config::Document document = config::Document::load(path, config::Format::kJson);
+  return read_model_shape(document.root(), path, seq_len);
 }
 
 }  // namespace trex::plan

@@ -1,227 +1,125 @@
 #include "trex/train/run_config.hpp"
 
-#include <toml++/toml.h>
-#include <cmath>
 #include <filesystem>
 #include <set>
-#include <sstream>
 
-#include "trex/core/atomic_file.hpp"
+#include "trex/core/config_reader.hpp"
 #include "trex/core/error.hpp"
 
 namespace trex::train {
 namespace {
-
-// Reads the keys of one JSON object, remembering which were consumed so the
-// rest can be reported as unknown. Errors carry the file and the key path.
-class Section {
- public:
-  Section(const nlohmann::json& json, std::string origin, std::string path)
-      : json_(json), origin_(std::move(origin)), path_(std::move(path)) {
-    if (!json_.is_object()) throw Error("expected a JSON object").file(origin_).field(where());
-  }
-
-  bool has(const std::string& key) const { return json_.contains(key); }
-  std::string key_path(const std::string& key) const {
-    return path_.empty() ? key : path_ + "." + key;
-  }
-
-  template <class T>
-  void read(const std::string& key, T& out) {
-    used_.insert(key);
-    if (!json_.contains(key)) return;
-    const nlohmann::json& v = json_.at(key);
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) fail(key, "expected true or false");
-      out = v.get<bool>();
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!v.is_string()) fail(key, "expected a string");
-      out = v.get<std::string>();
-    } else if constexpr (std::is_floating_point_v<T>) {
-      // TOML has inf and nan; JSON (what to_json() writes back) has neither.
-      if (!v.is_number() || !std::isfinite(v.get<double>())) fail(key, "expected a finite number");
-      out = v.get<double>();
-    } else if constexpr (std::is_unsigned_v<T>) {
-      if (v.is_string()) {  // 64-bit seeds may be written as decimal strings
-        try {
-          size_t used = 0;
-          out = std::stoull(v.get<std::string>(), &used);
-          if (used != v.get<std::string>().size()) fail(key, "expected a non-negative integer");
-        } catch (const std::logic_error&) {
-          fail(key, "expected a non-negative integer");
-        }
-        return;
-      }
-      if (!v.is_number_integer() ||
-          (v.is_number_integer() && v.get<int64_t>() < 0 && !v.is_number_unsigned()))
-        fail(key, "expected a non-negative integer");
-      out = v.get<T>();
-    } else {
-      if (!v.is_number_integer()) fail(key, "expected an integer");
-      out = v.get<T>();
-    }
-  }
-
-  // The raw value of `key` (null when absent), marked as consumed.
-  const nlohmann::json* raw(const std::string& key) {
-    used_.insert(key);
-    return json_.contains(key) ? &json_.at(key) : nullptr;
-  }
-
-  Section child(const std::string& key) {
-    used_.insert(key);
-    static const nlohmann::json kEmpty = nlohmann::json::object();
-    return Section(json_.contains(key) ? json_.at(key) : kEmpty, origin_, key_path(key));
-  }
-
-  void reject_unknown() const {
-    for (const auto& [key, value] : json_.items())
-      if (!used_.count(key)) fail(key, "unknown key");
-  }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw Error(message).file(origin_).field(key_path(key));
-  }
-
- private:
-  std::string where() const { return path_.empty() ? "<root>" : path_; }
-  const nlohmann::json& json_;
-  std::string origin_;
-  std::string path_;
-  std::set<std::string> used_;
-};
 
 std::string resolve(const std::string& base_dir, const std::string& path) {
   if (path.empty() || base_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
   return (std::filesystem::path(base_dir) / path).lexically_normal().string();
 }
 
-}  // namespace
-
-RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& origin,
-                               const std::string& base_dir) {
+RunConfig read_run_config(const config::Reader& root, const std::string& base_dir) {
   RunConfig c;
-  Section root(json, origin, "");
   {
-    Section m = root.child("model");
-    m.read("config", c.model_config);
-    m.read("seed", c.init_seed);
-    m.read("init_checkpoint", c.init_checkpoint);
+    const config::Reader m = root.section("model");
+    c.model_config = m.string("config", c.model_config);
+    c.init_seed = m.integer<uint64_t>("seed", c.init_seed);
+    c.init_checkpoint = m.string("init_checkpoint", c.init_checkpoint);
     m.reject_unknown();
   }
-  root.read("tokenizer", c.tokenizer);
+  c.tokenizer = root.string("tokenizer", c.tokenizer);
   {
-    Section d = root.child("data");
-    std::string mode = "cpt";
-    d.read("mode", mode);
-    if (mode == "cpt")
-      c.mode = DataMode::kCpt;
-    else if (mode == "sft")
-      c.mode = DataMode::kSft;
-    else
-      d.fail("mode", "must be \"cpt\" or \"sft\", got \"" + mode + "\"");
-    d.read("train", c.train_file);
-    d.read("validation", c.validation_file);
-    d.read("seed", c.data_seed);
-    d.read("shuffle", c.shuffle);
-    d.read("strict", c.data_strict);
+    const config::Reader d = root.section("data");
+    c.mode = d.choice("mode", c.mode, {{"cpt", DataMode::kCpt}, {"sft", DataMode::kSft}});
+    c.train_file = d.string("train", c.train_file);
+    c.validation_file = d.string("validation", c.validation_file);
+    c.data_seed = d.integer<uint64_t>("seed", c.data_seed);
+    c.shuffle = d.boolean("shuffle", c.shuffle);
+    c.data_strict = d.boolean("strict", c.data_strict);
     d.reject_unknown();
   }
-  root.read("seq_len", c.seq_len);
-  root.read("micro_batch", c.micro_batch);
-  root.read("global_batch", c.global_batch);
-  root.read("steps", c.steps);
-  root.read("epochs", c.epochs);
+  c.seq_len = root.integer("seq_len", c.seq_len);
+  c.micro_batch = root.integer("micro_batch", c.micro_batch);
+  c.global_batch = root.integer("global_batch", c.global_batch);
+  c.steps = root.integer("steps", c.steps);
+  c.epochs = root.number("epochs", c.epochs);
   {
-    Section o = root.child("optimizer");
-    o.read("use_muon", c.optimizer.use_muon);
-    Section a = o.child("adamw");
-    a.read("beta1", c.optimizer.adamw.beta1);
-    a.read("beta2", c.optimizer.adamw.beta2);
-    a.read("eps", c.optimizer.adamw.eps);
-    a.read("weight_decay", c.optimizer.adamw.weight_decay);
+    const config::Reader o = root.section("optimizer");
+    OptimizerOptions& opt = c.optimizer;
+    opt.use_muon = o.boolean("use_muon", opt.use_muon);
+    const config::Reader a = o.section("adamw");
+    opt.adamw.beta1 = a.number("beta1", opt.adamw.beta1);
+    opt.adamw.beta2 = a.number("beta2", opt.adamw.beta2);
+    opt.adamw.eps = a.number("eps", opt.adamw.eps);
+    opt.adamw.weight_decay = a.number("weight_decay", opt.adamw.weight_decay);
     a.reject_unknown();
-    Section mu = o.child("muon");
-    mu.read("momentum", c.optimizer.muon.momentum);
-    mu.read("nesterov", c.optimizer.muon.nesterov);
-    mu.read("ns_iterations", c.optimizer.muon.ns_iterations);
-    mu.read("ns_tail_iterations", c.optimizer.muon.ns_tail_iterations);
-    mu.read("rms_scale", c.optimizer.muon.rms_scale);
-    mu.read("weight_decay", c.optimizer.muon.weight_decay);
+    const config::Reader mu = o.section("muon");
+    opt.muon.momentum = mu.number("momentum", opt.muon.momentum);
+    opt.muon.nesterov = mu.boolean("nesterov", opt.muon.nesterov);
+    opt.muon.ns_iterations = mu.integer<int>("ns_iterations", opt.muon.ns_iterations);
+    opt.muon.ns_tail_iterations =
+        mu.integer<int>("ns_tail_iterations", opt.muon.ns_tail_iterations);
+    opt.muon.rms_scale = mu.number("rms_scale", opt.muon.rms_scale);
+    opt.muon.weight_decay = mu.number("weight_decay", opt.muon.weight_decay);
     mu.reject_unknown();
     o.reject_unknown();
   }
   {
-    Section s = root.child("schedule");
-    s.read("peak_lr", c.peak_lr);
-    s.read("min_lr", c.min_lr);
-    s.read("warmup_steps", c.warmup_steps);
+    const config::Reader s = root.section("schedule");
+    c.peak_lr = s.number("peak_lr", c.peak_lr);
+    c.min_lr = s.number("min_lr", c.min_lr);
+    c.warmup_steps = s.integer("warmup_steps", c.warmup_steps);
     s.reject_unknown();
   }
-  root.read("clip", c.clip);
+  c.clip = root.number("clip", c.clip);
+  c.precision = root.choice("precision", c.precision,
+                            {{"fp32", TrainPrecision::kFp32}, {"bf16", TrainPrecision::kBf16}});
   {
-    std::string precision = "fp32";
-    root.read("precision", precision);
-    if (precision == "fp32")
-      c.precision = TrainPrecision::kFp32;
-    else if (precision == "bf16")
-      c.precision = TrainPrecision::kBf16;
-    else
-      root.fail("precision", "must be \"fp32\" or \"bf16\", got \"" + precision + "\"");
-  }
-  {
-    Section l = root.child("loss");
-    l.read("mtp_weight", c.mtp_weight);
-    l.read("balance_weight", c.balance_weight);
+    const config::Reader l = root.section("loss");
+    c.mtp_weight = l.number("mtp_weight", c.mtp_weight);
+    c.balance_weight = l.number("balance_weight", c.balance_weight);
     l.reject_unknown();
   }
-  root.read("router_bias_speed", c.router_bias_speed);
-  root.read("eval_interval", c.eval_interval);
-  root.read("eval_batches", c.eval_batches);
-  root.read("checkpoint_interval", c.checkpoint_interval);
-  root.read("keep_checkpoints", c.keep_checkpoints);
-  root.read("log_interval", c.log_interval);
-  root.read("out_dir", c.out_dir);
-  root.read("peak_gflops", c.peak_gflops);
+  c.router_bias_speed = root.number("router_bias_speed", c.router_bias_speed);
+  c.eval_interval = root.integer("eval_interval", c.eval_interval);
+  c.eval_batches = root.integer("eval_batches", c.eval_batches);
+  c.checkpoint_interval = root.integer("checkpoint_interval", c.checkpoint_interval);
+  c.keep_checkpoints = root.integer("keep_checkpoints", c.keep_checkpoints);
+  c.log_interval = root.integer("log_interval", c.log_interval);
+  c.out_dir = root.string("out_dir", c.out_dir);
+  c.peak_gflops = root.number("peak_gflops", c.peak_gflops);
   {
-    Section g = root.child("spike");
-    g.read("window", c.spike_window);
-    g.read("z_threshold", c.spike_z_threshold);
+    const config::Reader g = root.section("spike");
+    c.spike_window = g.integer("window", c.spike_window);
+    c.spike_z_threshold = g.number("z_threshold", c.spike_z_threshold);
     g.reject_unknown();
   }
   {
-    Section dbg = root.child("debug");
-    if (const nlohmann::json* inject = dbg.raw("inject")) {
-      if (!inject->is_array()) dbg.fail("inject", "expected an array of strings");
-      for (const auto& entry : *inject) {
-        if (!entry.is_string()) dbg.fail("inject", "expected an array of strings");
+    const config::Reader dbg = root.section("debug");
+    if (dbg.has("inject")) {
+      const config::Reader inject = dbg.array("inject");
+      for (size_t i = 0; i < inject.size(); ++i) {
+        const std::string text = inject[i].as_string();
         try {
-          c.debug_inject.push_back(FaultInjection::parse(entry.get<std::string>()));
+          c.debug_inject.push_back(FaultInjection::parse(text));
         } catch (const Error& e) {
-          dbg.fail("inject", e.message());
+          inject.fail(e.message());
         }
       }
     }
     dbg.reject_unknown();
   }
   {
-    Section p = root.child("parallel");
-    p.read("dp", c.parallel.dp);
-    p.read("ep", c.parallel.ep);
-    p.read("pp", c.parallel.pp);
-    std::string schedule = "1f1b";
-    p.read("pipeline_schedule", schedule);
-    if (schedule == "1f1b")
-      c.parallel.pipeline_schedule = parallel::PipelineSchedule::k1F1B;
-    else if (schedule == "dualpipev")
-      c.parallel.pipeline_schedule = parallel::PipelineSchedule::kDualPipeV;
-    else
-      p.fail("pipeline_schedule", "must be \"1f1b\" or \"dualpipev\", got \"" + schedule + "\"");
-    p.read("zero", c.parallel.zero);
-    p.read("bucket_mb", c.parallel.bucket_mb);
-    p.read("overlap_grad_reduce", c.parallel.overlap_grad_reduce);
-    p.read("ep_overlap", c.parallel.ep_overlap);
-    p.read("expert_placement", c.parallel.expert_placement);
+    const config::Reader p = root.section("parallel");
+    c.parallel.dp = p.integer("dp", c.parallel.dp);
+    c.parallel.ep = p.integer("ep", c.parallel.ep);
+    c.parallel.pp = p.integer("pp", c.parallel.pp);
+    c.parallel.pipeline_schedule =
+        p.choice("pipeline_schedule", c.parallel.pipeline_schedule,
+                 {{"1f1b", parallel::PipelineSchedule::k1F1B},
+                  {"dualpipev", parallel::PipelineSchedule::kDualPipeV}});
+    c.parallel.zero = p.integer("zero", c.parallel.zero);
+    c.parallel.bucket_mb = p.number("bucket_mb", c.parallel.bucket_mb);
+    c.parallel.overlap_grad_reduce =
+        p.boolean("overlap_grad_reduce", c.parallel.overlap_grad_reduce);
+    c.parallel.ep_overlap = p.boolean("ep_overlap", c.parallel.ep_overlap);
+    c.parallel.expert_placement = p.string("expert_placement", c.parallel.expert_placement);
     p.reject_unknown();
   }
   root.reject_unknown();
@@ -233,61 +131,24 @@ RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& or
   c.validation_file = resolve(base_dir, c.validation_file);
   c.out_dir = resolve(base_dir, c.out_dir);
   c.parallel.expert_placement = resolve(base_dir, c.parallel.expert_placement);
-  c.validate(origin);
   return c;
-}
-
-namespace {
-
-// TOML run configs use the same keys as JSON: the parsed table is converted to
-// JSON and read by the one validating reader.
-nlohmann::json toml_to_json(const toml::node& node) {
-  if (const auto* table = node.as_table()) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [key, value] : *table) out[std::string(key.str())] = toml_to_json(value);
-    return out;
-  }
-  if (const auto* array = node.as_array()) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& value : *array) out.push_back(toml_to_json(value));
-    return out;
-  }
-  if (const auto* v = node.as_string()) return v->get();
-  if (const auto* v = node.as_integer()) return v->get();
-  if (const auto* v = node.as_floating_point()) return v->get();
-  if (const auto* v = node.as_boolean()) return v->get();
-  std::ostringstream text;  // dates and times: kept as their TOML text
-  if (const auto* v = node.as_date()) text << v->get();
-  if (const auto* v = node.as_time()) text << v->get();
-  if (const auto* v = node.as_date_time()) text << v->get();
-  return text.str();
-}
-
-bool is_toml_path(const std::string& path) {
-  return std::filesystem::path(path).extension() == ".toml";
 }
 
 }  // namespace
 
+RunConfig RunConfig::from_json(const nlohmann::json& json, const std::string& origin,
+                               const std::string& base_dir) {
+  RunConfig c = read_run_config(config::Reader(json, origin), base_dir);
+  c.validate(origin);
+  return c;
+}
+
 RunConfig RunConfig::load(const std::string& path) {
-  nlohmann::json json;
-  if (is_toml_path(path)) {
-    const std::string text = read_file(path);
-    try {
-      json = toml_to_json(toml::parse(text, path));
-    } catch (const toml::parse_error& e) {
-      throw Error(std::string("invalid TOML: ") + std::string(e.description()))
-          .file(path)
-          .line(static_cast<long>(e.source().begin.line));
-    }
-  } else {
-    try {
-      json = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-      throw Error(std::string("invalid JSON: ") + e.what()).file(path);
-    }
-  }
-  return from_json(json, path, std::filesystem::path(path).parent_path().string());
+  const config::Document document = config::Document::load(path, config::format_of(path));
+  RunConfig c =
+      read_run_config(document.root(), std::filesystem::path(path).parent_path().string());
+  c.validate(path);
+  return c;
 }
 
 void RunConfig::validate(const std::string& origin) const {

@@ -1,5 +1,5 @@
 #pragma once
-// The run configuration of `trex train` (a JSON file; keys in docs/training.md):
+// The run configuration of `trex train` (a JSON or TOML file; keys in docs/training.md):
 // model to start from, tokenizer, data, batch geometry, optimizer, schedule,
 // precision, loss weights, evaluation / checkpoint / logging cadence, output
 // directory and the MFU peak. Parsing rejects unknown keys and bad values with
@@ -107,7 +107,8 @@ struct RunConfig {
   // `origin` names the file in errors; relative paths are resolved against `base_dir`.
   static RunConfig from_json(const nlohmann::json& json, const std::string& origin,
                              const std::string& base_dir = "");
-  // Reads a JSON file; relative paths in it are relative to the file's directory.
+  // Reads a JSON file, or TOML when the name ends in .toml; relative paths in
+  // it are relative to the file's directory.
   static RunConfig load(const std::string& path);
   nlohmann::json to_json() const;  // the same keys, every value explicit
   void validate(const std::string& origin) const;
