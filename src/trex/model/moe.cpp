@@ -111,11 +111,11 @@ bool balance_active(const MoeDims& dims) {
 // before W2, so out = row_scale ⊙ Expert(X).
 template <class T>
 void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
-                    const T* W3, const T* row_scale, double limit, T* gate_pre, T* up_pre, T* h,
-                    T* out) {
+                    const T* W3, const T* row_scale, double limit, kernels::Precision precision,
+                    T* gate_pre, T* up_pre, T* h, T* out) {
   if (n == 0) return;
-  kernels::linear_forward(X, W1, gate_pre, n, I, d);
-  kernels::linear_forward(X, W3, up_pre, n, I, d);
+  kernels::linear_forward(X, W1, gate_pre, n, I, d, precision);
+  kernels::linear_forward(X, W3, up_pre, n, I, d, precision);
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
   {
@@ -139,16 +139,16 @@ void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, co
       }
     }
   }
-  kernels::linear_forward(h, W2, out, n, d, I);
+  kernels::linear_forward(h, W2, out, n, d, I, precision);
 }
 
 // Backward of expert_forward. dX written (nullable), weight grads accumulated
 // (nullable), d_row_scale written (nullable). h, dh, dg, dv: [n, I] workspaces.
 template <class T>
 void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
-                     const T* W3, const T* row_scale, double limit, const T* gate_pre,
-                     const T* up_pre, const T* dout, T* h, T* dh, T* dg, T* dv, T* dX, T* dW1,
-                     T* dW2, T* dW3, T* d_row_scale) {
+                     const T* W3, const T* row_scale, double limit, kernels::Precision precision,
+                     const T* gate_pre, const T* up_pre, const T* dout, T* h, T* dh, T* dg, T* dv,
+                     T* dX, T* dW1, T* dW2, T* dW3, T* d_row_scale) {
   if (n == 0) return;
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
@@ -173,7 +173,7 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
   }
   swiglu.reset();
   // dh = dout · W2 (gradient w.r.t. the scaled h); dW2 += doutᵀ · h.
-  kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I);
+  kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I, precision);
   swiglu.emplace(profile::Op::kSwiglu);
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
@@ -204,8 +204,9 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
     if (d_row_scale) d_row_scale[r] = dscale;
   }
   swiglu.reset();
-  kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d);
-  kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, /*accumulate_dx=*/dX != nullptr);
+  kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d, precision);
+  kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, precision,
+                           /*accumulate_dx=*/dX != nullptr);
 }
 
 // Top-k of (s + b) in descending order, by the engine's tie rule (ranks_before,
@@ -425,7 +426,7 @@ void ep_forward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePara
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = rp.offsets[e], count = rp.offsets[e + 1] - begin;
       expert_forward(ch.xs.data() + begin * d, count, d, I, weights.w1[e], weights.w2[e],
-                     weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit,
+                     weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit, dims.precision,
                      ch.gate_pre.data() + begin * I, ch.up_pre.data() + begin * I,
                      h.data() + begin * I, out.data() + begin * d);
     }
@@ -520,7 +521,7 @@ void ep_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoePar
       const int64_t begin = rp.offsets[e], count = rp.offsets[e + 1] - begin;
       if (count == 0) continue;
       expert_backward(ch.xs.data() + begin * d, count, d, I, weights.w1[e], weights.w2[e],
-                      weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit,
+                      weights.w3[e], ch.scale.data() + begin, dims.swiglu_limit, dims.precision,
                       ch.gate_pre.data() + begin * I, ch.up_pre.data() + begin * I,
                       dys.data() + begin * d, h.data() + begin * I, dh.data() + begin * I,
                       dg.data() + begin * I, dv.data() + begin * I, dxg.data() + begin * d,
@@ -614,8 +615,8 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   cache.scores.assign(static_cast<size_t>(N * E), T(0));
   {
     TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_flops(N, E, d));
-    kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
-    kernels::linear_forward(x, weights.gate, cache.logits.data(), N, E, d);
+    kernels::linear_forward(x, weights.gate, cache.logits.data(), N, E, d,
+                            kernels::Precision::kF32);
   }
 #pragma omp parallel for schedule(static) if (N * E > (1 << 14))
   for (int64_t i = 0; i < N * E; ++i)
@@ -692,7 +693,8 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
       std::vector<T> hs(static_cast<size_t>(N * I));
       expert_forward(cache.x.data(), N, d, I, weights.shared_w1, weights.shared_w2,
                      weights.shared_w3, static_cast<const T*>(nullptr), dims.swiglu_limit,
-                     cache.shared_gate_pre.data(), cache.shared_up_pre.data(), hs.data(), y);
+                     dims.precision, cache.shared_gate_pre.data(), cache.shared_up_pre.data(),
+                     hs.data(), y);
     } else {
       cache.shared_gate_pre.clear();
       cache.shared_up_pre.clear();
@@ -750,9 +752,9 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
       expert_forward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                     scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
-                     cache.up_pre.data() + begin * I, h.data() + begin * I,
-                     outs.data() + begin * d);
+                     scale.data() + begin, dims.swiglu_limit, dims.precision,
+                     cache.gate_pre.data() + begin * I, cache.up_pre.data() + begin * I,
+                     h.data() + begin * I, outs.data() + begin * d);
     }
     section.reset();
     shared_forward();
@@ -848,7 +850,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
       std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
           dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
       expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
-                      static_cast<const T*>(nullptr), dims.swiglu_limit,
+                      static_cast<const T*>(nullptr), dims.swiglu_limit, dims.precision,
                       cache.shared_gate_pre.data(), cache.shared_up_pre.data(), dy, hs.data(),
                       dhs.data(), dgs.data(), dvs.data(), dx, grads.shared_w1, grads.shared_w2,
                       grads.shared_w3, static_cast<T*>(nullptr));
@@ -947,9 +949,10 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
     for (int64_t e = 0; e < E; ++e) {
       const int64_t begin = cache.offsets[e], n = cache.offsets[e + 1] - begin;
       expert_backward(xs.data() + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                      scale.data() + begin, dims.swiglu_limit, cache.gate_pre.data() + begin * I,
-                      cache.up_pre.data() + begin * I, dys.data() + begin * d, h.data() + begin * I,
-                      dh.data() + begin * I, dg.data() + begin * I, dv.data() + begin * I,
+                      scale.data() + begin, dims.swiglu_limit, dims.precision,
+                      cache.gate_pre.data() + begin * I, cache.up_pre.data() + begin * I,
+                      dys.data() + begin * d, h.data() + begin * I, dh.data() + begin * I,
+                      dg.data() + begin * I, dv.data() + begin * I,
                       dx ? dxs.data() + begin * d : nullptr, expert_grad(0, e), expert_grad(1, e),
                       expert_grad(2, e), dscale.data() + begin);
     }
@@ -959,9 +962,8 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   }
   {
     TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_backward_flops(N, E, d));
-    kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
     kernels::linear_backward(x, weights.gate, dlogits.data(), dx, grads.gate, N, E, d,
-                             /*accumulate_dx=*/true);
+                             kernels::Precision::kF32, /*accumulate_dx=*/true);
   }
 }
 

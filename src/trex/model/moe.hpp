@@ -17,11 +17,9 @@
 // outputs are combined per token in slot order. Every reduction has a fixed
 // order, so results do not depend on the OpenMP thread count.
 //
-// Precision: expert GEMMs follow kernels::gemm_precision() (bf16 operands when
-// set); the router GEMMs (forward and backward) always run in fp32 via a
-// ScopedGemmPrecision (spec: router in FP32), so do not run another float GEMM
-// concurrently from a different thread while a MoE call is in flight. The
-// scalar router maths (sqrt-softplus, normalisation, balance loss) is
+// Precision: expert GEMMs multiply in MoeDims::precision (bf16 operands when
+// kBF16); the router GEMMs (forward and backward) always run in fp32 (spec:
+// router in FP32). The scalar router maths (sqrt-softplus, normalisation, balance loss) is
 // evaluated in double and stored as T.
 //
 // Sequence-wise balance loss (spec §3.3), per sequence b of T = seq tokens:
@@ -36,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/precision.hpp"
 #include "trex/model/moe_parallel.hpp"
 
 namespace trex::model {
@@ -65,6 +64,7 @@ struct MoeDims {
   // Sequences of the balance loss when they are not the B rows (packed documents):
   // disjoint, in [0, B·S). Empty: the B rows of S tokens.
   std::vector<MoeSequence> balance_sequences;
+  kernels::Precision precision = kernels::Precision::kF32;  // of the expert GEMMs
 
   int64_t tokens() const { return batch * seq; }
 };

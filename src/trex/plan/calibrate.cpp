@@ -43,8 +43,7 @@ std::vector<std::array<int64_t, 3>> default_calibration_shapes() {
 std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t, 3>>& shapes,
                                            bool bf16, int repeats) {
   require(repeats >= 1, "repeats must be >= 1");
-  kernels::ScopedGemmPrecision precision(bf16 ? kernels::Precision::kBF16
-                                              : kernels::Precision::kF32);
+  const kernels::Precision precision = bf16 ? kernels::Precision::kBF16 : kernels::Precision::kF32;
   std::vector<GemmMeasurement> out;
   for (const auto& [m, n, k] : shapes) {
     require(m > 0 && n > 0 && k > 0, "GEMM shapes must be positive");
@@ -54,8 +53,8 @@ std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t,
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i % 13) * 0.01);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 7) * 0.02);
     auto run = [&] {
-      kernels::gemm<float>(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
-                           n);
+      kernels::gemm<float>(precision, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                           c.data(), n);
     };
     run();  // warm-up (primitive creation, caches)
     // Batch enough calls for ~2 ms so the clock resolution does not matter.
