@@ -45,9 +45,11 @@ TEST(Gemm, Fp32TilesIndependentOfThreadCountAndCorrect) {
     std::vector<float> one(C0), two(C0);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, one.data(), N);
+    gemm<float>(Precision::kF32, ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f,
+                one.data(), N);
     omp_set_num_threads(std::max(2, saved));
-    gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, two.data(), N);
+    gemm<float>(Precision::kF32, ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f,
+                two.data(), N);
     omp_set_num_threads(saved);
     EXPECT_EQ(one, two) << "trans " << trans;
     double max_err = 0;
@@ -77,14 +79,12 @@ TEST(Gemm, Bf16EqualsFp32OfRoundedOperandsOnEveryPath) {
     const int64_t lda = ta ? M : K, ldb = tb ? K : N;
     const std::vector<float> C0 = uniform(21, M * N);
     std::vector<float> bf16_result(C0), reference(C0), unrounded(C0);
-    {
-      ScopedGemmPrecision precision(Precision::kBF16);
-      gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, bf16_result.data(),
-                  N);
-    }
-    gemm<float>(ta, tb, M, N, K, 0.5f, A16.data(), lda, B16.data(), ldb, 0.25f, reference.data(),
-                N);
-    gemm<float>(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, unrounded.data(), N);
+    gemm<float>(Precision::kBF16, ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f,
+                bf16_result.data(), N);
+    gemm<float>(Precision::kF32, ta, tb, M, N, K, 0.5f, A16.data(), lda, B16.data(), ldb, 0.25f,
+                reference.data(), N);
+    gemm<float>(Precision::kF32, ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f,
+                unrounded.data(), N);
     double max_vs_reference = 0, max_vs_unrounded = 0;
     for (size_t i = 0; i < reference.size(); ++i) {
       max_vs_reference =

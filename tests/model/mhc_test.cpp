@@ -10,7 +10,6 @@
 
 #include "gradcheck.hpp"
 #include "trex/core/error.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::model {
 namespace {
@@ -42,17 +41,17 @@ struct SiteProblem {
   std::vector<T> X, fn, base, scale, c, R;
 
   // Returns L; fills u, y, Xout, cache.
-  double forward(MhcCache<T>& cache, std::vector<T>& u, std::vector<T>& y,
-                 std::vector<T>& Xout) const {
+  double forward(MhcCache<T>& cache, std::vector<T>& u, std::vector<T>& y, std::vector<T>& Xout,
+                 const kernels::OpContext& ctx = {}) const {
     const int64_t N = dims.tokens, d = dims.hidden, n = dims.hc_mult;
     u.assign(N * d, T(0));
     y.assign(N * d, T(0));
     Xout.assign(N * n * d, T(0));
     mhc_pre_forward(dims, MhcWeights<T>{fn.data(), base.data(), scale.data()}, X.data(), u.data(),
-                    cache);
+                    cache, ctx);
     for (int64_t t = 0; t < N; ++t)
       for (int64_t i = 0; i < d; ++i) y[t * d + i] = std::tanh(u[t * d + i]) * c[i];
-    mhc_post_forward(dims, cache, X.data(), y.data(), Xout.data());
+    mhc_post_forward(dims, cache, X.data(), y.data(), Xout.data(), ctx);
     double loss = 0.0;
     for (size_t i = 0; i < Xout.size(); ++i)
       loss += static_cast<double>(Xout[i]) * static_cast<double>(R[i]);
@@ -429,16 +428,12 @@ TEST(Mhc, BadDimsThrowNamingTheField) {
   EXPECT_THROW(mhc_post_forward(dims, empty, X.data(), y.data(), Xout.data()), Error);
 }
 
-TEST(Mhc, StaysFp32UnderBf16GemmPrecision) {
+TEST(Mhc, StaysFp32UnderBf16ComputePrecision) {
   const SiteProblem<float> f = to_float(make_site(40, 32, 20, 66));
   MhcCache<float> a, b;
   std::vector<float> ua, ya, Xa, ub, yb, Xb;
   f.forward(a, ua, ya, Xa);
-  {
-    kernels::ScopedGemmPrecision bf16(kernels::Precision::kBF16);
-    f.forward(b, ub, yb, Xb);
-    EXPECT_EQ(kernels::gemm_precision(), kernels::Precision::kBF16);  // restored after mHC
-  }
+  f.forward(b, ub, yb, Xb, kernels::OpContext{nullptr, kernels::Precision::kBF16});
   EXPECT_EQ(a.mix, b.mix);
   EXPECT_EQ(Xa, Xb);
 }

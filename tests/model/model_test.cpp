@@ -279,11 +279,9 @@ TEST(V4Model, Bf16ComputeStaysCloseToFp32) {
   const auto f32 = m.forward_backward(batch, {}, {});
   const std::vector<float> g32 = m.params().grads();
   m.params().zero_grads();
-  trex::model::LossBreakdown b16;
-  {
-    trex::kernels::ScopedGemmPrecision bf16(trex::kernels::Precision::kBF16);
-    b16 = m.forward_backward(batch, {}, {});
-  }
+  m.set_compute_precision(trex::kernels::Precision::kBF16);
+  const trex::model::LossBreakdown b16 = m.forward_backward(batch, {}, {});
+  m.set_compute_precision(trex::kernels::Precision::kF32);
   EXPECT_NEAR(b16.lm, f32.lm, 0.01 * f32.lm);
   double num = 0, den = 0;
   const auto& g16 = m.params().grads();

@@ -9,7 +9,6 @@
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/schedule.hpp"
@@ -197,7 +196,6 @@ TEST(TrainMuon, NewtonSchulzMatchesNaiveOnWideAndTall) {
 }
 
 TEST(TrainMuon, OptimizerStepsMatchNaiveMuonPerMatrixAndAdamWElsewhere) {
-  trex::kernels::ScopedGemmPrecision fp32(trex::kernels::Precision::kF32);
   // Two "experts" as separate 2x2 specs, a 3x2 matrix, an AdamW vector, a frozen bias.
   ParamStore<float> p(
       {spec("e0.w1", {2, 2}, OptimizerGroup::kMuon), spec("e1.w1", {2, 2}, OptimizerGroup::kMuon),
@@ -318,7 +316,6 @@ namespace {
 // (experts separately), the router bias is frozen, and Muon's scale makes each
 // matrix update's RMS about γ·lr = 0.18·lr whatever its shape.
 TEST(TrainOptimizer, TinyV4InventoryUpdateRmsAndFrozenRouterBias) {
-  trex::kernels::ScopedGemmPrecision fp32(trex::kernels::Precision::kF32);
   const trex::model::ModelConfig config =
       trex::model::ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
   ParamStore<float> p(trex::model::parameter_specs(config));

@@ -11,7 +11,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
+#include "trex/kernels/precision.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data_cpt.hpp"
 #include "trex/train/schedule.hpp"
@@ -319,7 +319,7 @@ TEST(TrainTrainer, EpochsDeriveStepsAndEvalHookAddsScalars) {
 }
 
 // precision bf16: bf16 GEMM operands (fp32 master weights), a close but different step.
-TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndRestoresTheGemmSetting) {
+TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndStaysWithItsModel) {
   TempDir dir;
   trex::test::write_tiny_training_data(dir.path());
   RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
@@ -329,7 +329,8 @@ TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndRestoresTheGemmSetting) {
   c.precision = trex::train::TrainPrecision::kBf16;
   Trainer bf16(c, {.quiet = true, .write_metrics = false});
   const auto b = bf16.train_step();
-  EXPECT_EQ(trex::kernels::gemm_precision(), trex::kernels::Precision::kF32);
+  EXPECT_EQ(fp32.model().compute_precision(), trex::kernels::Precision::kF32);
+  EXPECT_EQ(bf16.model().compute_precision(), trex::kernels::Precision::kBF16);
   EXPECT_NEAR(a.get("loss_lm"), b.get("loss_lm"), 2e-2);
   EXPECT_NE(a.get("loss_lm"), b.get("loss_lm"));
   EXPECT_NE(fp32.model().params().values(), bf16.model().params().values());

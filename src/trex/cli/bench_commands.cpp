@@ -22,8 +22,8 @@
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
+#include "trex/kernels/precision.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/model/model.hpp"
 #include "trex/train/optimizer.hpp"
@@ -126,6 +126,8 @@ int run_step(const StepBenchOptions& o) {
   train::OptimizerOptions optimizer_options = defaults.optimizer;
   // AdamW only is what the transformers baseline runs (reference/bench_hf_train.py).
   optimizer_options.use_muon = o.optimizer == "muon";
+  const kernels::Precision precision = bf16 ? kernels::Precision::kBF16 : kernels::Precision::kF32;
+  optimizer_options.muon.precision = precision;
   train::Optimizer optimizer(params, optimizer_options);
 
   model::Batch batch;
@@ -143,8 +145,7 @@ int run_step(const StepBenchOptions& o) {
 
   // One trainer step (Trainer::train_step without data, metrics or the guard):
   // zero, forward + backward, clip, AdamW/Muon, router-bias rule, zero.
-  kernels::ScopedGemmPrecision precision(bf16 ? kernels::Precision::kBF16
-                                              : kernels::Precision::kF32);
+  m.set_compute_precision(precision);
   std::vector<double> seconds, model_seconds;  // whole steps; forward_backward alone
   double last_loss = 0.0;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {

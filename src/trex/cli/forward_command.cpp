@@ -13,7 +13,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/io/safetensors.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
+#include "trex/kernels/precision.hpp"
 #include "trex/model/model.hpp"
 
 namespace trex::cli {
@@ -119,8 +119,8 @@ int run_forward(const ForwardOptions& o) {
                               : model::Model<float>::from_checkpoint(o.checkpoint, &scheme);
   if (!o.config.empty()) m.init_random(o.seed);
   const model::Batch batch = read_batch(o);
-  kernels::ScopedGemmPrecision precision(o.precision == "bf16" ? kernels::Precision::kBF16
-                                                               : kernels::Precision::kF32);
+  m.set_compute_precision(o.precision == "bf16" ? kernels::Precision::kBF16
+                                                : kernels::Precision::kF32);
   const model::ModelConfig& c = m.config();
   const int64_t N = batch.B * batch.S, V = c.vocab_size;
   const bool has_mtp = c.num_nextn_predict_layers > 0 && batch.S >= 2;

@@ -20,6 +20,9 @@ namespace trex::infer {
 using namespace trex::model;
 namespace {
 
+// Generation multiplies in fp32 (the training precision does not carry over).
+constexpr kernels::Precision kPrecision = kernels::Precision::kF32;
+
 // Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
 
@@ -244,20 +247,20 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   s.q_lora.resize(R * dc);
   s.q_lora_inv.resize(R);
   s.c_q.resize(R * dc);
-  kernels::linear_forward(a, w.wq_a, s.q_lora.data(), R, dc, hidden);
+  kernels::linear_forward(a, w.wq_a, s.q_lora.data(), R, dc, hidden, kPrecision);
   kernels::rmsnorm_forward(s.q_lora.data(), w.q_norm, s.c_q.data(), s.q_lora_inv.data(), R, dc,
                            d.eps);
   s.q_raw.resize(R * hc);
   s.q.resize(R * hc);
   s.q_inv.resize(R * H);
-  kernels::linear_forward(s.c_q.data(), w.wq_b, s.q_raw.data(), R, hc, dc);
+  kernels::linear_forward(s.c_q.data(), w.wq_b, s.q_raw.data(), R, hc, dc, kPrecision);
   kernels::rmsnorm_forward(s.q_raw.data(), static_cast<const T*>(nullptr), s.q.data(),
                            s.q_inv.data(), R * H, c, d.eps);
   kernels::rope_apply(table, s.q.data(), R, H, c, positions.data(), false);
   s.kv_raw.resize(R * c);
   s.kv.resize(R * c);
   s.kv_inv.resize(R);
-  kernels::linear_forward(a, w.wkv, s.kv_raw.data(), R, c, hidden);
+  kernels::linear_forward(a, w.wkv, s.kv_raw.data(), R, c, hidden, kPrecision);
   kernels::rmsnorm_forward(s.kv_raw.data(), w.kv_norm, s.kv.data(), s.kv_inv.data(), R, c, d.eps);
   kernels::rope_apply(table, s.kv.data(), R, 1, c, positions.data(), false);
 
@@ -265,27 +268,31 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   if (d.has_compressor()) {
     s.comp_proj.resize(R * cd.proj_dim());
     s.comp_gate.resize(R * cd.proj_dim());
-    kernels::linear_forward(a, w.compressor.wkv, s.comp_proj.data(), R, cd.proj_dim(), hidden);
-    kernels::linear_forward(a, w.compressor.wgate, s.comp_gate.data(), R, cd.proj_dim(), hidden);
+    kernels::linear_forward(a, w.compressor.wkv, s.comp_proj.data(), R, cd.proj_dim(), hidden,
+                            kPrecision);
+    kernels::linear_forward(a, w.compressor.wgate, s.comp_gate.data(), R, cd.proj_dim(), hidden,
+                            kPrecision);
   }
   const IndexerDims id = d.has_indexer() ? d.indexer() : IndexerDims{};
   const CompressorDims icd = d.has_indexer() ? id.compressor() : CompressorDims{};
   const int64_t iq_dim = id.heads * id.head_dim;
   if (d.has_indexer()) {
     s.index_q.resize(R * iq_dim);
-    kernels::linear_forward(s.c_q.data(), w.indexer.wq_b, s.index_q.data(), R, iq_dim, dc);
+    kernels::linear_forward(s.c_q.data(), w.indexer.wq_b, s.index_q.data(), R, iq_dim, dc,
+                            kPrecision);
     kernels::rope_apply(table, s.index_q.data(), R, id.heads, id.head_dim, positions.data(), false);
     s.index_weights.resize(R * id.heads);
-    kernels::linear_forward(a, w.indexer.weights_proj, s.index_weights.data(), R, id.heads, hidden);
+    kernels::linear_forward(a, w.indexer.weights_proj, s.index_weights.data(), R, id.heads, hidden,
+                            kPrecision);
     const T scale = static_cast<T>(
         1.0 / std::sqrt(static_cast<double>(id.head_dim) * static_cast<double>(id.heads)));
     for (auto& v : s.index_weights) v *= scale;
     s.index_proj.resize(R * icd.proj_dim());
     s.index_gate.resize(R * icd.proj_dim());
     kernels::linear_forward(a, w.indexer.compressor.wkv, s.index_proj.data(), R, icd.proj_dim(),
-                            hidden);
+                            hidden, kPrecision);
     kernels::linear_forward(a, w.indexer.compressor.wgate, s.index_gate.data(), R, icd.proj_dim(),
-                            hidden);
+                            hidden, kPrecision);
   }
 
   // Sequence by sequence (rows of one sequence in order: each reads the state its
@@ -382,9 +389,9 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   const int64_t g = d.o_groups, dg = d.o_lora, group_in = hc / g;
   s.z.assign(static_cast<size_t>(R * g * dg), T(0));
   for (int64_t j = 0; j < g; ++j)
-    kernels::gemm<T>(false, true, R, dg, group_in, T(1), s.o.data() + j * group_in, hc,
+    kernels::gemm<T>(kPrecision, false, true, R, dg, group_in, T(1), s.o.data() + j * group_in, hc,
                      w.wo_a + j * dg * group_in, group_in, T(0), s.z.data() + j * dg, g * dg);
-  kernels::linear_forward(s.z.data(), w.wo_b, out, R, hidden, g * dg);
+  kernels::linear_forward(s.z.data(), w.wo_b, out, R, hidden, g * dg, kPrecision);
 }
 
 template <class T>
@@ -531,7 +538,7 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
   hc_head_forward(mhc_dims(c, Q), head_w, xq.data(), hq.data(), im.head_cache);
   kernels::rmsnorm_forward(hq.data(), params.value("norm.weight"), hn.data(), inv.data(), Q, d,
                            c.rms_norm_eps);
-  kernels::linear_forward(hn.data(), params.value("head.weight"), logits, Q, V, d);
+  kernels::linear_forward(hn.data(), params.value("head.weight"), logits, Q, V, d, kPrecision);
 }
 
 template class Decoder<float>;

@@ -7,14 +7,10 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
-#include "trex/kernels/cpu/attention_core.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
-#include "trex/kernels/cpu/norms.hpp"
 
 namespace trex::model {
 
-// Below this many multiply-adds a loop runs serially: an OpenMP region costs more.
-constexpr int64_t kParallelWork = int64_t{1} << 18;
+using kernels::Tensor;
 
 AttentionDims AttentionDims::from_config(const ModelConfig& config, int64_t layer) {
   const int64_t layers = static_cast<int64_t>(config.compress_ratios.size());
@@ -113,30 +109,15 @@ void require_weights(const AttentionDims& dims, const AttentionWeights<T>& w) {
   }
 }
 
+// The key sets of every query row (kernels::AttentionKeyTensors).
 template <class T>
-T dot(const T* x, const T* y, int64_t n) {
-  T s = 0;
-  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
-}
-
-// Key rows of query row r in prob order: window (oldest first), then its
-// compressed entries in comp_list order. Returns their count.
-template <class T>
-int64_t gather_keys(const AttentionDims& dims, const AttentionCache<T>& cache, int64_t r,
-                    std::vector<const T*>& keys) {
-  const int64_t S = cache.shape.S;
-  const int64_t c = dims.head_dim;
-  const int64_t ws = cache.window_start(r, dims.window);
-  const int64_t n_window = r % S - ws + 1;
-  const int64_t first = cache.comp_offsets[r];
-  const int64_t n_comp = cache.comp_offsets[r + 1] - first;
-  keys.resize(static_cast<size_t>(n_window + n_comp));
-  const T* window_rows = cache.kv.data() + (r - r % S + ws) * c;
-  for (int64_t k = 0; k < n_window; ++k) keys[k] = window_rows + k * c;
-  for (int64_t k = 0; k < n_comp; ++k)
-    keys[n_window + k] = cache.compressed.data() + cache.comp_list[first + k] * c;
-  return n_window + n_comp;
+kernels::AttentionKeyTensors key_tensors(const AttentionCache<T>& cache, int64_t N, int64_t c) {
+  return {
+      Tensor::of(cache.kv.data(), {N, c}),
+      Tensor::of(cache.compressed.data(), {static_cast<int64_t>(cache.compressed.size()) / c, c}),
+      Tensor::of(cache.comp_offsets.data(), {N + 1}),
+      Tensor::of(cache.comp_list.data(), {static_cast<int64_t>(cache.comp_list.size())}),
+      Tensor::of(cache.prob_offsets.data(), {N + 1})};
 }
 
 }  // namespace
@@ -156,7 +137,7 @@ std::vector<int64_t> attention_compressed_set(const AttentionDims& dims,
 template <class T>
 double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w,
                          const SeqShape& shape, const T* a, AttentionCache<T>& cache, T* out,
-                         const AttentionOptions& options) {
+                         const AttentionOptions& options, const kernels::OpContext& ctx) {
   dims.validate();
   require_weights(dims, w);
   if (shape.B < 0 || shape.S < 0) throw Error("negative batch shape").field("shape");
@@ -176,6 +157,10 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   for (int64_t r = 0; r < N; ++r) cache.positions[r] = r % shape.S;
   cache.a.assign(a, a + N * dims.hidden);
   if (N == 0) return 0.0;
+  const kernels::Backend& ops = ctx.ops();
+  const kernels::LinearOptions linear{ctx.precision};
+  const int64_t d = dims.hidden;
+  const Tensor positions = Tensor::of(cache.positions.data(), {N});
 
   // Query path: c_Q = RMSNorm(a W_qaᵀ); q = per-head unweighted RMSNorm(c_Q W_qbᵀ); RoPE.
   cache.q_lora.resize(static_cast<size_t>(N * dc));
@@ -183,20 +168,24 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.c_q.resize(cache.q_lora.size());
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, dc, dims.hidden));
-    kernels::linear_forward(a, w.wq_a, cache.q_lora.data(), N, dc, dims.hidden);
+    ops.linear_forward(Tensor::of(a, {N, d}), Tensor::of(w.wq_a, {dc, d}),
+                       Tensor::of(cache.q_lora.data(), {N, dc}), linear);
   }
-  kernels::rmsnorm_forward(cache.q_lora.data(), w.q_norm, cache.c_q.data(), cache.q_lora_inv.data(),
-                           N, dc, dims.eps);
+  ops.rmsnorm_forward(Tensor::of(cache.q_lora.data(), {N, dc}), Tensor::of(w.q_norm, {dc}),
+                      Tensor::of(cache.c_q.data(), {N, dc}),
+                      Tensor::of(cache.q_lora_inv.data(), {N}), dims.eps);
   cache.q_raw.resize(static_cast<size_t>(N * hc));
   cache.q_inv.resize(static_cast<size_t>(N * H));
   cache.q.resize(cache.q_raw.size());
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, hc, dc));
-    kernels::linear_forward(cache.c_q.data(), w.wq_b, cache.q_raw.data(), N, hc, dc);
+    ops.linear_forward(Tensor::of(cache.c_q.data(), {N, dc}), Tensor::of(w.wq_b, {hc, dc}),
+                       Tensor::of(cache.q_raw.data(), {N, hc}), linear);
   }
-  kernels::rmsnorm_forward(cache.q_raw.data(), static_cast<const T*>(nullptr), cache.q.data(),
-                           cache.q_inv.data(), N * H, c, dims.eps);
-  kernels::rope_apply(cache.rope, cache.q.data(), N, H, c, cache.positions.data(), false);
+  ops.rmsnorm_forward(Tensor::of(cache.q_raw.data(), {N * H, c}), Tensor(),
+                      Tensor::of(cache.q.data(), {N * H, c}),
+                      Tensor::of(cache.q_inv.data(), {N * H}), dims.eps);
+  ops.rope(cache.rope, Tensor::of(cache.q.data(), {N, H, c}), positions, false);
 
   // Shared K=V latent.
   cache.kv_raw.resize(static_cast<size_t>(N * c));
@@ -204,11 +193,13 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.kv.resize(cache.kv_raw.size());
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, c, dims.hidden));
-    kernels::linear_forward(a, w.wkv, cache.kv_raw.data(), N, c, dims.hidden);
+    ops.linear_forward(Tensor::of(a, {N, d}), Tensor::of(w.wkv, {c, d}),
+                       Tensor::of(cache.kv_raw.data(), {N, c}), linear);
   }
-  kernels::rmsnorm_forward(cache.kv_raw.data(), w.kv_norm, cache.kv.data(), cache.kv_inv.data(), N,
-                           c, dims.eps);
-  kernels::rope_apply(cache.rope, cache.kv.data(), N, 1, c, cache.positions.data(), false);
+  ops.rmsnorm_forward(Tensor::of(cache.kv_raw.data(), {N, c}), Tensor::of(w.kv_norm, {c}),
+                      Tensor::of(cache.kv.data(), {N, c}), Tensor::of(cache.kv_inv.data(), {N}),
+                      dims.eps);
+  ops.rope(cache.rope, Tensor::of(cache.kv.data(), {N, 1, c}), positions, false);
 
   // Compressed entries and the compressed key set of every query.
   int64_t blocks = 0;
@@ -218,13 +209,13 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
     blocks = cdims.blocks(shape.S);
     cache.compressed.assign(static_cast<size_t>(shape.B * blocks * c), T(0));
     compressor_forward(cdims, w.compressor, shape, a, cache.rope, cache.compressor,
-                       cache.compressed.data());
+                       cache.compressed.data(), ctx);
   }
   if (dims.has_indexer()) {
     const bool need_scores = !options.fixed_selection || options.compute_indexer_loss;
     if (need_scores) {
       indexer_forward(dims.indexer(), w.indexer, shape, a, cache.c_q.data(), cache.rope,
-                      cache.indexer, options.fixed_selection);
+                      cache.indexer, options.fixed_selection, ctx);
     } else if (cache.indexer.selected.size() != static_cast<size_t>(N * dims.index_topk)) {
       throw Error("fixed_selection without a stored selection for this shape")
           .field("indexer.selected");
@@ -257,54 +248,30 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   }
 
   // Core: per query token, gather window + compressed keys; softmax with sink.
-  cache.prob.assign(static_cast<size_t>(cache.prob_offsets[N]), T(0));
+  const int64_t probs = cache.prob_offsets[N];
+  cache.prob.assign(static_cast<size_t>(probs), T(0));
   cache.sink_prob.assign(static_cast<size_t>(N * H), T(0));
   cache.o.assign(static_cast<size_t>(N * hc), T(0));
-  const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
-  // All heads of a token share its keys (MQA): scores = one [H, keys] product,
-  // output = one [H, keys]·[keys, c] product.
-#pragma omp parallel if (static_cast <int64_t>(cache.prob.size()) * c > kParallelWork)
-  {
-    std::vector<const T*> keys;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_keys = gather_keys(dims, cache, r, keys);
-      T* p_row = cache.prob.data() + cache.prob_offsets[r];
-      const T* q_row = cache.q.data() + r * hc;
-      kernels::attention_dots(H, n_keys, c, q_row, c, keys.data(), inv_sqrt_c, p_row, n_keys);
-      for (int64_t h = 0; h < H; ++h) {
-        T* p = p_row + h * n_keys;
-        const T sink = w.attn_sink[h];
-        T max_logit = sink;
-        for (int64_t k = 0; k < n_keys; ++k) max_logit = std::max(max_logit, p[k]);
-        const T sink_exp = std::exp(sink - max_logit);
-        T denom = sink_exp;
-        for (int64_t k = 0; k < n_keys; ++k) {
-          p[k] = std::exp(p[k] - max_logit);
-          denom += p[k];
-        }
-        const T inv_denom = T(1) / denom;
-        for (int64_t k = 0; k < n_keys; ++k) p[k] *= inv_denom;
-        cache.sink_prob[r * H + h] = sink_exp * inv_denom;
-      }
-      kernels::attention_combine(H, n_keys, c, p_row, n_keys, keys.data(), cache.o.data() + r * hc,
-                                 c);
-    }
-  }
+  const kernels::AttentionCoreDims core{shape.S, dims.window};
+  ops.attention_core_forward(core, Tensor::of(cache.q.data(), {N, H, c}), key_tensors(cache, N, c),
+                             Tensor::of(w.attn_sink, {H}), Tensor::of(cache.prob.data(), {probs}),
+                             Tensor::of(cache.sink_prob.data(), {N, H}),
+                             Tensor::of(cache.o.data(), {N, H, c}));
 
   // Inverse RoPE at the query position, then the grouped low-rank projection.
   cache.o_rot = cache.o;
-  kernels::rope_apply(cache.rope, cache.o_rot.data(), N, H, c, cache.positions.data(), true);
+  ops.rope(cache.rope, Tensor::of(cache.o_rot.data(), {N, H, c}), positions, true);
   const int64_t g = dims.o_groups;
   const int64_t dg = dims.o_lora;
   const int64_t group_in = hc / g;
   cache.z.assign(static_cast<size_t>(N * g * dg), T(0));
   TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, g * dg, group_in) +
                                                profile::linear_flops(N, dims.hidden, g * dg));
-  for (int64_t j = 0; j < g; ++j)
-    kernels::gemm<T>(false, true, N, dg, group_in, T(1), cache.o_rot.data() + j * group_in, hc,
-                     w.wo_a + j * dg * group_in, group_in, T(0), cache.z.data() + j * dg, g * dg);
-  kernels::linear_forward(cache.z.data(), w.wo_b, out, N, dims.hidden, g * dg);
+  ops.grouped_linear_forward(g, Tensor::of(cache.o_rot.data(), {N, hc}),
+                             Tensor::of(w.wo_a, {g * dg, group_in}),
+                             Tensor::of(cache.z.data(), {N, g * dg}), ctx.precision);
+  ops.linear_forward(Tensor::of(cache.z.data(), {N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
+                     Tensor::of(out, {N, d}), linear);
 
   if (options.compute_indexer_loss) {
     TREX_PROFILE(profile::Op::kIndexer);
@@ -312,25 +279,12 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
     // compressed entries, L1-normalised per query.
     const int64_t k_max = dims.index_topk;
     std::vector<T> target(static_cast<size_t>(N * k_max), T(0));
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_window = r % shape.S - cache.window_start(r, dims.window) + 1;
-      const int64_t n_comp = cache.comp_offsets[r + 1] - cache.comp_offsets[r];
-      const int64_t n_keys = n_window + n_comp;
-      // comp_list holds the valid picks of `selected` in order; map them back.
-      T total = 0;
-      for (int64_t k = 0, j = 0; k < k_max && j < n_comp; ++k) {
-        if (cache.indexer.selected[r * k_max + k] < 0) continue;
-        T sum = 0;
-        for (int64_t h = 0; h < H; ++h)
-          sum += cache.prob[cache.prob_offsets[r] + h * n_keys + n_window + j];
-        target[r * k_max + k] = sum;
-        total += sum;
-        ++j;
-      }
-      if (total > T(0))
-        for (int64_t k = 0; k < k_max; ++k) target[r * k_max + k] /= total;
-    }
-    cache.indexer_loss = indexer_loss(dims.indexer(), shape, target.data(), cache.indexer);
+    ops.attention_selected_mass(core, H, Tensor::of(cache.prob.data(), {probs}),
+                                Tensor::of(cache.prob_offsets.data(), {N + 1}),
+                                Tensor::of(cache.comp_offsets.data(), {N + 1}),
+                                Tensor::of(cache.indexer.selected.data(), {N, k_max}),
+                                Tensor::of(target.data(), {N, k_max}));
+    cache.indexer_loss = indexer_loss(dims.indexer(), shape, target.data(), cache.indexer, ctx);
   }
   return cache.indexer_loss;
 }
@@ -338,7 +292,7 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
 template <class T>
 void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
                         const AttentionCache<T>& cache, const T* dout, AttentionGrads<T>& grads,
-                        T* da) {
+                        T* da, const kernels::OpContext& ctx) {
   const SeqShape& shape = cache.shape;
   const int64_t N = shape.tokens();
   const int64_t H = dims.heads;
@@ -349,6 +303,11 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   const int64_t dg = dims.o_lora;
   const int64_t group_in = hc / g;
   if (N == 0) return;
+  const kernels::Backend& ops = ctx.ops();
+  const kernels::LinearOptions linear{ctx.precision};
+  const kernels::LinearOptions accumulate{ctx.precision, true};
+  const int64_t d = dims.hidden;
+  const Tensor positions = Tensor::of(cache.positions.data(), {N});
 
   // Output projections.
   std::vector<T> dz(static_cast<size_t>(N * g * dg), T(0));
@@ -357,144 +316,45 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
     TREX_PROFILE(profile::Op::kGemmAttnProj,
                  profile::linear_backward_flops(N, dims.hidden, g * dg) +
                      profile::linear_backward_flops(N, g * dg, group_in));
-    kernels::linear_backward(cache.z.data(), w.wo_b, dout, dz.data(), grads.wo_b, N, dims.hidden,
-                             g * dg);
-    for (int64_t j = 0; j < g; ++j) {
-      if (grads.wo_a)
-        kernels::gemm<T>(true, false, dg, group_in, N, T(1), dz.data() + j * dg, g * dg,
-                         cache.o_rot.data() + j * group_in, hc, T(1),
-                         grads.wo_a + j * dg * group_in, group_in);
-      kernels::gemm<T>(false, false, N, group_in, dg, T(1), dz.data() + j * dg, g * dg,
-                       w.wo_a + j * dg * group_in, group_in, T(0), d_o.data() + j * group_in, hc);
-    }
+    ops.linear_backward(Tensor::of(cache.z.data(), {N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
+                        Tensor::of(dout, {N, d}), Tensor::of(dz.data(), {N, g * dg}),
+                        Tensor::optional(grads.wo_b, {d, g * dg}), linear);
+    ops.grouped_linear_backward(g, Tensor::of(cache.o_rot.data(), {N, hc}),
+                                Tensor::of(w.wo_a, {g * dg, group_in}),
+                                Tensor::of(dz.data(), {N, g * dg}), Tensor::of(d_o.data(), {N, hc}),
+                                Tensor::optional(grads.wo_a, {g * dg, group_in}), ctx.precision);
   }
   // Backward of the inverse rotation is the forward rotation.
-  kernels::rope_apply(cache.rope, d_o.data(), N, H, c, cache.positions.data(), false);
+  ops.rope(cache.rope, Tensor::of(d_o.data(), {N, H, c}), positions, false);
 
-  // Pass 1 (per query): dlogit, dq, sink term. As in the forward, all heads of
-  // a token share its keys: g·vᵀ is one [H, keys] product, dq one [H, keys]·[keys, c].
-  const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
-  std::vector<T> dlogit(cache.prob.size(), T(0));
+  // The core: dq, dkv (window keys), dcompressed, the sink gradient.
   std::vector<T> dq(static_cast<size_t>(N * hc), T(0));
-  std::vector<T> dsink_part(static_cast<size_t>(N * H), T(0));
-  const bool parallel = static_cast<int64_t>(cache.prob.size()) * c > kParallelWork;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<const T*> keys;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_keys = gather_keys(dims, cache, r, keys);
-      const T* go_row = d_o.data() + r * hc;
-      const T* p_row = cache.prob.data() + cache.prob_offsets[r];
-      T* dl_row = dlogit.data() + cache.prob_offsets[r];
-      kernels::attention_dots(H, n_keys, c, go_row, c, keys.data(), T(1), dl_row, n_keys);
-      for (int64_t h = 0; h < H; ++h) {
-        const T D = dot(go_row + h * c, cache.o.data() + r * hc + h * c, c);
-        dsink_part[r * H + h] = -cache.sink_prob[r * H + h] * D;
-        const T* p = p_row + h * n_keys;
-        T* dl = dl_row + h * n_keys;
-        for (int64_t k = 0; k < n_keys; ++k) dl[k] = p[k] * (dl[k] - D);
-      }
-      T* dq_row = dq.data() + r * hc;
-      kernels::attention_combine(H, n_keys, c, dl_row, n_keys, keys.data(), dq_row, c);
-      for (int64_t e = 0; e < hc; ++e) dq_row[e] *= inv_sqrt_c;
-    }
-  }
-  if (grads.attn_sink)
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t h = 0; h < H; ++h) grads.attn_sink[h] += dsink_part[r * H + h];
-
-  // Pass 2 (per key): a key/value receives p·g (value role) + dlogit·q/√c (key role)
-  // from every query that attends to it, summed in query order whatever the
-  // partition. coef holds, per key slot, [p of every head, dlogit/√c of every head]
-  // against rows [g of every head, q of every head] of the query.
-  auto query_rows = [&](int64_t r, std::vector<const T*>& rows) {
-    rows.resize(static_cast<size_t>(2 * H));
-    for (int64_t h = 0; h < H; ++h) {
-      rows[h] = d_o.data() + r * hc + h * c;
-      rows[H + h] = cache.q.data() + r * hc + h * c;
-    }
-  };
-  auto key_coefficients = [&](int64_t r, int64_t k, T* coef) {
-    const int64_t n_window = r % shape.S - cache.window_start(r, dims.window) + 1;
-    const int64_t n_keys = n_window + cache.comp_offsets[r + 1] - cache.comp_offsets[r];
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t at = cache.prob_offsets[r] + h * n_keys + k;
-      coef[h] = cache.prob[at];
-      coef[H + h] = dlogit[at] * inv_sqrt_c;
-    }
-  };
-  // Window keys in blocks of consecutive rows: each query's g and q rows are
-  // loaded once per block instead of once per key.
-  constexpr int64_t kKeyBlock = 16;
-  const int64_t key_blocks = (shape.S + kKeyBlock - 1) / kKeyBlock;
   std::vector<T> dkv(static_cast<size_t>(N * c), T(0));
-#pragma omp parallel if (parallel)
-  {
-    std::vector<const T*> rows;
-    std::vector<T> coef;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t block = 0; block < shape.B * key_blocks; ++block) {
-      const int64_t b = block / key_blocks;
-      const int64_t s0 = (block % key_blocks) * kKeyBlock;
-      const int64_t s1 = std::min(shape.S, s0 + kKeyBlock);
-      const int64_t t_last = std::min(shape.S - 1, s1 - 1 + dims.window - 1);
-      for (int64_t t = s0; t <= t_last; ++t) {
-        const int64_t r = b * shape.S + t;
-        const int64_t ws = cache.window_start(r, dims.window);
-        const int64_t lo = std::max(s0, ws);
-        const int64_t hi = std::min(s1 - 1, t);
-        if (lo > hi) continue;
-        const int64_t m = hi - lo + 1;
-        coef.resize(static_cast<size_t>(m * 2 * H));
-        for (int64_t i = 0; i < m; ++i) key_coefficients(r, lo + i - ws, coef.data() + i * 2 * H);
-        query_rows(r, rows);
-        kernels::attention_combine(m, 2 * H, c, coef.data(), 2 * H, rows.data(),
-                                   dkv.data() + (b * shape.S + lo) * c, c);
-      }
-    }
-  }
   std::vector<T> dcompressed(cache.compressed.size(), T(0));
-  if (dims.has_compressor() && !cache.compressed.empty()) {
-    const int64_t entries = static_cast<int64_t>(cache.compressed.size()) / c;
-    // Reverse index entry → (query row, key slot), built in query order.
-    std::vector<int64_t> count(static_cast<size_t>(entries + 1), 0);
-    for (int64_t x : cache.comp_list) ++count[x + 1];
-    for (int64_t e = 0; e < entries; ++e) count[e + 1] += count[e];
-    std::vector<std::pair<int64_t, int64_t>> users(cache.comp_list.size());
-    std::vector<int64_t> fill(count.begin(), count.end() - 1);
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_window = r % shape.S - cache.window_start(r, dims.window) + 1;
-      for (int64_t k = cache.comp_offsets[r]; k < cache.comp_offsets[r + 1]; ++k)
-        users[fill[cache.comp_list[k]]++] = {r, n_window + k - cache.comp_offsets[r]};
-    }
-#pragma omp parallel if (static_cast <int64_t>(cache.comp_list.size()) * hc > kParallelWork)
-    {
-      std::vector<const T*> rows;
-      std::vector<T> coef(static_cast<size_t>(2 * H));
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t e = 0; e < entries; ++e)
-        for (int64_t u = count[e]; u < count[e + 1]; ++u) {
-          key_coefficients(users[u].first, users[u].second, coef.data());
-          query_rows(users[u].first, rows);
-          kernels::attention_combine(1, 2 * H, c, coef.data(), 2 * H, rows.data(),
-                                     dcompressed.data() + e * c, c);
-        }
-    }
-  }
+  ops.attention_core_backward(
+      kernels::AttentionCoreDims{shape.S, dims.window}, Tensor::of(cache.q.data(), {N, H, c}),
+      key_tensors(cache, N, c), Tensor::of(cache.prob.data(), {cache.prob_offsets[N]}),
+      Tensor::of(cache.sink_prob.data(), {N, H}), Tensor::of(cache.o.data(), {N, H, c}),
+      Tensor::of(d_o.data(), {N, H, c}), Tensor::of(dq.data(), {N, H, c}),
+      Tensor::of(dkv.data(), {N, c}),
+      Tensor::of(dcompressed.data(), {static_cast<int64_t>(dcompressed.size()) / c, c}),
+      Tensor::optional(grads.attn_sink, {H}));
 
   // Query path back to a (da written here).
-  kernels::rope_apply(cache.rope, dq.data(), N, H, c, cache.positions.data(), true);
-  kernels::rmsnorm_backward(cache.q_raw.data(), static_cast<const T*>(nullptr), cache.q_inv.data(),
-                            dq.data(), dq.data(), static_cast<T*>(nullptr), N * H, c);
+  ops.rope(cache.rope, Tensor::of(dq.data(), {N, H, c}), positions, true);
+  ops.rmsnorm_backward(Tensor::of(cache.q_raw.data(), {N * H, c}), Tensor(),
+                       Tensor::of(cache.q_inv.data(), {N * H}), Tensor::of(dq.data(), {N * H, c}),
+                       Tensor::of(dq.data(), {N * H, c}), Tensor());
   std::vector<T> dcq(static_cast<size_t>(N * dc), T(0));
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, hc, dc));
-    kernels::linear_backward(cache.c_q.data(), w.wq_b, dq.data(), dcq.data(), grads.wq_b, N, hc,
-                             dc);
+    ops.linear_backward(Tensor::of(cache.c_q.data(), {N, dc}), Tensor::of(w.wq_b, {hc, dc}),
+                        Tensor::of(dq.data(), {N, hc}), Tensor::of(dcq.data(), {N, dc}),
+                        Tensor::optional(grads.wq_b, {hc, dc}), linear);
   }
-  kernels::rmsnorm_backward(cache.q_lora.data(), w.q_norm, cache.q_lora_inv.data(), dcq.data(),
-                            dcq.data(), grads.q_norm, N, dc);
+  ops.rmsnorm_backward(Tensor::of(cache.q_lora.data(), {N, dc}), Tensor::of(w.q_norm, {dc}),
+                       Tensor::of(cache.q_lora_inv.data(), {N}), Tensor::of(dcq.data(), {N, dc}),
+                       Tensor::of(dcq.data(), {N, dc}), Tensor::optional(grads.q_norm, {dc}));
   std::vector<T> da_local;
   T* da_out = da;
   if (!da_out) {
@@ -503,36 +363,40 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   }
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, dc, dims.hidden));
-    kernels::linear_backward(cache.a.data(), w.wq_a, dcq.data(), da_out, grads.wq_a, N, dc,
-                             dims.hidden, /*accumulate_dx=*/false);
+    ops.linear_backward(Tensor::of(cache.a.data(), {N, d}), Tensor::of(w.wq_a, {dc, d}),
+                        Tensor::of(dcq.data(), {N, dc}), Tensor::of(da_out, {N, d}),
+                        Tensor::optional(grads.wq_a, {dc, d}), linear);
   }
   // KV path.
-  kernels::rope_apply(cache.rope, dkv.data(), N, 1, c, cache.positions.data(), true);
-  kernels::rmsnorm_backward(cache.kv_raw.data(), w.kv_norm, cache.kv_inv.data(), dkv.data(),
-                            dkv.data(), grads.kv_norm, N, c);
+  ops.rope(cache.rope, Tensor::of(dkv.data(), {N, 1, c}), positions, true);
+  ops.rmsnorm_backward(Tensor::of(cache.kv_raw.data(), {N, c}), Tensor::of(w.kv_norm, {c}),
+                       Tensor::of(cache.kv_inv.data(), {N}), Tensor::of(dkv.data(), {N, c}),
+                       Tensor::of(dkv.data(), {N, c}), Tensor::optional(grads.kv_norm, {c}));
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, c, dims.hidden));
-    kernels::linear_backward(cache.a.data(), w.wkv, dkv.data(), da_out, grads.wkv, N, c,
-                             dims.hidden, /*accumulate_dx=*/true);
+    ops.linear_backward(Tensor::of(cache.a.data(), {N, d}), Tensor::of(w.wkv, {c, d}),
+                        Tensor::of(dkv.data(), {N, c}), Tensor::of(da_out, {N, d}),
+                        Tensor::optional(grads.wkv, {c, d}), accumulate);
   }
   // Compressed branch (only entries some query attended to carry gradient).
   if (dims.has_compressor())
     compressor_backward(dims.compressor(), w.compressor, shape, cache.a.data(), cache.rope,
-                        cache.compressor, dcompressed.data(), grads.compressor, da_out);
+                        cache.compressor, dcompressed.data(), grads.compressor, da_out, ctx);
   // Indexer: trained only by its own loss, inputs detached.
   if (dims.has_indexer() && cache.options.compute_indexer_loss)
     indexer_backward(dims.indexer(), w.indexer, shape, cache.a.data(), cache.c_q.data(), cache.rope,
                      cache.indexer, static_cast<T>(cache.options.indexer_loss_weight),
-                     grads.indexer);
+                     grads.indexer, ctx);
 }
 
-#define TREX_INSTANTIATE_ATTENTION(T)                                                              \
-  template double attention_forward<T>(const AttentionDims&, const AttentionWeights<T>&,           \
-                                       const SeqShape&, const T*, AttentionCache<T>&, T*,          \
-                                       const AttentionOptions&);                                   \
-  template void attention_backward<T>(const AttentionDims&, const AttentionWeights<T>&,            \
-                                      const AttentionCache<T>&, const T*, AttentionGrads<T>&, T*); \
-  template std::vector<int64_t> attention_compressed_set<T>(                                       \
+#define TREX_INSTANTIATE_ATTENTION(T)                                                             \
+  template double attention_forward<T>(const AttentionDims&, const AttentionWeights<T>&,          \
+                                       const SeqShape&, const T*, AttentionCache<T>&, T*,         \
+                                       const AttentionOptions&, const kernels::OpContext&);       \
+  template void attention_backward<T>(const AttentionDims&, const AttentionWeights<T>&,           \
+                                      const AttentionCache<T>&, const T*, AttentionGrads<T>&, T*, \
+                                      const kernels::OpContext&);                                 \
+  template std::vector<int64_t> attention_compressed_set<T>(                                      \
       const AttentionDims&, const AttentionCache<T>&, int64_t, int64_t);
 TREX_INSTANTIATE_ATTENTION(float)
 TREX_INSTANTIATE_ATTENTION(double)

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/model/compressor.hpp"
 #include "trex/model/config.hpp"
@@ -116,17 +117,19 @@ struct AttentionCache {
 };
 
 // out [B·S, d] is written. Returns the indexer loss L_I (0 unless computed).
+// The ops run on ctx's backend, the projections (and the compressor's and
+// indexer's) in ctx.precision.
 template <class T>
 double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w,
                          const SeqShape& shape, const T* a, AttentionCache<T>& cache, T* out,
-                         const AttentionOptions& options = {});
+                         const AttentionOptions& options = {}, const kernels::OpContext& ctx = {});
 
 // dout [B·S, d]; da [B·S, d] is written (= dL/da of the LM path; the indexer's
 // inputs are detached). Parameter gradients accumulate into grads.
 template <class T>
 void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
                         const AttentionCache<T>& cache, const T* dout, AttentionGrads<T>& grads,
-                        T* da);
+                        T* da, const kernels::OpContext& ctx = {});
 
 // Compressed entries (sequence-local block indices) attended by token (b, t):
 // CSA: the indexer picks, HCA: all visible, SWA: none.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 
 namespace trex::model {
@@ -60,7 +61,7 @@ struct CompressorCache {
 template <class T>
 void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& w,
                         const SeqShape& shape, const T* a, const kernels::RopeTable& rope,
-                        CompressorCache<T>& cache, T* out);
+                        CompressorCache<T>& cache, T* out, const kernels::OpContext& ctx = {});
 
 // dout[B·N, c_x]. da (nullable) is ACCUMULATED (+=): the compressor is one of
 // several consumers of the attention input.
@@ -68,6 +69,6 @@ template <class T>
 void compressor_backward(const CompressorDims& dims, const CompressorWeights<T>& w,
                          const SeqShape& shape, const T* a, const kernels::RopeTable& rope,
                          const CompressorCache<T>& cache, const T* dout, CompressorGrads<T>& grads,
-                         T* da);
+                         T* da, const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

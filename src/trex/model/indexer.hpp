@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trex/kernels/cpu/rope.hpp"
+#include "trex/kernels/top_k.hpp"
 #include "trex/model/compressor.hpp"
 
 namespace trex::model {
@@ -62,28 +63,10 @@ inline int64_t visible_blocks(int64_t t, int64_t ratio, int64_t blocks) {
   return complete < blocks ? complete : blocks;
 }
 
-// The engine's top-k rule (indexer selection; the router's select_top_k in
-// moe.cpp follows the same order): a strict total order on (score, index).
-// Higher score first; among exactly equal scores (+0 == −0) the lower index
-// first; NaN after every number, NaNs by index. The selected set and its order
-// are therefore a pure function of the scores: independent of the OpenMP thread
-// count, of how rows are split between threads and of std::partial_sort's
-// internals. torch.topk leaves the order among equal scores unspecified; the
-// parity oracle (reference/oracle_port.py) uses this rule (a stable descending
-// sort). Exact ties are common at random init: a block whose q·k are all ≤ 0
-// scores exactly 0 (ReLU).
-template <class T>
-inline bool ranks_before(T score_x, int64_t x, T score_y, int64_t y) {
-  if (score_x > score_y) return true;
-  if (score_x == score_y) return x < y;
-  return std::isnan(score_y) && (!std::isnan(score_x) || x < y);
-}
-
-// out[0..take) = the take = min(k, n) first of the indices 0..n−1 in
-// ranks_before order of scores[0..n); returns take. `order` is scratch.
-template <class T>
-int64_t select_top_indices(const T* scores, int64_t n, int64_t k, int64_t* out,
-                           std::vector<int64_t>& order);
+// The engine's top-k rule (kernels/top_k.hpp): higher score first, among
+// exactly equal scores the lower index first, NaN after every number.
+using kernels::ranks_before;
+using kernels::select_top_indices;
 
 // Boundary statistics of the indexer's top-k decisions (tests, diagnostics). A
 // row decides when more blocks are visible than k_I; its margin is
@@ -117,9 +100,11 @@ class IndexerSelectionProbe {
 template <class T>
 void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const SeqShape& shape,
                      const T* a, const T* c_q, const kernels::RopeTable& rope,
-                     IndexerCache<T>& cache, bool fixed_selection);
+                     IndexerCache<T>& cache, bool fixed_selection,
+                     const kernels::OpContext& ctx = {});
 
-// Score I_{t,i} = Σ_h w_{t,h}·ReLU(q^I_{t,h}·K^I_i) of one (token row, block) pair.
+// Score I_{t,i} = Σ_h w_{t,h}·ReLU(q^I_{t,h}·K^I_i) of one (token row, block) pair
+// (a host helper for tests and diagnostics: the CPU kernel, as the forward scores).
 template <class T>
 T indexer_score(const IndexerDims& dims, const IndexerCache<T>& cache, const SeqShape& shape,
                 int64_t row, int64_t block);
@@ -130,12 +115,13 @@ T indexer_score(const IndexerDims& dims, const IndexerCache<T>& cache, const Seq
 // returns L_I. Tokens without a selection contribute 0.
 template <class T>
 double indexer_loss(const IndexerDims& dims, const SeqShape& shape, const T* target,
-                    IndexerCache<T>& cache);
+                    IndexerCache<T>& cache, const kernels::OpContext& ctx = {});
 
 // Backward of `scale`·L_I into the indexer's parameters only (a and c_Q detached).
 template <class T>
 void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const SeqShape& shape,
                       const T* a, const T* c_q, const kernels::RopeTable& rope,
-                      const IndexerCache<T>& cache, T scale, IndexerGrads<T>& grads);
+                      const IndexerCache<T>& cache, T scale, IndexerGrads<T>& grads,
+                      const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

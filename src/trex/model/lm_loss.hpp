@@ -12,10 +12,11 @@
 // [chunk_rows, V] block of logits exists at a time (never [N, V], unless the
 // caller asks for the logits). Logits, softmax and the loss are in the scalar
 // type T (fp32 for training); the log-sum-exp is max-subtracted and its sum
-// accumulated in double. The GEMMs go through kernels::linear_forward/backward
-// (and therefore follow the process-wide GEMM precision: bf16 operands with
-// fp32 accumulation when set, as the reference's BF16 head).
+// accumulated in double. The head GEMMs run on ctx's backend in ctx.precision
+// (bf16: bf16 operands with fp32 accumulation, as the reference's BF16 head).
 #include <cstdint>
+
+#include "trex/kernels/backend.hpp"
 
 namespace trex::model {
 
@@ -50,6 +51,7 @@ int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t voca
 template <class T, class Index>
 LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* head,
                                    const Index* targets, double loss_scale,
-                                   const LmLossOutputs<T>& outputs);
+                                   const LmLossOutputs<T>& outputs,
+                                   const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

@@ -9,8 +9,8 @@
 //   u, y  [N, d]      collapsed sublayer input / sublayer output
 //
 // Per token (everything in the scalar type T; the φx̄ GEMM always runs in fp32
-// for float, whatever the process-wide GEMM precision, because the reference
-// keeps mHC in fp32):
+// for float, whatever the model's compute precision (ctx.precision), because
+// the reference keeps mHC in fp32):
 //   ρ = 1/sqrt(mean(x̄²) + norm_eps),  μ = ρ·(φ x̄)
 //   pre_j  = σ(α₀ μ_j + b_j) + hc_eps                         j < n
 //   post_j = 2 σ(α₁ μ_{n+j} + b_{n+j})                         (no eps)
@@ -26,6 +26,9 @@
 //   mhc_pre_backward(du, coefficient grads) -> param grads (+=), dX (+=, pre path and
 //                                                            the x̄ -> μ path)
 //
+// Every function checks its dims and pointers and runs as one op on ctx's
+// backend (kernels/backend.hpp; the CPU kernels are kernels/cpu/mhc.cpp).
+//
 // Cache policy: the forward stores ρ, μ, pre, post and comb (a few dozen values
 // per token); the Sinkhorn intermediates are recomputed from μ in backward
 // (2·t_max−1 n×n matrices per token, cheap). X is not stored: the caller passes
@@ -33,21 +36,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/model/config.hpp"
 
 namespace trex::model {
 
-struct MhcDims {
-  int64_t tokens = 0;
-  int64_t hidden = 0;
-  int64_t hc_mult = 4;
-  int64_t sinkhorn_iters = 20;  // t_max (>= 1); unused by the HC head
-  double hc_eps = 1e-6;
-  double norm_eps = 1e-6;
-
-  int64_t streams_width() const { return hc_mult * hidden; }  // n·d
-  int64_t mix() const { return (2 + hc_mult) * hc_mult; }     // coefficients per token
-};
+// tokens, hidden, hc_mult, sinkhorn_iters, hc_eps, norm_eps (kernels/op_params.hpp).
+using MhcDims = kernels::MhcDims;
 
 // The dims of every mHC site / HC head of a model, for `tokens` tokens.
 inline MhcDims mhc_dims(const ModelConfig& config, int64_t tokens) {
@@ -56,7 +51,7 @@ inline MhcDims mhc_dims(const ModelConfig& config, int64_t tokens) {
 }
 
 // Throws trex::Error naming the offending field when dims are unusable.
-void validate(const MhcDims& dims);
+using kernels::validate;
 
 template <class T>
 struct MhcWeights {
@@ -93,19 +88,20 @@ struct MhcCoefGrads {
 // u [N, d] written; cache filled.
 template <class T>
 void mhc_pre_forward(const MhcDims& dims, const MhcWeights<T>& weights, const T* X, T* u,
-                     MhcCache<T>& cache);
+                     MhcCache<T>& cache, const kernels::OpContext& ctx = {});
 
 // Xout [N, n, d] written; must not alias X.
 template <class T>
 void mhc_post_forward(const MhcDims& dims, const MhcCache<T>& cache, const T* X, const T* y,
-                      T* Xout);
+                      T* Xout, const kernels::OpContext& ctx = {});
 
 // dXout [N, n, d]. dX [N, n, d] written (= combᵀ path: dX_j = Σ_k comb_jk dX'_k),
 // dy [N, d] written, coef filled. dX and dy may be null (not needed); dX must not
 // alias dXout.
 template <class T>
 void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X, const T* y,
-                       const T* dXout, T* dX, T* dy, MhcCoefGrads<T>& coef);
+                       const T* dXout, T* dX, T* dy, MhcCoefGrads<T>& coef,
+                       const kernels::OpContext& ctx = {});
 
 // du [N, d] (gradient of the collapsed input u, i.e. after the caller's norm
 // backward); coef from mhc_post_backward. Parameter grads accumulate; dX
@@ -113,7 +109,7 @@ void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X
 template <class T>
 void mhc_pre_backward(const MhcDims& dims, const MhcWeights<T>& weights, const MhcCache<T>& cache,
                       const T* X, const T* du, const MhcCoefGrads<T>& coef, MhcGrads<T>& grads,
-                      T* dX);
+                      T* dX, const kernels::OpContext& ctx = {});
 
 // ---- Sinkhorn-Knopp on one n×n logit matrix (exposed for tests) -------------
 // P = softmax_row(Λ) + eps; column-normalise; then (iters−1) × (row, column)
@@ -152,12 +148,12 @@ struct HcHeadCache {
 
 template <class T>
 void hc_head_forward(const MhcDims& dims, const HcHeadWeights<T>& weights, const T* X, T* h,
-                     HcHeadCache<T>& cache);
+                     HcHeadCache<T>& cache, const kernels::OpContext& ctx = {});
 
 // dh [N, d]; dX [N, n, d] written (may be null); param grads accumulate.
 template <class T>
 void hc_head_backward(const MhcDims& dims, const HcHeadWeights<T>& weights,
                       const HcHeadCache<T>& cache, const T* X, const T* dh, HcHeadGrads<T>& grads,
-                      T* dX);
+                      T* dX, const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

@@ -8,8 +8,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
-#include "trex/kernels/cpu/norms.hpp"
+#include "trex/kernels/backend.hpp"
 #include "trex/model/attention.hpp"
 #include "trex/model/lm_loss.hpp"
 #include "trex/model/mhc.hpp"
@@ -18,6 +17,25 @@
 
 namespace trex::model {
 namespace {
+
+using kernels::Tensor;
+
+// x [rows, d] -> y, inv_rms (the norm's weight [d]).
+template <class T>
+void rmsnorm_forward(const kernels::OpContext& ctx, const T* x, const T* weight, T* y, T* inv_rms,
+                     int64_t rows, int64_t d, double eps) {
+  ctx.ops().rmsnorm_forward(Tensor::of(x, {rows, d}), Tensor::of(weight, {d}),
+                            Tensor::of(y, {rows, d}), Tensor::of(inv_rms, {rows}), eps);
+}
+
+// dy [rows, d] -> dx (written), dweight (+=, nullable).
+template <class T>
+void rmsnorm_backward(const kernels::OpContext& ctx, const T* x, const T* weight, const T* inv_rms,
+                      const T* dy, T* dx, T* dweight, int64_t rows, int64_t d) {
+  ctx.ops().rmsnorm_backward(Tensor::of(x, {rows, d}), Tensor::of(weight, {d}),
+                             Tensor::of(inv_rms, {rows}), Tensor::of(dy, {rows, d}),
+                             Tensor::of(dx, {rows, d}), Tensor::optional(dweight, {d}));
+}
 
 std::string block_prefix(const ModelConfig& c, int64_t layer) {
   if (layer < c.num_hidden_layers) return "layers." + std::to_string(layer) + ".";
@@ -58,6 +76,7 @@ template <class T>
 struct MtpCache {
   int64_t M = 0;                    // tokens B·(S−1)
   std::vector<int64_t> next_ids;    // [M]
+  std::vector<int64_t> rows;        // the row of X^L each MTP position reads [M]
   std::vector<T> e, e_inv, e_norm;  // embedding of the next token, enorm
   std::vector<T> h, h_inv, h_norm;  // X^L rows [M·n, d], hnorm per stream
   std::vector<T> e_proj;            // [M, d]
@@ -87,7 +106,7 @@ struct StageCache<T>::Impl {
   std::vector<int64_t> ids;
   std::vector<Segment> segments;  // empty: unpacked batch
   // Head stage.
-  std::vector<T> x_final;  // X^L [N, n, d]
+  kernels::Buffer x_final;  // X^L [N, n, d]
   HcHeadCache<T> head;
   std::vector<T> hc_out, inv_final, final_normed;
   std::vector<int64_t> targets;
@@ -118,8 +137,9 @@ namespace {
 
 MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape,
                        const LossOptions& loss, bool packed,
-                       const std::vector<Segment>& balance_segments) {
+                       const std::vector<Segment>& balance_segments, kernels::Precision precision) {
   MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
+  d.precision = precision;
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
   for (const Segment& seg : balance_segments) d.balance_sequences.push_back({seg.row, seg.len});
   // A packed MTP block whose documents all have one token has no sequence to balance.
@@ -228,7 +248,7 @@ template <class T>
 double segmented_attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w,
                                    const std::vector<Segment>& segments, const T* a,
                                    std::vector<AttentionCache<T>>& caches, T* out,
-                                   const AttentionOptions& options) {
+                                   const AttentionOptions& options, const kernels::OpContext& ctx) {
   const int64_t count = static_cast<int64_t>(segments.size()), d = dims.hidden;
   caches.resize(segments.size());
   std::vector<double> losses(segments.size(), 0.0);
@@ -238,7 +258,7 @@ double segmented_attention_forward(const AttentionDims& dims, const AttentionWei
     const Segment& seg = segments[static_cast<size_t>(i)];
     try {
       losses[i] = attention_forward(dims, w, SeqShape{1, seg.len}, a + seg.row * d, caches[i],
-                                    out + seg.row * d, options);
+                                    out + seg.row * d, options, ctx);
     } catch (...) {
       errors[i] = std::current_exception();  // an exception must not leave the parallel region
     }
@@ -259,7 +279,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const std::vector<Segment>& balance_segments, const T* x_in,
                      const int64_t* token_ids, const LossOptions& loss, const StepOptions& step,
                      double gradient_weight, BlockCache<T>& bc, T* x_out,
-                     TokenDispatchers<T>* dispatchers = nullptr) {
+                     const kernels::OpContext& ctx, TokenDispatchers<T>* dispatchers = nullptr) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
   bc.shape = shape;
@@ -271,10 +291,10 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.x_mid.resize(N * n * d);
   {
     TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc);
+    mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc, ctx);
   }
-  kernels::rmsnorm_forward(bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
-                           c.rms_norm_eps);
+  rmsnorm_forward(ctx, bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
+                  c.rms_norm_eps);
   AttentionOptions ao;
   ao.fixed_selection = step.fixed_selection;
   ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
@@ -288,16 +308,16 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
     // What the nested scopes (GEMMs, norms, RoPE, compressor, indexer) leave is the core.
     TREX_PROFILE(attention_op(attn_dims));
     if (segments.empty()) {
-      indexer_loss =
-          attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn, bc.y_attn.data(), ao);
+      indexer_loss = attention_forward(attn_dims, w.attn, shape, bc.a.data(), bc.attn,
+                                       bc.y_attn.data(), ao, ctx);
     } else {
       indexer_loss = segmented_attention_forward(attn_dims, w.attn, segments, bc.a.data(),
-                                                 bc.segment_attn, bc.y_attn.data(), ao);
+                                                 bc.segment_attn, bc.y_attn.data(), ao, ctx);
     }
   }
   {
     TREX_PROFILE(profile::Op::kMhcPost);
-    mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data());
+    mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data(), ctx);
   }
 
   bc.u_ffn.resize(N * d);
@@ -306,20 +326,21 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.y_ffn.resize(N * d);
   {
     TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc);
+    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc, ctx);
   }
-  kernels::rmsnorm_forward(bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
-                           c.rms_norm_eps);
+  rmsnorm_forward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
+                  c.rms_norm_eps);
   {
     TREX_PROFILE(profile::Op::kMoeOther);
     const std::unique_ptr<TokenDispatcher<T>> dispatcher =
         dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
-    moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+    moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments,
+                               ctx.precision),
                 w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection,
                 dispatcher.get());
   }
   TREX_PROFILE(profile::Op::kMhcPost);
-  mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out);
+  mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out, ctx);
   return indexer_loss;
 }
 
@@ -327,7 +348,7 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
 template <class T>
 void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
                     const LossOptions& loss, const BlockCache<T>& bc, const T* dx_out, T* dx_in,
-                    TokenDispatchers<T>* dispatchers = nullptr) {
+                    const kernels::OpContext& ctx, TokenDispatchers<T>* dispatchers = nullptr) {
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
@@ -336,47 +357,49 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   {
     TREX_PROFILE(profile::Op::kMhcPost);
     mhc_post_backward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), dx_out, dx_mid.data(),
-                      dy.data(), coef);
+                      dy.data(), coef, ctx);
   }
   {
     TREX_PROFILE(profile::Op::kMoeOther);
     const std::unique_ptr<TokenDispatcher<T>> dispatcher =
         dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
-    moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
+    moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments,
+                                ctx.precision),
                  w.moe, bc.moe, dy.data(), static_cast<T>(bc.gradient_weight), w.moe_g,
                  dnormed.data(), dispatcher.get());
   }
-  kernels::rmsnorm_backward(bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(),
-                            du.data(), w.ffn_norm_g, N, d);
+  rmsnorm_backward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(), du.data(),
+                   w.ffn_norm_g, N, d);
   {
     TREX_PROFILE(profile::Op::kMhcPre);
     mhc_pre_backward(md, w.ffn_hc, bc.ffn_mhc, bc.x_mid.data(), du.data(), coef, w.ffn_hc_g,
-                     dx_mid.data());
+                     dx_mid.data(), ctx);
   }
   {
     TREX_PROFILE(profile::Op::kMhcPost);
     mhc_post_backward(md, bc.attn_mhc, bc.x_in.data(), bc.y_attn.data(), dx_mid.data(), dx_in,
-                      dy.data(), coef);
+                      dy.data(), coef, ctx);
   }
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
   {
     TREX_PROFILE(attention_op(attn_dims));
     if (bc.segments.empty()) {
-      attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data());
+      attention_backward(attn_dims, w.attn, bc.attn, dy.data(), w.attn_g, dnormed.data(), ctx);
     } else {
       // Serial over segments: they all accumulate into the same parameter gradients
       // (in segment order); the kernels inside parallelise.
       for (size_t i = 0; i < bc.segments.size(); ++i) {
         const int64_t row = bc.segments[i].row;
         attention_backward(attn_dims, w.attn, bc.segment_attn[i], dy.data() + row * d, w.attn_g,
-                           dnormed.data() + row * d);
+                           dnormed.data() + row * d, ctx);
       }
     }
   }
-  kernels::rmsnorm_backward(bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
-                            du.data(), w.attn_norm_g, N, d);
+  rmsnorm_backward(ctx, bc.u_attn.data(), w.attn_norm, bc.inv_attn.data(), dnormed.data(),
+                   du.data(), w.attn_norm_g, N, d);
   TREX_PROFILE(profile::Op::kMhcPre);
-  mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in);
+  mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in,
+                   ctx);
 }
 
 void check_batch(const ModelConfig& c, const Batch& b) {
@@ -653,31 +676,31 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   LossBreakdown out;
   out.expert_load.resize(static_cast<size_t>(L));
 
-  const T* embed = params_.value("embed.weight");
-  std::vector<T> x(N * n * d), x_next(N * n * d);
+  const kernels::Backend& ops = ops_.ops();
+  const Tensor embed = Tensor::of(params_.value("embed.weight"), {V, d});
+  // The residual streams between blocks [N, n, d].
+  kernels::Buffer x = ops.allocate(kernels::dtype_of<T>(), N * n * d);
+  kernels::Buffer x_next = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   if (stage.has_embedding) {
     // Embedding and stream expansion.
     TREX_PROFILE(profile::Op::kEmbedding);
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        std::copy(embed + batch.input_ids[r] * d, embed + (batch.input_ids[r] + 1) * d,
-                  x.data() + (r * n + j) * d);
+    ops.gather_rows(embed, Tensor::of(batch.input_ids.data(), {N}), x.view({N, n, d}));
   } else {
-    std::copy(x_in, x_in + N * n * d, x.data());
+    ops.copy(Tensor::of(x_in, {N, n, d}), x.view({N, n, d}));
   }
   const SeqShape shape{B, S};
   for (int64_t l = first; l < stage.last_layer; ++l) {
     const BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
     BlockCache<T>& bc = st.blocks[static_cast<size_t>(l - first)];
     out.indexer +=
-        block_forward(c, binding, l, shape, segments, segments, x.data(), batch.input_ids.data(),
-                      loss, step, gradient_weight, bc, x_next.data(), token_dispatchers_);
+        block_forward(c, binding, l, shape, segments, segments, x.data<T>(), batch.input_ids.data(),
+                      loss, step, gradient_weight, bc, x_next.data<T>(), ops_, token_dispatchers_);
     std::swap(x, x_next);
     out.expert_load[l] = bc.moe.expert_load;
     if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
   }
   if (!stage.has_head) {
-    std::copy(x.begin(), x.end(), x_out);
+    ops.copy(x.view({N, n, d}), Tensor::of(x_out, {N, n, d}));
     st.mtp.clear();
     return out;
   }
@@ -695,10 +718,10 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   st.final_normed.resize(N * d);
   {
     TREX_PROFILE(profile::Op::kMhcHead);
-    hc_head_forward(md, head_w, st.x_final.data(), st.hc_out.data(), st.head);
+    hc_head_forward(md, head_w, st.x_final.template data<T>(), st.hc_out.data(), st.head, ops_);
   }
-  kernels::rmsnorm_forward(st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
-                           st.inv_final.data(), N, d, c.rms_norm_eps);
+  rmsnorm_forward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
+                  st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign(N, -1);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t + 1 < S; ++t) {
@@ -720,7 +743,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     }
     const double scale = out.lm_tokens > 0 ? weight / static_cast<double>(out.lm_tokens) : 0.0;
     out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"),
-                                   st.targets.data(), scale, o)
+                                   st.targets.data(), scale, o, ops_)
                  .loss /
              weight;
   }
@@ -737,44 +760,44 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     TREX_PROFILE(profile::Op::kMtpOther);
     mc.M = M;
     mc.next_ids.resize(M);
-    mc.e.resize(M * d);
-    mc.h.resize(M * n * d);
+    mc.rows.resize(M);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < S1; ++t) {
-        const int64_t r = b * S1 + t;
-        mc.next_ids[r] = batch.input_ids[b * S + t + 1];
-        std::copy(embed + mc.next_ids[r] * d, embed + (mc.next_ids[r] + 1) * d,
-                  mc.e.data() + r * d);
-        std::copy(st.x_final.data() + (b * S + t) * n * d,
-                  st.x_final.data() + (b * S + t + 1) * n * d, mc.h.data() + r * n * d);
+        mc.next_ids[b * S1 + t] = batch.input_ids[b * S + t + 1];
+        mc.rows[b * S1 + t] = b * S + t;
       }
+    mc.e.resize(M * d);
+    mc.h.resize(M * n * d);
+    ops.gather_rows(embed, Tensor::of(mc.next_ids.data(), {M}), Tensor::of(mc.e.data(), {M, d}));
+    ops.gather_rows(st.x_final.view({N, n * d}), Tensor::of(mc.rows.data(), {M}),
+                    Tensor::of(mc.h.data(), {M, n * d}));
     mc.e_inv.resize(M);
     mc.e_norm.resize(M * d);
     mc.h_inv.resize(M * n);
     mc.h_norm.resize(M * n * d);
-    kernels::rmsnorm_forward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(),
-                             mc.e_inv.data(), M, d, c.rms_norm_eps);
-    kernels::rmsnorm_forward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
-                             mc.h_inv.data(), M * n, d, c.rms_norm_eps);
+    rmsnorm_forward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(),
+                    mc.e_inv.data(), M, d, c.rms_norm_eps);
+    rmsnorm_forward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
+                    mc.h_inv.data(), M * n, d, c.rms_norm_eps);
     mc.e_proj.resize(M * d);
     std::vector<T> xm(M * n * d);
     {
       TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_flops(M * (n + 1), d, d));
-      kernels::linear_forward(mc.e_norm.data(), params_.value(p + "e_proj.weight"),
-                              mc.e_proj.data(), M, d, d);
-      kernels::linear_forward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), xm.data(),
-                              M * n, d, d);
+      ops.linear_forward(Tensor::of(mc.e_norm.data(), {M, d}),
+                         Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
+                         Tensor::of(mc.e_proj.data(), {M, d}), {ops_.precision});
+      ops.linear_forward(Tensor::of(mc.h_norm.data(), {M * n, d}),
+                         Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
+                         Tensor::of(xm.data(), {M * n, d}), {ops_.precision});
     }
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < d; ++i) xm[(r * n + j) * d + i] += mc.e_proj[r * d + i];
+    ops.broadcast_add(Tensor::of(mc.e_proj.data(), {M, d}), Tensor::of(xm.data(), {M, n, d}));
     const BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
     mc.x_out.resize(M * n * d);
     const SeqShape mshape{B, S1};
     const MtpSegments mseg = mtp_segments(segments, S);
     out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
                                  mc.next_ids.data(), loss, step, gradient_weight, mc.block,
-                                 mc.x_out.data(), token_dispatchers_);
+                                 mc.x_out.data(), ops_, token_dispatchers_);
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     const MhcDims mmd = mhc_dims(c, M);
@@ -785,10 +808,10 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     mc.final_normed.resize(M * d);
     {
       TREX_PROFILE(profile::Op::kMhcHead);
-      hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head);
+      hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head, ops_);
     }
-    kernels::rmsnorm_forward(mc.hc_out.data(), params_.value(p + "norm.weight"),
-                             mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
+    rmsnorm_forward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
+                    mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     // MTP position t predicts token t+2 from h_t and token t+1: all three must be
     // in one segment (a boundary row has no target; see mtp_segments).
     mc.targets.assign(M, -1);
@@ -815,7 +838,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
         out.mtp_tokens > 0 ? mtp_weight / static_cast<double>(out.mtp_tokens) : 0.0;
     const LmLossDims mld{M, d, V, 0};
     out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"),
-                                    mc.targets.data(), scale, o)
+                                    mc.targets.data(), scale, o, ops_)
                   .loss /
               mtp_weight;
   }
@@ -836,14 +859,16 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   const profile::PhaseScope backward_phase(profile::Phase::kBackward);
   const int64_t B = st.B, S = st.S, N = B * S, d = c.hidden_size, n = c.hc_mult;
   const int64_t L = c.num_hidden_layers;
-  std::vector<T> dx(N * n * d, T(0));
+  const kernels::Backend& ops = ops_.ops();
+  // dLoss/d(streams) between blocks [N, n, d].
+  kernels::Buffer dx = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   if (!stage.has_head) {
-    std::copy(d_out, d_out + N * n * d, dx.data());
+    ops.copy(Tensor::of(d_out, {N, n, d}), dx.view({N, n, d}));
   } else {
     if (st.mtp_backward) {
       // MTP block backward, from the gradient its loss seeded in the forward.
       MtpCache<T>& mc = st.mtp[0];
-      const int64_t layer = L, S1 = S - 1, M = mc.M;
+      const int64_t layer = L, M = mc.M;
       const std::string p = block_prefix(c, layer);
       TREX_PROFILE(profile::Op::kMtpOther);
       const MhcDims mmd = mhc_dims(c, M);
@@ -851,46 +876,43 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
                                  params_.value(p + "hc_head_scale")};
       BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
       std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
-      kernels::rmsnorm_backward(mc.hc_out.data(), params_.value(p + "norm.weight"),
-                                mc.inv_final.data(), st.d_mfinal.data(), dhc.data(),
-                                params_.grad(p + "norm.weight"), M, d);
+      rmsnorm_backward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
+                       mc.inv_final.data(), st.d_mfinal.data(), dhc.data(),
+                       params_.grad(p + "norm.weight"), M, d);
       HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
                          params_.grad(p + "hc_head_scale")};
       {
         TREX_PROFILE(profile::Op::kMhcHead);
-        hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data());
+        hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data(), ops_);
       }
-      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), token_dispatchers_);
+      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), ops_,
+                     token_dispatchers_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
           de(M * d);
-      for (int64_t r = 0; r < M; ++r)
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t i = 0; i < d; ++i) de_proj[r * d + i] += dxm[(r * n + j) * d + i];
+      ops.sum_copies_add(Tensor::of(dxm.data(), {M, n, d}), Tensor::of(de_proj.data(), {M, d}));
       {
         TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_backward_flops(M * (n + 1), d, d));
-        kernels::linear_backward(mc.h_norm.data(), params_.value(p + "h_proj.weight"), dxm.data(),
-                                 dh_norm.data(), params_.grad(p + "h_proj.weight"), M * n, d, d);
-        kernels::linear_backward(mc.e_norm.data(), params_.value(p + "e_proj.weight"),
-                                 de_proj.data(), de_norm.data(), params_.grad(p + "e_proj.weight"),
-                                 M, d, d);
+        ops.linear_backward(
+            Tensor::of(mc.h_norm.data(), {M * n, d}),
+            Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
+            Tensor::of(dxm.data(), {M * n, d}), Tensor::of(dh_norm.data(), {M * n, d}),
+            Tensor::optional(params_.grad(p + "h_proj.weight"), {d, d}), {ops_.precision});
+        ops.linear_backward(Tensor::of(mc.e_norm.data(), {M, d}),
+                            Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
+                            Tensor::of(de_proj.data(), {M, d}), Tensor::of(de_norm.data(), {M, d}),
+                            Tensor::optional(params_.grad(p + "e_proj.weight"), {d, d}),
+                            {ops_.precision});
       }
-      kernels::rmsnorm_backward(mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
-                                dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n,
-                                d);
-      kernels::rmsnorm_backward(mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
-                                de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
-      // The MTP block's use of the embedding (shared with the first stage's).
-      T* dembed = params_.grad("embed.weight");
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < S1; ++t) {
-          const int64_t r = b * S1 + t;
-          T* row = dembed + mc.next_ids[r] * d;
-          for (int64_t i = 0; i < d; ++i) row[i] += de[r * d + i];
-          T* dst = dx.data() + (b * S + t) * n * d;
-          const T* src = dh.data() + r * n * d;
-          for (int64_t i = 0; i < n * d; ++i) dst[i] += src[i];
-        }
+      rmsnorm_backward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
+                       dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n, d);
+      rmsnorm_backward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
+                       de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
+      // The MTP block's use of the embedding (shared with the first stage's) and of X^L.
+      ops.scatter_add_rows(Tensor::of(de.data(), {M, d}), Tensor::of(mc.next_ids.data(), {M}),
+                           Tensor::of(params_.grad("embed.weight"), {c.vocab_size, d}));
+      ops.scatter_add_rows(Tensor::of(dh.data(), {M, n * d}), Tensor::of(mc.rows.data(), {M}),
+                           dx.view({N, n * d}));
       if (st.step.on_gradients_ready) st.step.on_gradients_ready(layer);
     }
     // Main head backward.
@@ -898,34 +920,31 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
                                   params_.value("hc_head_scale")};
     std::vector<T> dhc(N * d), dxh(N * n * d);
-    kernels::rmsnorm_backward(st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
-                              st.d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
+    rmsnorm_backward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
+                     st.d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
     HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
                       params_.grad("hc_head_scale")};
     TREX_PROFILE(profile::Op::kMhcHead);
-    hc_head_backward(md, head_w, st.head, st.x_final.data(), dhc.data(), hg, dxh.data());
-    for (int64_t i = 0; i < N * n * d; ++i) dx[i] += dxh[i];
+    hc_head_backward(md, head_w, st.head, st.x_final.template data<T>(), dhc.data(), hg, dxh.data(),
+                     ops_);
+    ops.add(Tensor::of(dxh.data(), {N, n, d}), dx.view({N, n, d}));
   }
-  std::vector<T> dx_prev(N * n * d);
+  kernels::Buffer dx_prev = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {
     BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
     block_backward(c, binding, l, st.loss, st.blocks[static_cast<size_t>(l - stage.first_layer)],
-                   dx.data(), dx_prev.data(), token_dispatchers_);
+                   dx.data<T>(), dx_prev.data<T>(), ops_, token_dispatchers_);
     std::swap(dx, dx_prev);
     if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
   }
   if (!stage.has_embedding) {
-    std::copy(dx.begin(), dx.end(), d_in);
+    ops.copy(dx.view({N, n, d}), Tensor::of(d_in, {N, n, d}));
     return;
   }
   // Embedding: the four streams are copies of the same row.
   TREX_PROFILE(profile::Op::kEmbedding);
-  T* dembed = params_.grad("embed.weight");
-  for (int64_t r = 0; r < N; ++r) {
-    T* row = dembed + st.ids[r] * d;
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < d; ++i) row[i] += dx[(r * n + j) * d + i];
-  }
+  ops.scatter_add_rows(dx.view({N, n, d}), Tensor::of(st.ids.data(), {N}),
+                       Tensor::of(params_.grad("embed.weight"), {c.vocab_size, d}));
   if (st.step.on_gradients_ready) st.step.on_gradients_ready(-1);
 }
 

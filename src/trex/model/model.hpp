@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/params.hpp"
 #include "trex/model/weights.hpp"
@@ -183,6 +184,14 @@ class Model {
   void set_token_dispatchers(TokenDispatchers<T>* dispatchers) { token_dispatchers_ = dispatchers; }
   TokenDispatchers<T>* token_dispatchers() const { return token_dispatchers_; }
 
+  // The backend every op of the model runs on (default: the CPU backend; not
+  // owned, must outlive its use) and the precision its GEMMs multiply in
+  // (default fp32; the mHC and router GEMMs always multiply in fp32).
+  void set_backend(const kernels::Backend& backend) { ops_.backend = &backend; }
+  void set_compute_precision(kernels::Precision precision) { ops_.precision = precision; }
+  kernels::Precision compute_precision() const { return ops_.precision; }
+  const kernels::OpContext& op_context() const { return ops_; }
+
  private:
   struct State;
   void check_stage(const StageSpec& stage) const;
@@ -191,6 +200,7 @@ class Model {
   HashTables hash_tables_;
   std::unique_ptr<State> state_;
   TokenDispatchers<T>* token_dispatchers_ = nullptr;
+  kernels::OpContext ops_;
 };
 
 }  // namespace trex::model

@@ -27,11 +27,11 @@ bool clamp_enabled(double limit) {
 // before W2, so out = row_scale ⊙ Expert(X).
 template <class T>
 void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
-                    const T* W3, const T* row_scale, double limit, T* gate_pre, T* up_pre, T* h,
-                    T* out) {
+                    const T* W3, const T* row_scale, double limit, kernels::Precision precision,
+                    T* gate_pre, T* up_pre, T* h, T* out) {
   if (n == 0) return;
-  kernels::linear_forward(X, W1, gate_pre, n, I, d);
-  kernels::linear_forward(X, W3, up_pre, n, I, d);
+  kernels::linear_forward(X, W1, gate_pre, n, I, d, precision);
+  kernels::linear_forward(X, W3, up_pre, n, I, d, precision);
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
   {
@@ -55,16 +55,16 @@ void expert_forward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, co
       }
     }
   }
-  kernels::linear_forward(h, W2, out, n, d, I);
+  kernels::linear_forward(h, W2, out, n, d, I, precision);
 }
 
 // Backward of expert_forward. dX written (nullable), weight grads accumulated
 // (nullable), d_row_scale written (nullable). h, dh, dg, dv: [n, I] workspaces.
 template <class T>
 void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, const T* W2,
-                     const T* W3, const T* row_scale, double limit, const T* gate_pre,
-                     const T* up_pre, const T* dout, T* h, T* dh, T* dg, T* dv, T* dX, T* dW1,
-                     T* dW2, T* dW3, T* d_row_scale) {
+                     const T* W3, const T* row_scale, double limit, kernels::Precision precision,
+                     const T* gate_pre, const T* up_pre, const T* dout, T* h, T* dh, T* dg, T* dv,
+                     T* dX, T* dW1, T* dW2, T* dW3, T* d_row_scale) {
   if (n == 0) return;
   const bool clamp = clamp_enabled(limit);
   const T L = static_cast<T>(limit);
@@ -89,7 +89,7 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
   }
   swiglu.reset();
   // dh = dout · W2 (gradient w.r.t. the scaled h); dW2 += doutᵀ · h.
-  kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I);
+  kernels::linear_backward(h, W2, dout, dh, dW2, n, d, I, precision);
   swiglu.emplace(profile::Op::kSwiglu);
 #pragma omp parallel for schedule(static) if (n * I > (1 << 14))
   for (int64_t r = 0; r < n; ++r) {
@@ -120,8 +120,9 @@ void expert_backward(const T* X, int64_t n, int64_t d, int64_t I, const T* W1, c
     if (d_row_scale) d_row_scale[r] = dscale;
   }
   swiglu.reset();
-  kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d);
-  kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, /*accumulate_dx=*/dX != nullptr);
+  kernels::linear_backward(X, W1, dg, dX, dW1, n, I, d, precision);
+  kernels::linear_backward(X, W3, dv, dX, dW3, n, I, d, precision,
+                           /*accumulate_dx=*/dX != nullptr);
 }
 
 template <class T>
@@ -151,8 +152,9 @@ void grouped_experts_forward(const MoeDims& dims, const MoeWeights<T>& weights,
   for (int64_t e = 0; e < E; ++e) {
     const int64_t begin = rows.offsets[e], n = rows.offsets[e + 1] - begin;
     expert_forward(rows.x + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                   rows.scale + begin, dims.swiglu_limit, saved.gate_pre.data() + begin * I,
-                   saved.up_pre.data() + begin * I, h.data() + begin * I, out + begin * d);
+                   rows.scale + begin, dims.swiglu_limit, dims.precision,
+                   saved.gate_pre.data() + begin * I, saved.up_pre.data() + begin * I,
+                   h.data() + begin * I, out + begin * d);
   }
 }
 
@@ -168,11 +170,12 @@ void grouped_experts_backward(const MoeDims& dims, const MoeWeights<T>& weights,
     const int64_t begin = rows.offsets[e], n = rows.offsets[e + 1] - begin;
     if (n == 0) continue;
     expert_backward(rows.x + begin * d, n, d, I, weights.w1[e], weights.w2[e], weights.w3[e],
-                    rows.scale + begin, dims.swiglu_limit, saved.gate_pre.data() + begin * I,
-                    saved.up_pre.data() + begin * I, dout + begin * d, h.data() + begin * I,
-                    dh.data() + begin * I, dg.data() + begin * I, dv.data() + begin * I,
-                    dx ? dx + begin * d : nullptr, expert_grad(grads.w1, e),
-                    expert_grad(grads.w2, e), expert_grad(grads.w3, e), dscale + begin);
+                    rows.scale + begin, dims.swiglu_limit, dims.precision,
+                    saved.gate_pre.data() + begin * I, saved.up_pre.data() + begin * I,
+                    dout + begin * d, h.data() + begin * I, dh.data() + begin * I,
+                    dg.data() + begin * I, dv.data() + begin * I, dx ? dx + begin * d : nullptr,
+                    expert_grad(grads.w1, e), expert_grad(grads.w2, e), expert_grad(grads.w3, e),
+                    dscale + begin);
   }
 }
 
@@ -191,8 +194,8 @@ void shared_expert_forward(const MoeDims& dims, const MoeWeights<T>& weights, co
   up_pre.assign(static_cast<size_t>(N * I), T(0));
   std::vector<T> hs(static_cast<size_t>(N * I));
   expert_forward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
-                 static_cast<const T*>(nullptr), dims.swiglu_limit, gate_pre.data(), up_pre.data(),
-                 hs.data(), y);
+                 static_cast<const T*>(nullptr), dims.swiglu_limit, dims.precision, gate_pre.data(),
+                 up_pre.data(), hs.data(), y);
 }
 
 template <class T>
@@ -208,9 +211,9 @@ void shared_expert_backward(const MoeDims& dims, const MoeWeights<T>& weights,
   std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
       dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
   expert_backward(x, N, d, I, weights.shared_w1, weights.shared_w2, weights.shared_w3,
-                  static_cast<const T*>(nullptr), dims.swiglu_limit, gate_pre.data(), up_pre.data(),
-                  dy, hs.data(), dhs.data(), dgs.data(), dvs.data(), dx, grads.shared_w1,
-                  grads.shared_w2, grads.shared_w3, static_cast<T*>(nullptr));
+                  static_cast<const T*>(nullptr), dims.swiglu_limit, dims.precision,
+                  gate_pre.data(), up_pre.data(), dy, hs.data(), dhs.data(), dgs.data(), dvs.data(),
+                  dx, grads.shared_w1, grads.shared_w2, grads.shared_w3, static_cast<T*>(nullptr));
 }
 
 #define TREX_MOE_EXPERTS_INSTANTIATE(T)                                                        \

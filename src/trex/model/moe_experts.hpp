@@ -6,8 +6,8 @@
 // Routed experts run grouped: the rows of every expert lie in one contiguous
 // block and its W1/W3/W2 run as GEMMs over that block (kernels::linear_forward
 // / linear_backward); a row's output is scaled by its combine weight before W2.
-// The shared expert runs over all N tokens, unscaled. Expert GEMMs follow
-// kernels::gemm_precision() (bf16 operands when set).
+// The shared expert runs over all N tokens, unscaled. Expert GEMMs multiply in
+// MoeDims::precision (bf16 operands when kBF16).
 #include <cstdint>
 #include <span>
 #include <vector>

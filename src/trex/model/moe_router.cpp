@@ -86,8 +86,7 @@ void router_scores_forward(const MoeDims& dims, const T* gate, const T* x, T* lo
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts;
   {
     TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_flops(N, E, d));
-    kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
-    kernels::linear_forward(x, gate, logits, N, E, d);
+    kernels::linear_forward(x, gate, logits, N, E, d, kernels::Precision::kF32);
   }
 #pragma omp parallel for schedule(static) if (N * E > (1 << 14))
   for (int64_t i = 0; i < N * E; ++i)
@@ -99,8 +98,8 @@ void router_scores_backward(const MoeDims& dims, const T* gate, const T* x, cons
                             T* dgate) {
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts;
   TREX_PROFILE(profile::Op::kGemmRouter, profile::linear_backward_flops(N, E, d));
-  kernels::ScopedGemmPrecision fp32(kernels::Precision::kF32);
-  kernels::linear_backward(x, gate, dlogits, dx, dgate, N, E, d, /*accumulate_dx=*/true);
+  kernels::linear_backward(x, gate, dlogits, dx, dgate, N, E, d, kernels::Precision::kF32,
+                           /*accumulate_dx=*/true);
 }
 
 template <class T>

@@ -11,9 +11,8 @@
 //   hash layers:  idx = tid2eid[token_id, 0..K−1] (duplicates allowed),
 //   w_k = γ·s_{idx_k} / Σ_j s_{idx_j}   (norm_topk_prob; else w_k = γ·s_{idx_k}).
 //
-// Precision: the router GEMMs (forward and backward) run in fp32 via a
-// ScopedGemmPrecision (spec: router in FP32), so do not run another float GEMM
-// concurrently from a different thread while a MoE call is in flight. The
+// Precision: the router GEMMs (forward and backward) always run in fp32 (spec:
+// router in FP32), whatever MoeDims::precision says for the experts. The
 // scalar router maths (sqrt-softplus, normalisation, balance loss) is
 // evaluated in double and stored as T.
 //

@@ -1,10 +1,9 @@
 #include "trex/train/adamw.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "trex/core/error.hpp"
-#include "trex/kernels/cpu/elementwise.hpp"
+#include "trex/kernels/backend.hpp"
 
 namespace trex::train {
 
@@ -18,16 +17,10 @@ void adamw_update(float* weights, const float* grads, float* exp_avg, float* exp
   const double decay = 1.0 - lr * options.weight_decay;
   const kernels::AdamWCoefficients coefficients{b1,    b2, correction1, correction2,
                                                 decay, lr, options.eps};
-  // Fixed blocks: the update is elementwise, so the split does not change results.
-  constexpr int64_t kBlock = int64_t{1} << 14;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock;
-    const int64_t count = std::min(kBlock, n - begin);
-    kernels::adamw_update_range(weights + begin, grads + begin, exp_avg + begin, exp_avg_sq + begin,
-                                count, coefficients);
-  }
+  using kernels::Tensor;
+  kernels::default_backend().adamw_update(Tensor::of(weights, {n}), Tensor::of(grads, {n}),
+                                          Tensor::of(exp_avg, {n}), Tensor::of(exp_avg_sq, {n}),
+                                          coefficients);
 }
 
 }  // namespace trex::train

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/precision.hpp"
+
 namespace trex::train {
 
 struct MuonOptions {
@@ -14,14 +16,16 @@ struct MuonOptions {
       2;  // the last ones use (2, −1.5, 0.5); the rest (3.4445, −4.7750, 2.0315)
   double rms_scale = 0.18;    // γ: O = O' · √max(n, m) · γ
   double weight_decay = 0.1;  // λ
+  // Of the Newton–Schulz matmuls (the trainer passes its compute precision).
+  kernels::Precision precision = kernels::Precision::kF32;
 };
 
 // Hybrid Newton–Schulz of X [rows, cols] (row-major) into `out` (may alias X):
 //   M₀ = X / ‖X‖_F;  M_k = a M + b (M Mᵀ) M + c (M Mᵀ)² M.
 // A zero matrix gives zero. When rows > cols the iteration runs on the
 // transpose (the same polynomial: (M Mᵀ)ᵏ M = M (MᵀM)ᵏ) so the Gram matrix is
-// the smaller one. Matmuls go through kernels::gemm (float honours the
-// process-wide bf16 setting; double is exact).
+// the smaller one. Matmuls go through kernels::gemm in options.precision
+// (double is exact).
 template <class T>
 void hybrid_newton_schulz(const T* X, T* out, int64_t rows, int64_t cols,
                           const MuonOptions& options);

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trex/kernels/precision.hpp"
 #include "trex/parallel/pipeline.hpp"
 #include "trex/train/optimizer.hpp"
 #include "trex/train/schedule.hpp"
@@ -77,6 +78,11 @@ struct RunConfig {
   int64_t warmup_steps = 0;
   double clip = 1.0;  // global-norm clip; <= 0 disables
   TrainPrecision precision = TrainPrecision::kFp32;
+  // The GEMM precision of `precision` (model forward/backward and Muon's Newton–Schulz).
+  kernels::Precision compute_precision() const {
+    return precision == TrainPrecision::kBf16 ? kernels::Precision::kBF16
+                                              : kernels::Precision::kF32;
+  }
 
   double mtp_weight = 0.3;
   double balance_weight = 1e-4;

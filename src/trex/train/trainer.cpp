@@ -13,7 +13,6 @@
 #include "trex/core/error.hpp"
 #include "trex/core/log.hpp"
 #include "trex/core/progress.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/parallel/ep_token_dispatcher.hpp"
@@ -171,8 +170,10 @@ std::unique_ptr<parallel::ProcessGrid> make_grid(const RunConfig& c,
 // ZeRO: state for this rank's dense and expert ranges (`zero_ranges`).
 Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
                          const std::vector<parallel::OptimizerShard>& zero_ranges) {
-  if (c.parallel.zero == 0) return Optimizer(params, c.optimizer);
-  return Optimizer(params, c.optimizer, zero_ranges);
+  OptimizerOptions options = c.optimizer;
+  options.muon.precision = c.compute_precision();
+  if (c.parallel.zero == 0) return Optimizer(params, options);
+  return Optimizer(params, options, zero_ranges);
 }
 
 // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
@@ -684,9 +685,7 @@ struct Trainer::Impl {
   }
 
   MetricsRecord train_step() {
-    kernels::ScopedGemmPrecision precision(config.precision == TrainPrecision::kBf16
-                                               ? kernels::Precision::kBF16
-                                               : kernels::Precision::kF32);
+    model.set_compute_precision(config.compute_precision());
     const auto start = Clock::now();
     const double exposed_before = exposed_seconds(*grid);
     step += 1;
@@ -894,9 +893,7 @@ struct Trainer::Impl {
   double validation_loss() {
     if (config.validation_file.empty())
       throw Error("the run config has no validation file").field("data.validation");
-    kernels::ScopedGemmPrecision precision(config.precision == TrainPrecision::kBf16
-                                               ? kernels::Precision::kBF16
-                                               : kernels::Precision::kF32);
+    model.set_compute_precision(config.compute_precision());
     // With replicated parameters validation runs the whole model locally: no
     // expert dispatch, whose collectives would need every EP rank to run the
     // same number of batches. With expert weights sharded over EP it has to

@@ -13,6 +13,8 @@
 // result.
 #include <cstdint>
 
+#include "trex/kernels/op_params.hpp"  // AdamWCoefficients
+
 namespace trex::kernels {
 
 // y[i] = exp(x[i]). Range reduction x = k·ln2 + r (|r| ≤ ln2/2, two-part ln2),
@@ -49,14 +51,6 @@ void swiglu_forward_row(const float* gate, const float* up, int64_t n, float sca
 // returns ∂L/∂scale = Σ dh·g·σ(g)·v (double over 16 fixed lanes).
 float swiglu_backward_row(const float* gate, const float* up, const float* dh, int64_t n,
                           float scale, float limit, float* dg, float* dv);
-
-// Per-step constants of the AdamW update (train/adamw.cpp computes them).
-struct AdamWCoefficients {
-  double beta1, beta2;
-  double correction1, correction2;  // 1 − β^step
-  double decay;                     // 1 − lr·λ
-  double lr, eps;
-};
 
 // AdamW on n values, arithmetic in double exactly as the scalar formula of
 // train/adamw.hpp (bitwise the same result, only vectorised):

@@ -1,7 +1,6 @@
 #include "trex/kernels/cpu/gemm.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -18,8 +17,6 @@
 
 namespace trex::kernels {
 namespace {
-
-std::atomic<Precision> g_precision{Precision::kF32};
 
 inline uint16_t to_bf16_bits(float value) {
   uint32_t bits;
@@ -280,11 +277,8 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 }  // namespace
 
-void set_gemm_precision(Precision precision) {
-  g_precision.store(precision);
-}
-Precision gemm_precision() {
-  return g_precision.load();
+const char* precision_name(Precision precision) {
+  return precision == Precision::kBF16 ? "bf16" : "f32";
 }
 
 bool gemm_bf16_native() {
@@ -293,18 +287,20 @@ bool gemm_bf16_native() {
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
-                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void gemm<double>(Precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                  const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
+                  double* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   gemm_loop<double>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
                     [](double v) { return v; });
 }
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm<float>(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  const bool bf16 = gemm_precision() == Precision::kBF16;
+  const bool bf16 = precision == Precision::kBF16;
   if (K <= 0) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
@@ -323,24 +319,26 @@ void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 template <class T>
 void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t K,
-                    bool accumulate) {
-  gemm<T>(false, true, M, N, K, T(1), X, K, W, K, accumulate ? T(1) : T(0), Y, N);
+                    Precision precision, bool accumulate) {
+  gemm<T>(precision, false, true, M, N, K, T(1), X, K, W, K, accumulate ? T(1) : T(0), Y, N);
 }
 
 template <class T>
 void linear_backward(const T* X, const T* W, const T* dY, T* dX, T* dW, int64_t M, int64_t N,
-                     int64_t K, bool accumulate_dx) {
-  if (dX) gemm<T>(false, false, M, K, N, T(1), dY, N, W, K, accumulate_dx ? T(1) : T(0), dX, K);
-  if (dW && M > 0) gemm<T>(true, false, N, K, M, T(1), dY, N, X, K, T(1), dW, K);
+                     int64_t K, Precision precision, bool accumulate_dx) {
+  if (dX)
+    gemm<T>(precision, false, false, M, K, N, T(1), dY, N, W, K, accumulate_dx ? T(1) : T(0), dX,
+            K);
+  if (dW && M > 0) gemm<T>(precision, true, false, N, K, M, T(1), dY, N, X, K, T(1), dW, K);
 }
 
 template void linear_forward<float>(const float*, const float*, float*, int64_t, int64_t, int64_t,
-                                    bool);
+                                    Precision, bool);
 template void linear_forward<double>(const double*, const double*, double*, int64_t, int64_t,
-                                     int64_t, bool);
+                                     int64_t, Precision, bool);
 template void linear_backward<float>(const float*, const float*, const float*, float*, float*,
-                                     int64_t, int64_t, int64_t, bool);
+                                     int64_t, int64_t, int64_t, Precision, bool);
 template void linear_backward<double>(const double*, const double*, const double*, double*, double*,
-                                      int64_t, int64_t, int64_t, bool);
+                                      int64_t, int64_t, int64_t, Precision, bool);
 
 }  // namespace trex::kernels

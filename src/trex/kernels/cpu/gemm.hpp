@@ -6,53 +6,35 @@
 //             or AMX; else an fp32 matmul of the bf16-rounded operands: the
 //             same numerics without the speed-up, see gemm_bf16_native()).
 //   double -> a plain blocked loop (finite-difference gradient checks only).
-// Every model GEMM goes through here so that precision, profiling and a
-// future GPU/NPU backend have a single seam.
+// The CPU backend's linear ops (cpu_backend.hpp) call these; the precision is
+// an argument of every call.
 #include <cstdint>
 
+#include "trex/kernels/precision.hpp"
+
 namespace trex::kernels {
-
-enum class Precision { kF32, kBF16 };
-
-// Process-wide GEMM precision for float operands (double ignores it).
-void set_gemm_precision(Precision precision);
-Precision gemm_precision();
 
 // Whether oneDNN has a native bf16 matmul on this CPU (probed once). Without
 // one, Precision::kBF16 GEMMs still round their operands to bf16 but multiply
 // them in fp32, so a bf16 run gives the same results at fp32 speed or below.
 bool gemm_bf16_native();
 
-// RAII: switch precision for a scope (tests, parity runs).
-class ScopedGemmPrecision {
- public:
-  explicit ScopedGemmPrecision(Precision precision) : saved_(gemm_precision()) {
-    set_gemm_precision(precision);
-  }
-  ~ScopedGemmPrecision() { set_gemm_precision(saved_); }
-  ScopedGemmPrecision(const ScopedGemmPrecision&) = delete;
-  ScopedGemmPrecision& operator=(const ScopedGemmPrecision&) = delete;
-
- private:
-  Precision saved_;
-};
-
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C.
 // op(A) = A ([M,K], leading dim lda) or Aᵀ (A stored [K,M]); same for B.
 template <class T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
+          const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
 // Linear layer with weight stored [out, in] (HF / PyTorch layout).
 // Y[M,N] = X[M,K] · W[N,K]ᵀ  (+ Y when accumulate).
 template <class T>
 void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t K,
-                    bool accumulate = false);
+                    Precision precision, bool accumulate = false);
 
 // Backward of linear_forward. Either output may be null.
 // dX[M,K] = dY[M,N] · W[N,K]  (+ dX when accumulate_dx);  dW[N,K] += dY[M,N]ᵀ · X[M,K].
 template <class T>
 void linear_backward(const T* X, const T* W, const T* dY, T* dX, T* dW, int64_t M, int64_t N,
-                     int64_t K, bool accumulate_dx = false);
+                     int64_t K, Precision precision, bool accumulate_dx = false);
 
 }  // namespace trex::kernels

@@ -12,7 +12,7 @@ namespace trex::kernels {
 std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t, 3>>& shapes,
                                            bool bf16, int repeats) {
   if (repeats < 1) throw Error("repeats must be >= 1").field("repeats");
-  ScopedGemmPrecision precision(bf16 ? Precision::kBF16 : Precision::kF32);
+  const Precision precision = bf16 ? Precision::kBF16 : Precision::kF32;
   std::vector<GemmMeasurement> out;
   for (const auto& [m, n, k] : shapes) {
     if (m <= 0 || n <= 0 || k <= 0) throw Error("GEMM shapes must be positive").field("shapes");
@@ -22,7 +22,8 @@ std::vector<GemmMeasurement> measure_gemms(const std::vector<std::array<int64_t,
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i % 13) * 0.01);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 7) * 0.02);
     auto run = [&] {
-      gemm<float>(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+      gemm<float>(precision, false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
+                  n);
     };
     run();  // warm-up (primitive creation, caches)
     // Batch enough calls for ~2 ms so the clock resolution does not matter.

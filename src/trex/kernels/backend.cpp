@@ -1,0 +1,617 @@
+#include "trex/kernels/backend.hpp"
+
+#include <string>
+
+namespace trex::kernels {
+
+Buffer Backend::allocate(DType dtype, int64_t numel) const {
+  if (numel < 0) throw Error("allocate: negative element count").field("numel");
+  Buffer buffer;
+  buffer.backend_ = this;
+  buffer.dtype_ = dtype;
+  buffer.numel_ = numel;
+  buffer.device_ = device();
+  if (numel > 0) buffer.data_ = allocate_bytes(buffer.bytes());
+  return buffer;
+}
+
+void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                             const LinearOptions& options) const {
+  constexpr const char* op = "linear_forward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_tensor(w, op, "w", dt, {-1, x.size(1)});
+  expect_tensor(y, op, "y", dt, {x.size(0), w.size(0)});
+  do_linear_forward(x, w, y, options);
+}
+
+void Backend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                              const Tensor& dw, const LinearOptions& options) const {
+  constexpr const char* op = "linear_backward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_tensor(w, op, "w", dt, {-1, x.size(1)});
+  expect_tensor(dy, op, "dy", dt, {x.size(0), w.size(0)});
+  expect_optional(dx, op, "dx", dt, {x.size(0), x.size(1)});
+  expect_optional(dw, op, "dw", dt, {w.size(0), w.size(1)});
+  do_linear_backward(x, w, dy, dx, dw, options);
+}
+
+namespace {
+
+void expect_groups(int64_t groups, const Tensor& x, const Tensor& w, const char* op) {
+  if (groups <= 0 || x.size(1) % groups != 0 || w.size(0) % groups != 0)
+    throw Error(std::string(op) + ": " + std::to_string(groups) + " groups do not divide x " +
+                x.shape_string() + " and w " + w.shape_string())
+        .field("groups");
+}
+
+}  // namespace
+
+void Backend::grouped_linear_forward(int64_t groups, const Tensor& x, const Tensor& w,
+                                     const Tensor& y, Precision precision) const {
+  constexpr const char* op = "grouped_linear_forward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_tensor(w, op, "w", dt, {-1, -1});
+  expect_groups(groups, x, w, op);
+  expect_tensor(w, op, "w", dt, {-1, x.size(1) / groups});
+  expect_tensor(y, op, "y", dt, {x.size(0), w.size(0)});
+  do_grouped_linear_forward(groups, x, w, y, precision);
+}
+
+void Backend::grouped_linear_backward(int64_t groups, const Tensor& x, const Tensor& w,
+                                      const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                      Precision precision) const {
+  constexpr const char* op = "grouped_linear_backward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_tensor(w, op, "w", dt, {-1, -1});
+  expect_groups(groups, x, w, op);
+  expect_tensor(w, op, "w", dt, {-1, x.size(1) / groups});
+  expect_tensor(dy, op, "dy", dt, {x.size(0), w.size(0)});
+  expect_tensor(dx, op, "dx", dt, {x.size(0), x.size(1)});
+  expect_optional(dw, op, "dw", dt, {w.size(0), w.size(1)});
+  do_grouped_linear_backward(groups, x, w, dy, dx, dw, precision);
+}
+
+void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
+                              const Tensor& inv_rms, double eps) const {
+  constexpr const char* op = "rmsnorm_forward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_optional(weight, op, "weight", dt, {x.size(1)});
+  expect_tensor(y, op, "y", dt, {x.size(0), x.size(1)});
+  expect_optional(inv_rms, op, "inv_rms", dt, {x.size(0)});
+  do_rmsnorm_forward(x, weight, y, inv_rms, eps);
+}
+
+void Backend::rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& inv_rms,
+                               const Tensor& dy, const Tensor& dx, const Tensor& dweight) const {
+  constexpr const char* op = "rmsnorm_backward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_optional(weight, op, "weight", dt, {x.size(1)});
+  expect_tensor(inv_rms, op, "inv_rms", dt, {x.size(0)});
+  expect_tensor(dy, op, "dy", dt, {x.size(0), x.size(1)});
+  expect_tensor(dx, op, "dx", dt, {x.size(0), x.size(1)});
+  expect_optional(dweight, op, "dweight", dt, {x.size(1)});
+  do_rmsnorm_backward(x, weight, inv_rms, dy, dx, dweight);
+}
+
+void Backend::rope(const RopeTable& table, const Tensor& x, const Tensor& positions,
+                   bool inverse) const {
+  constexpr const char* op = "rope";
+  expect_float(x, op, "x");
+  expect_tensor(x, op, "x", x.dtype(), {-1, -1, -1});
+  expect_tensor(positions, op, "positions", DType::kI64, {x.size(0)});
+  do_rope(table, x, positions, inverse);
+}
+
+namespace {
+
+// The site's parameters (or gradients: optional) for `rows` coefficients.
+void expect_site(const MhcSiteTensors& site, const char* op, DType dt, int64_t rows, int64_t width,
+                 int64_t scales, bool optional) {
+  auto check = optional ? expect_optional : expect_tensor;
+  check(site.fn, op, "fn", dt, {rows, width});
+  check(site.base, op, "base", dt, {rows});
+  check(site.scale, op, "scale", dt, {scales});
+}
+
+void expect_state(const MhcStateTensors& state, const char* op, DType dt, const MhcDims& dims,
+                  int64_t rows, bool site) {
+  const int64_t N = dims.tokens, n = dims.hc_mult;
+  expect_tensor(state.inv_rms, op, "inv_rms", dt, {N});
+  expect_tensor(state.mix, op, "mix", dt, {N, rows});
+  expect_tensor(state.pre, op, "pre", dt, {N, n});
+  if (!site) return;
+  expect_tensor(state.post, op, "post", dt, {N, n});
+  expect_tensor(state.comb, op, "comb", dt, {N, n, n});
+}
+
+}  // namespace
+
+void Backend::mhc_pre_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                              const Tensor& u, const MhcStateTensors& state) const {
+  constexpr const char* op = "mhc_pre_forward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_site(weights, op, dt, dims.mix(), n * d, 3, false);
+  expect_tensor(u, op, "u", dt, {N, d});
+  expect_state(state, op, dt, dims, dims.mix(), true);
+  do_mhc_pre_forward(dims, weights, X, u, state);
+}
+
+void Backend::mhc_post_forward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                               const Tensor& X, const Tensor& y, const Tensor& Xout) const {
+  constexpr const char* op = "mhc_post_forward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(post, op, "post", dt, {N, n});
+  expect_tensor(comb, op, "comb", dt, {N, n, n});
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_tensor(y, op, "y", dt, {N, d});
+  expect_tensor(Xout, op, "Xout", dt, {N, n, d});
+  if (N > 0 && Xout.raw() == X.raw())
+    throw Error(std::string(op) + ": Xout must not alias X").field("Xout");
+  do_mhc_post_forward(dims, post, comb, X, y, Xout);
+}
+
+void Backend::mhc_post_backward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                                const Tensor& X, const Tensor& y, const Tensor& dXout,
+                                const Tensor& dX, const Tensor& dy, const Tensor& dpost,
+                                const Tensor& dcomb) const {
+  constexpr const char* op = "mhc_post_backward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(post, op, "post", dt, {N, n});
+  expect_tensor(comb, op, "comb", dt, {N, n, n});
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_tensor(y, op, "y", dt, {N, d});
+  expect_tensor(dXout, op, "dXout", dt, {N, n, d});
+  expect_optional(dX, op, "dX", dt, {N, n, d});
+  expect_optional(dy, op, "dy", dt, {N, d});
+  expect_tensor(dpost, op, "dpost", dt, {N, n});
+  expect_tensor(dcomb, op, "dcomb", dt, {N, n, n});
+  if (N > 0 && dX.defined() && dX.raw() == dXout.raw())
+    throw Error(std::string(op) + ": dX must not alias dXout").field("dX");
+  do_mhc_post_backward(dims, post, comb, X, y, dXout, dX, dy, dpost, dcomb);
+}
+
+void Backend::mhc_pre_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                               const MhcStateTensors& state, const Tensor& X, const Tensor& du,
+                               const Tensor& dpost, const Tensor& dcomb,
+                               const MhcSiteTensors& grads, const Tensor& dX) const {
+  constexpr const char* op = "mhc_pre_backward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_site(weights, op, dt, dims.mix(), n * d, 3, false);
+  expect_state(state, op, dt, dims, dims.mix(), true);
+  expect_tensor(du, op, "du", dt, {N, d});
+  expect_tensor(dpost, op, "dpost", dt, {N, n});
+  expect_tensor(dcomb, op, "dcomb", dt, {N, n, n});
+  expect_site(grads, op, dt, dims.mix(), n * d, 3, true);
+  expect_optional(dX, op, "dX", dt, {N, n, d});
+  do_mhc_pre_backward(dims, weights, state, X, du, dpost, dcomb, grads, dX);
+}
+
+void Backend::hc_head_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                              const Tensor& h, const MhcStateTensors& state) const {
+  constexpr const char* op = "hc_head_forward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_site(weights, op, dt, n, n * d, 1, false);
+  expect_tensor(h, op, "h", dt, {N, d});
+  expect_state(state, op, dt, dims, n, false);
+  do_hc_head_forward(dims, weights, X, h, state);
+}
+
+void Backend::hc_head_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                               const MhcStateTensors& state, const Tensor& X, const Tensor& dh,
+                               const MhcSiteTensors& grads, const Tensor& dX) const {
+  constexpr const char* op = "hc_head_backward";
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_site(weights, op, dt, n, n * d, 1, false);
+  expect_state(state, op, dt, dims, n, false);
+  expect_tensor(dh, op, "dh", dt, {N, d});
+  expect_site(grads, op, dt, n, n * d, 1, true);
+  expect_optional(dX, op, "dX", dt, {N, n, d});
+  do_hc_head_backward(dims, weights, state, X, dh, grads, dX);
+}
+
+void Backend::sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
+                               const Tensor& comb) const {
+  constexpr const char* op = "sinkhorn_forward";
+  expect_float(logits, op, "logits");
+  expect_tensor(logits, op, "logits", logits.dtype(), {-1, -1});
+  const int64_t n = logits.size(0);
+  if (n <= 0) throw Error("sinkhorn: n must be > 0").field("hc_mult");
+  if (iters < 1) throw Error("sinkhorn: iterations must be >= 1").field("hc_sinkhorn_iters");
+  expect_tensor(logits, op, "logits", logits.dtype(), {n, n});
+  expect_tensor(comb, op, "comb", logits.dtype(), {n, n});
+  do_sinkhorn_forward(logits, iters, eps, comb);
+}
+
+void Backend::sinkhorn_backward(const Tensor& logits, int64_t iters, double eps,
+                                const Tensor& dcomb, const Tensor& dlogits) const {
+  constexpr const char* op = "sinkhorn_backward";
+  expect_float(logits, op, "logits");
+  expect_tensor(logits, op, "logits", logits.dtype(), {-1, -1});
+  const int64_t n = logits.size(0);
+  if (n <= 0) throw Error("sinkhorn: n must be > 0").field("hc_mult");
+  if (iters < 1) throw Error("sinkhorn: iterations must be >= 1").field("hc_sinkhorn_iters");
+  expect_tensor(logits, op, "logits", logits.dtype(), {n, n});
+  expect_tensor(dcomb, op, "dcomb", logits.dtype(), {n, n});
+  expect_tensor(dlogits, op, "dlogits", logits.dtype(), {n, n});
+  do_sinkhorn_backward(logits, iters, eps, dcomb, dlogits);
+}
+
+void Backend::scale(const Tensor& x, double factor) const {
+  expect_float(x, "scale", "x");
+  do_scale(x, factor);
+}
+
+namespace {
+
+// [M, w] or [M, k, w] as (M, k, w).
+struct Rows {
+  int64_t M, k, w;
+};
+
+Rows rows_of(const Tensor& t, const char* op, const char* name) {
+  if (t.rank() == 2) return {t.size(0), 1, t.size(1)};
+  if (t.rank() == 3) return {t.size(0), t.size(1), t.size(2)};
+  throw Error(std::string(op) + ": " + name + " is " + t.shape_string() +
+              ", expected [M, w] or [M, k, w]")
+      .field(name);
+}
+
+}  // namespace
+
+void Backend::add(const Tensor& x, const Tensor& y) const {
+  expect_float(x, "add", "x");
+  expect_float(y, "add", "y");
+  if (x.dtype() != y.dtype() || x.numel() != y.numel())
+    throw Error("add: y is " + std::string(safetensors_name(y.dtype())) + " " + y.shape_string() +
+                ", x is " + safetensors_name(x.dtype()) + " " + x.shape_string())
+        .field("y");
+  do_add(x, y);
+}
+
+void Backend::copy(const Tensor& src, const Tensor& dst) const {
+  expect_float(src, "copy", "src");
+  expect_float(dst, "copy", "dst");
+  if (src.dtype() != dst.dtype() || src.numel() != dst.numel())
+    throw Error("copy: dst is " + std::string(safetensors_name(dst.dtype())) + " " +
+                dst.shape_string() + ", src is " + safetensors_name(src.dtype()) + " " +
+                src.shape_string())
+        .field("dst");
+  do_copy(src, dst);
+}
+
+void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
+  constexpr const char* op = "gather_rows";
+  expect_float(src, op, "src");
+  expect_tensor(src, op, "src", src.dtype(), {-1, -1});
+  expect_float(dst, op, "dst");
+  const Rows d = rows_of(dst, op, "dst");
+  if (d.w != src.size(1) || dst.dtype() != src.dtype())
+    throw Error(std::string(op) + ": dst " + dst.shape_string() + " does not take rows of src " +
+                src.shape_string())
+        .field("dst");
+  expect_tensor(index, op, "index", DType::kI64, {d.M});
+  do_gather_rows(src, index, dst);
+}
+
+void Backend::scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
+  constexpr const char* op = "scatter_add_rows";
+  expect_float(src, op, "src");
+  const Rows s = rows_of(src, op, "src");
+  expect_tensor(dst, op, "dst", src.dtype(), {-1, s.w});
+  expect_tensor(index, op, "index", DType::kI64, {s.M});
+  do_scatter_add_rows(src, index, dst);
+}
+
+void Backend::broadcast_add(const Tensor& y, const Tensor& x) const {
+  constexpr const char* op = "broadcast_add";
+  expect_float(x, op, "x");
+  expect_tensor(x, op, "x", x.dtype(), {-1, -1, -1});
+  expect_tensor(y, op, "y", x.dtype(), {x.size(0), x.size(2)});
+  do_broadcast_add(y, x);
+}
+
+void Backend::sum_copies_add(const Tensor& x, const Tensor& y) const {
+  constexpr const char* op = "sum_copies_add";
+  expect_float(x, op, "x");
+  expect_tensor(x, op, "x", x.dtype(), {-1, -1, -1});
+  expect_tensor(y, op, "y", x.dtype(), {x.size(0), x.size(2)});
+  do_sum_copies_add(x, y);
+}
+
+namespace {
+
+// q [N, H, c] and the key sets of its N queries; returns the compressed entries E.
+int64_t expect_attention_keys(const AttentionCoreDims& dims, const Tensor& q,
+                              const AttentionKeyTensors& keys, const char* op) {
+  expect_float(q, op, "q");
+  const DType dt = q.dtype();
+  expect_tensor(q, op, "q", dt, {-1, -1, -1});
+  const int64_t N = q.size(0), c = q.size(2);
+  if (dims.seq <= 0 || N % dims.seq != 0 || dims.window <= 0)
+    throw Error(std::string(op) + ": " + std::to_string(N) + " rows are not sequences of " +
+                std::to_string(dims.seq) + " with a positive window")
+        .field("dims");
+  expect_tensor(keys.kv, op, "kv", dt, {N, c});
+  expect_tensor(keys.compressed, op, "compressed", dt, {-1, c});
+  expect_tensor(keys.comp_offsets, op, "comp_offsets", DType::kI64, {N + 1});
+  expect_tensor(keys.comp_list, op, "comp_list", DType::kI64, {-1});
+  expect_tensor(keys.prob_offsets, op, "prob_offsets", DType::kI64, {N + 1});
+  return keys.compressed.size(0);
+}
+
+int64_t probabilities(const AttentionKeyTensors& keys, int64_t N) {
+  return keys.prob_offsets.data<int64_t>()[N];
+}
+
+}  // namespace
+
+void Backend::attention_core_forward(const AttentionCoreDims& dims, const Tensor& q,
+                                     const AttentionKeyTensors& keys, const Tensor& sink,
+                                     const Tensor& prob, const Tensor& sink_prob,
+                                     const Tensor& o) const {
+  constexpr const char* op = "attention_core_forward";
+  expect_attention_keys(dims, q, keys, op);
+  const DType dt = q.dtype();
+  const int64_t N = q.size(0), H = q.size(1), c = q.size(2);
+  expect_tensor(sink, op, "sink", dt, {H});
+  expect_tensor(prob, op, "prob", dt, {probabilities(keys, N)});
+  expect_tensor(sink_prob, op, "sink_prob", dt, {N, H});
+  expect_tensor(o, op, "o", dt, {N, H, c});
+  do_attention_core_forward(dims, q, keys, sink, prob, sink_prob, o);
+}
+
+void Backend::attention_core_backward(const AttentionCoreDims& dims, const Tensor& q,
+                                      const AttentionKeyTensors& keys, const Tensor& prob,
+                                      const Tensor& sink_prob, const Tensor& o, const Tensor& d_o,
+                                      const Tensor& dq, const Tensor& dkv,
+                                      const Tensor& dcompressed, const Tensor& dsink) const {
+  constexpr const char* op = "attention_core_backward";
+  const int64_t E = expect_attention_keys(dims, q, keys, op);
+  const DType dt = q.dtype();
+  const int64_t N = q.size(0), H = q.size(1), c = q.size(2);
+  expect_tensor(prob, op, "prob", dt, {probabilities(keys, N)});
+  expect_tensor(sink_prob, op, "sink_prob", dt, {N, H});
+  expect_tensor(o, op, "o", dt, {N, H, c});
+  expect_tensor(d_o, op, "d_o", dt, {N, H, c});
+  expect_tensor(dq, op, "dq", dt, {N, H, c});
+  expect_tensor(dkv, op, "dkv", dt, {N, c});
+  expect_tensor(dcompressed, op, "dcompressed", dt, {E, c});
+  expect_optional(dsink, op, "dsink", dt, {H});
+  do_attention_core_backward(dims, q, keys, prob, sink_prob, o, d_o, dq, dkv, dcompressed, dsink);
+}
+
+void Backend::attention_selected_mass(const AttentionCoreDims& dims, int64_t heads,
+                                      const Tensor& prob, const Tensor& prob_offsets,
+                                      const Tensor& comp_offsets, const Tensor& selected,
+                                      const Tensor& target) const {
+  constexpr const char* op = "attention_selected_mass";
+  expect_float(prob, op, "prob");
+  expect_tensor(prob, op, "prob", prob.dtype(), {-1});
+  expect_tensor(selected, op, "selected", DType::kI64, {-1, -1});
+  const int64_t N = selected.size(0), k = selected.size(1);
+  if (dims.seq <= 0 || N % dims.seq != 0 || heads <= 0)
+    throw Error(std::string(op) + ": bad sequence length or head count").field("dims");
+  expect_tensor(prob_offsets, op, "prob_offsets", DType::kI64, {N + 1});
+  expect_tensor(comp_offsets, op, "comp_offsets", DType::kI64, {N + 1});
+  expect_tensor(target, op, "target", prob.dtype(), {N, k});
+  do_attention_selected_mass(dims, heads, prob, prob_offsets, comp_offsets, selected, target);
+}
+
+void Backend::compressor_pool_forward(const CompressorPoolDims& dims, const Tensor& gate,
+                                      const Tensor& proj, const Tensor& ape, const Tensor& prob,
+                                      const Tensor& pooled) const {
+  constexpr const char* op = "compressor_pool_forward";
+  if (dims.batch < 0 || dims.seq < 0 || dims.ratio <= 0 || dims.out_dim <= 0)
+    throw Error(std::string(op) + ": bad pooling dims").field("dims");
+  expect_float(gate, op, "gate");
+  const DType dt = gate.dtype();
+  const int64_t tokens = dims.batch * dims.seq, W = dims.width(), E = dims.entries();
+  expect_tensor(gate, op, "gate", dt, {tokens, W});
+  expect_tensor(proj, op, "proj", dt, {tokens, W});
+  expect_tensor(ape, op, "ape", dt, {dims.ratio, W});
+  expect_tensor(prob, op, "prob", dt, {E, dims.slots(), dims.out_dim});
+  expect_tensor(pooled, op, "pooled", dt, {E, dims.out_dim});
+  do_compressor_pool_forward(dims, gate, proj, ape, prob, pooled);
+}
+
+void Backend::compressor_pool_backward(const CompressorPoolDims& dims, const Tensor& prob,
+                                       const Tensor& proj, const Tensor& pooled,
+                                       const Tensor& dpooled, const Tensor& dproj,
+                                       const Tensor& dgate, const Tensor& dape) const {
+  constexpr const char* op = "compressor_pool_backward";
+  if (dims.batch < 0 || dims.seq < 0 || dims.ratio <= 0 || dims.out_dim <= 0)
+    throw Error(std::string(op) + ": bad pooling dims").field("dims");
+  expect_float(prob, op, "prob");
+  const DType dt = prob.dtype();
+  const int64_t tokens = dims.batch * dims.seq, W = dims.width(), E = dims.entries();
+  expect_tensor(prob, op, "prob", dt, {E, dims.slots(), dims.out_dim});
+  expect_tensor(proj, op, "proj", dt, {tokens, W});
+  expect_tensor(pooled, op, "pooled", dt, {E, dims.out_dim});
+  expect_tensor(dpooled, op, "dpooled", dt, {E, dims.out_dim});
+  expect_tensor(dproj, op, "dproj", dt, {tokens, W});
+  expect_tensor(dgate, op, "dgate", dt, {tokens, W});
+  expect_optional(dape, op, "dape", dt, {dims.ratio, W});
+  do_compressor_pool_backward(dims, prob, proj, pooled, dpooled, dproj, dgate, dape);
+}
+
+namespace {
+
+// The scoring inputs of T tokens; returns T.
+int64_t expect_indexer_inputs(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                              const Tensor& selected, const char* op) {
+  expect_float(in.q, op, "q");
+  const DType dt = in.q.dtype();
+  expect_tensor(in.q, op, "q", dt, {-1, -1, -1});
+  const int64_t T = in.q.size(0), heads = in.q.size(1), hd = in.q.size(2);
+  if (dims.seq <= 0 || T % dims.seq != 0 || dims.ratio <= 0 || dims.blocks < 0 || dims.topk <= 0)
+    throw Error(std::string(op) + ": bad indexer dims").field("dims");
+  expect_tensor(in.head_weights, op, "head_weights", dt, {T, heads});
+  expect_tensor(in.keys, op, "keys", dt, {T / dims.seq * dims.blocks, hd});
+  expect_tensor(selected, op, "selected", DType::kI64, {T, dims.topk});
+  return T;
+}
+
+}  // namespace
+
+void Backend::indexer_select(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                             const Tensor& selected,
+                             std::vector<SelectionBoundary>* boundaries) const {
+  expect_indexer_inputs(dims, in, selected, "indexer_select");
+  do_indexer_select(dims, in, selected, boundaries);
+}
+
+void Backend::indexer_selected_scores(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                                      const Tensor& selected, const Tensor& scores) const {
+  constexpr const char* op = "indexer_selected_scores";
+  const int64_t T = expect_indexer_inputs(dims, in, selected, op);
+  expect_tensor(scores, op, "scores", in.q.dtype(), {T, dims.topk});
+  do_indexer_selected_scores(dims, in, selected, scores);
+}
+
+double Backend::indexer_kl_loss(const Tensor& selected, const Tensor& scores, const Tensor& target,
+                                const Tensor& dscores) const {
+  constexpr const char* op = "indexer_kl_loss";
+  expect_tensor(selected, op, "selected", DType::kI64, {-1, -1});
+  const int64_t T = selected.size(0), k = selected.size(1);
+  expect_float(scores, op, "scores");
+  const DType dt = scores.dtype();
+  expect_tensor(scores, op, "scores", dt, {T, k});
+  expect_tensor(target, op, "target", dt, {T, k});
+  expect_tensor(dscores, op, "dscores", dt, {T, k});
+  return do_indexer_kl_loss(selected, scores, target, dscores);
+}
+
+void Backend::indexer_score_backward(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                                     const Tensor& selected, const Tensor& dscores, double scale,
+                                     const Tensor& dq, const Tensor& dweights,
+                                     const Tensor& dkeys) const {
+  constexpr const char* op = "indexer_score_backward";
+  const int64_t T = expect_indexer_inputs(dims, in, selected, op);
+  const DType dt = in.q.dtype();
+  expect_tensor(dscores, op, "dscores", dt, {T, dims.topk});
+  expect_tensor(dq, op, "dq", dt, {T, in.q.size(1), in.q.size(2)});
+  expect_tensor(dweights, op, "dweights", dt, {T, in.q.size(1)});
+  expect_tensor(dkeys, op, "dkeys", dt, {in.keys.size(0), in.q.size(2)});
+  do_indexer_score_backward(dims, in, selected, dscores, scale, dq, dweights, dkeys);
+}
+
+double Backend::lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
+                                      double loss_scale, const LmHeadOutputs& outputs,
+                                      int64_t chunk_rows, Precision precision) const {
+  constexpr const char* op = "lm_head_cross_entropy";
+  expect_float(h, op, "h");
+  const DType dt = h.dtype();
+  expect_tensor(h, op, "h", dt, {-1, -1});
+  const int64_t N = h.size(0), d = h.size(1);
+  expect_tensor(head, op, "head", dt, {-1, d});
+  const int64_t V = head.size(0);
+  if (targets.defined() && targets.dtype() == DType::kI32)
+    expect_tensor(targets, op, "targets", DType::kI32, {N});
+  else
+    expect_tensor(targets, op, "targets", DType::kI64, {N});
+  expect_optional(outputs.dh, op, "dh", dt, {N, d});
+  expect_optional(outputs.dhead, op, "dhead", dt, {V, d});
+  expect_optional(outputs.per_token_loss, op, "per_token_loss", dt, {N});
+  expect_optional(outputs.logits, op, "logits", dt, {N, V});
+  if (chunk_rows < 0)
+    throw Error(std::string(op) + ": chunk_rows must be >= 0").field("chunk_rows");
+  return do_lm_head_cross_entropy(h, head, targets, loss_scale, outputs, chunk_rows, precision);
+}
+
+void Backend::adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
+                           const Tensor& exp_avg_sq, const AdamWCoefficients& c) const {
+  constexpr const char* op = "adamw_update";
+  expect_tensor(weights, op, "weights", DType::kF32, {-1});
+  const int64_t n = weights.size(0);
+  expect_tensor(grads, op, "grads", DType::kF32, {n});
+  expect_tensor(exp_avg, op, "exp_avg", DType::kF32, {n});
+  expect_tensor(exp_avg_sq, op, "exp_avg_sq", DType::kF32, {n});
+  do_adamw_update(weights, grads, exp_avg, exp_avg_sq, c);
+}
+
+namespace {
+
+void expect_newton_schulz(const NewtonSchulzParams& p) {
+  if (p.iterations < 0 || p.tail_iterations < 0 || p.tail_iterations > p.iterations)
+    throw Error("Newton-Schulz needs 0 <= ns_tail_iterations <= ns_iterations");
+}
+
+}  // namespace
+
+void Backend::newton_schulz(const Tensor& X, const Tensor& out,
+                            const NewtonSchulzParams& params) const {
+  constexpr const char* op = "newton_schulz";
+  expect_float(X, op, "X");
+  expect_tensor(X, op, "X", X.dtype(), {-1, -1});
+  if (X.numel() == 0) throw Error("Newton-Schulz needs a non-empty matrix");
+  expect_newton_schulz(params);
+  expect_tensor(out, op, "out", X.dtype(), {X.size(0), X.size(1)});
+  do_newton_schulz(X, out, params);
+}
+
+void Backend::muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
+                          const Tensor& workspace, const MuonStep& step) const {
+  constexpr const char* op = "muon_update";
+  expect_tensor(weights, op, "weights", DType::kF32, {-1, -1});
+  const int64_t rows = weights.size(0), cols = weights.size(1);
+  if (rows * cols == 0) throw Error("Newton-Schulz needs a non-empty matrix");
+  expect_newton_schulz(step.newton_schulz);
+  expect_tensor(grads, op, "grads", DType::kF32, {rows, cols});
+  expect_tensor(momentum, op, "momentum", DType::kF32, {rows, cols});
+  expect_tensor(workspace, op, "workspace", DType::kF32, {-1});
+  if (workspace.numel() < rows * cols)
+    throw Error(std::string(op) + ": workspace " + workspace.shape_string() + " holds fewer than " +
+                std::to_string(rows * cols) + " values")
+        .field("workspace");
+  do_muon_update(weights, grads, momentum, workspace, step);
+}
+
+double Backend::sum_squares(const Tensor& x, const Tensor& bounds) const {
+  constexpr const char* op = "sum_squares";
+  expect_tensor(x, op, "x", DType::kF32, {-1});
+  expect_tensor(bounds, op, "bounds", DType::kI64, {-1, 2});
+  const int64_t* b = bounds.data<int64_t>();
+  for (int64_t i = 0; i < bounds.size(0); ++i)
+    if (b[2 * i] < 0 || b[2 * i] > b[2 * i + 1] || b[2 * i + 1] > x.size(0))
+      throw Error(std::string(op) + ": range " + std::to_string(i) + " [" +
+                  std::to_string(b[2 * i]) + ", " + std::to_string(b[2 * i + 1]) +
+                  ") is not inside x " + x.shape_string())
+          .field("bounds");
+  return do_sum_squares(x, bounds);
+}
+
+}  // namespace trex::kernels

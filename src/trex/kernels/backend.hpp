@@ -1,0 +1,342 @@
+#pragma once
+// The op layer: every computation of the model goes through a Backend.
+//
+// Model code (src/trex/model) decides which op runs on which tensors; a
+// Backend decides how. The CPU backend (kernels/cpu/cpu_backend.hpp) is the
+// engine's kernels and the oracle every other backend is tested against
+// (tests/kernels/backend_test.cpp: each op through the interface equals the
+// CPU kernel bit for bit; the model-level parity tests run on top).
+//
+// Conventions:
+// - Tensors are contiguous, row-major, F32 (training) or F64 (finite-difference
+//   checks); indices are I64. All float operands of one call share one dtype.
+// - Each op is a public non-virtual function that checks its operands' dtypes
+//   and shapes (a trex::Error naming the op and operand) and then calls the
+//   backend's private virtual. A backend implements only the virtuals.
+// - Shapes are given in the comments with the names of the op's arguments.
+// - An undefined Tensor (Tensor()) is an absent optional operand (marked "?").
+// - "written" outputs are overwritten; "+=" outputs accumulate.
+// - Ops run in the order they are called on the backend's stream.
+#include <cstdint>
+#include <vector>
+
+#include "trex/kernels/cpu/rope.hpp"
+#include "trex/kernels/op_params.hpp"
+#include "trex/kernels/tensor.hpp"
+
+namespace trex::kernels {
+
+struct LinearOptions {
+  Precision precision = Precision::kF32;  // of float operands
+  bool accumulate = false;                // forward: y +=; backward: dx +=
+};
+
+// One mHC site's parameters [rows, n·d], [rows], [3] (rows = mix; the HC
+// head: [n, n·d], [n], [1]), or their gradients (each optional, +=).
+struct MhcSiteTensors {
+  Tensor fn, base, scale;
+};
+// What an mHC forward keeps: inv_rms [N], mix [N, rows], pre [N, n],
+// post [N, n], comb [N, n, n] (the HC head has no post and comb).
+struct MhcStateTensors {
+  Tensor inv_rms, mix, pre, post, comb;
+};
+
+// Outputs of the fused LM head + cross-entropy, each optional.
+struct LmHeadOutputs {
+  Tensor dh;              // [N, d] written (0 rows for ignored tokens)
+  Tensor dhead;           // [V, d] +=
+  Tensor per_token_loss;  // [N] written: unscaled CE_t, 0 for ignored tokens
+  Tensor logits;          // [N, V] written
+};
+
+// The keys of N attention queries (AttentionCoreDims): kv [N, c] (the window
+// keys = values), compressed [E, c], and I64 comp_offsets [N+1], comp_list
+// [comp_offsets[N]], prob_offsets [N+1].
+struct AttentionKeyTensors {
+  Tensor kv, compressed, comp_offsets, comp_list, prob_offsets;
+};
+
+// The lightning indexer's scoring inputs: q [T, n_I, c_I] (after RoPE),
+// head_weights [T, n_I] (scale included), keys [B·blocks, c_I].
+struct IndexerScoreTensors {
+  Tensor q, head_weights, keys;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual Device device() const = 0;
+
+  // ---- Memory ---------------------------------------------------------------
+  // numel zero-filled elements of dtype in this backend's memory.
+  Buffer allocate(DType dtype, int64_t numel) const;
+
+  // ---- Linear layers (weights [out, in], y = x·wᵀ) ----------------------------
+  // x [M, K], w [N, K] -> y [M, N] (written, or += with options.accumulate).
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                      const LinearOptions& options) const;
+  // dy [M, N] -> dx? [M, K] = dy·w (written, or += with options.accumulate),
+  //              dw? [N, K] += dyᵀ·x.
+  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                       const Tensor& dw, const LinearOptions& options) const;
+  // G independent linears on column groups: x [M, G·K], w [G·N, K] ->
+  // y [M, G·N] (written), y[:, g·N:(g+1)·N] = x[:, g·K:(g+1)·K] · w[g·N:(g+1)·N]ᵀ.
+  void grouped_linear_forward(int64_t groups, const Tensor& x, const Tensor& w, const Tensor& y,
+                              Precision precision) const;
+  // dy [M, G·N] -> dx [M, G·K] (written), dw? [G·N, K] (+=).
+  void grouped_linear_backward(int64_t groups, const Tensor& x, const Tensor& w, const Tensor& dy,
+                               const Tensor& dx, const Tensor& dw, Precision precision) const;
+
+  // ---- RMSNorm over the last axis (y = w ⊙ x / sqrt(mean(x²) + eps)) ----------
+  // x [R, D], weight? [D] (absent: unweighted) -> y [R, D] (written, may be x),
+  // inv_rms? [R] (written; what the backward needs).
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
+                       const Tensor& inv_rms, double eps) const;
+  // dy [R, D] -> dx [R, D] (written, may be dy), dweight? [D] (+=).
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& inv_rms,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dweight) const;
+
+  // ---- Rotary embedding (interleaved pairs on the last table.rope_dims dims) --
+  // x [R, V, D] rotated in place (row r at position positions[r]; I64 [R]);
+  // inverse rotates by −pos·θ (also the backward of the forward rotation).
+  void rope(const RopeTable& table, const Tensor& x, const Tensor& positions, bool inverse) const;
+
+  // ---- mHC (spec §2.2; model/mhc.hpp): N = dims.tokens, n streams, d hidden --
+  // The φx̄ GEMMs always multiply in fp32.
+  // X [N, n, d] -> u [N, d] = Σ_j pre_j X_j and the state (all written).
+  void mhc_pre_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                       const Tensor& u, const MhcStateTensors& state) const;
+  // post [N, n], comb [N, n, n], X, y [N, d] -> Xout [N, n, d] (written, not X).
+  void mhc_post_forward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                        const Tensor& X, const Tensor& y, const Tensor& Xout) const;
+  // dXout [N, n, d] -> dpost [N, n], dcomb [N, n, n], dX? [N, n, d], dy? [N, d]
+  // (all written).
+  void mhc_post_backward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                         const Tensor& X, const Tensor& y, const Tensor& dXout, const Tensor& dX,
+                         const Tensor& dy, const Tensor& dpost, const Tensor& dcomb) const;
+  // du [N, d], dpost, dcomb -> grads (+=), dX? [N, n, d] (+=).
+  void mhc_pre_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                        const MhcStateTensors& state, const Tensor& X, const Tensor& du,
+                        const Tensor& dpost, const Tensor& dcomb, const MhcSiteTensors& grads,
+                        const Tensor& dX) const;
+  // HC head: X [N, n, d] -> h [N, d], state.{inv_rms, mix [N, n], pre} (written).
+  void hc_head_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                       const Tensor& h, const MhcStateTensors& state) const;
+  // dh [N, d] -> grads (+=), dX? [N, n, d] (written).
+  void hc_head_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                        const MhcStateTensors& state, const Tensor& X, const Tensor& dh,
+                        const MhcSiteTensors& grads, const Tensor& dX) const;
+  // Sinkhorn-Knopp of one logit matrix [n, n] -> comb [n, n] (written).
+  void sinkhorn_forward(const Tensor& logits, int64_t iters, double eps, const Tensor& comb) const;
+  // dcomb [n, n] -> dlogits [n, n] (written).
+  void sinkhorn_backward(const Tensor& logits, int64_t iters, double eps, const Tensor& dcomb,
+                         const Tensor& dlogits) const;
+
+  // ---- Elementwise and rows (embeddings, residual streams) -------------------
+  // x *= factor (in place; factor rounded to x's dtype).
+  void scale(const Tensor& x, double factor) const;
+  // y += x (same shape).
+  void add(const Tensor& x, const Tensor& y) const;
+  // dst = src (same shape).
+  void copy(const Tensor& src, const Tensor& dst) const;
+  // src [R, w], index I64 [M] (in [0, R)) -> dst [M, k, w] or [M, w] (k = 1):
+  // each of the k copies of row m is src[index[m]] (written).
+  void gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const;
+  // src [M, k, w] or [M, w], index I64 [M] -> dst [R, w]: dst[index[m]] +=
+  // src[m, j] for m, then j, in order.
+  void scatter_add_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const;
+  // y [R, w] -> x [R, k, w] += y broadcast over the k copies.
+  void broadcast_add(const Tensor& y, const Tensor& x) const;
+  // x [R, k, w] -> y [R, w] += Σ_j x[:, j] (j in order).
+  void sum_copies_add(const Tensor& x, const Tensor& y) const;
+
+  // ---- Attention core (spec §2.3–2.6; model/attention.hpp) -------------------
+  // q [N, H, c], sink [H] -> prob [prob_offsets[N]] (softmax over each query's
+  // window + compressed keys with the head's sink), sink_prob [N, H],
+  // o [N, H, c] = Σ_k p_k·key_k (all written).
+  void attention_core_forward(const AttentionCoreDims& dims, const Tensor& q,
+                              const AttentionKeyTensors& keys, const Tensor& sink,
+                              const Tensor& prob, const Tensor& sink_prob, const Tensor& o) const;
+  // d_o [N, H, c] -> dq [N, H, c], dkv [N, c], dcompressed [E, c] (written),
+  // dsink? [H] (+=).
+  void attention_core_backward(const AttentionCoreDims& dims, const Tensor& q,
+                               const AttentionKeyTensors& keys, const Tensor& prob,
+                               const Tensor& sink_prob, const Tensor& o, const Tensor& d_o,
+                               const Tensor& dq, const Tensor& dkv, const Tensor& dcompressed,
+                               const Tensor& dsink) const;
+  // The indexer's target: per query, prob summed over its `heads` heads on the
+  // selected compressed entries (selected I64 [N, k], −1 pads), L1-normalised:
+  // target [N, k] (written).
+  void attention_selected_mass(const AttentionCoreDims& dims, int64_t heads, const Tensor& prob,
+                               const Tensor& prob_offsets, const Tensor& comp_offsets,
+                               const Tensor& selected, const Tensor& target) const;
+
+  // ---- Compressor pooling (spec §2.4; model/compressor.hpp) ------------------
+  // gate, proj [B·S, width], ape [m, width] -> prob [E, slots, c_x],
+  // pooled [E, c_x] (written).
+  void compressor_pool_forward(const CompressorPoolDims& dims, const Tensor& gate,
+                               const Tensor& proj, const Tensor& ape, const Tensor& prob,
+                               const Tensor& pooled) const;
+  // dpooled [E, c_x] -> dproj, dgate [B·S, width] (written), dape? [m, width] (+=).
+  void compressor_pool_backward(const CompressorPoolDims& dims, const Tensor& prob,
+                                const Tensor& proj, const Tensor& pooled, const Tensor& dpooled,
+                                const Tensor& dproj, const Tensor& dgate, const Tensor& dape) const;
+
+  // ---- Lightning indexer (spec §2.5, §3.2; model/indexer.hpp) ----------------
+  // selected I64 [T, k] (written): per token the top-min(k, visible) visible
+  // blocks by score (kernels/top_k.hpp order), −1 pads. boundaries (nullable,
+  // host) receives each row's SelectionBoundary (diagnostics).
+  void indexer_select(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                      const Tensor& selected, std::vector<SelectionBoundary>* boundaries) const;
+  // scores [T, k] (written): the score of every selected block, 0 for pads.
+  void indexer_selected_scores(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                               const Tensor& selected, const Tensor& scores) const;
+  // Returns L_I = Σ_t KL(target_t ‖ softmax(scores_t)) over the selected
+  // entries; dscores [T, k] (written) = softmax − target.
+  double indexer_kl_loss(const Tensor& selected, const Tensor& scores, const Tensor& target,
+                         const Tensor& dscores) const;
+  // scale·dscores -> dq [T, n_I, c_I], dweights [T, n_I], dkeys [B·blocks, c_I]
+  // (written).
+  void indexer_score_backward(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                              const Tensor& selected, const Tensor& dscores, double scale,
+                              const Tensor& dq, const Tensor& dweights, const Tensor& dkeys) const;
+
+  // ---- Fused LM head + cross-entropy (spec §2.9; model/lm_loss.hpp) ---------
+  // h [N, d], head [V, d], targets [N] (I64 or I32; < 0: ignored; all < V) ->
+  // returns loss_scale · Σ_t CE_t of logits_t = h_t·headᵀ; backward into
+  // outputs.dh / dhead when either is given. At most chunk_rows rows of logits
+  // exist at a time (0: automatic), unless outputs.logits asks for all.
+  double lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
+                               double loss_scale, const LmHeadOutputs& outputs, int64_t chunk_rows,
+                               Precision precision) const;
+
+  // ---- Optimizer (spec §6; train/adamw.hpp, train/muon.hpp) ------------------
+  // AdamW on weights, grads, exp_avg, exp_avg_sq [n] (F32; all but grads updated).
+  void adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
+                    const Tensor& exp_avg_sq, const AdamWCoefficients& c) const;
+  // Hybrid Newton–Schulz: X [rows, cols] -> out [rows, cols] (written, may be X).
+  void newton_schulz(const Tensor& X, const Tensor& out, const NewtonSchulzParams& params) const;
+  // One Muon update of weights, momentum (updated) from grads, all [rows, cols]
+  // F32; workspace: at least rows·cols F32 of scratch.
+  void muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
+                   const Tensor& workspace, const MuonStep& step) const;
+  // Σ x² over the ranges of x [n] (F32) given by bounds I64 [ranges, 2] as
+  // [begin, end): each range summed in double, the ranges in order.
+  double sum_squares(const Tensor& x, const Tensor& bounds) const;
+
+ protected:
+  friend class Buffer;
+  virtual void* allocate_bytes(size_t bytes) const = 0;  // zero-filled
+  virtual void free_bytes(void* data, size_t bytes) const = 0;
+
+ private:
+  // The ops, in the order above (checked operands).
+  virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                                 const LinearOptions& options) const = 0;
+  virtual void do_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                  const Tensor& dx, const Tensor& dw,
+                                  const LinearOptions& options) const = 0;
+  virtual void do_grouped_linear_forward(int64_t groups, const Tensor& x, const Tensor& w,
+                                         const Tensor& y, Precision precision) const = 0;
+  virtual void do_grouped_linear_backward(int64_t groups, const Tensor& x, const Tensor& w,
+                                          const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                          Precision precision) const = 0;
+  virtual void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
+                                  const Tensor& inv_rms, double eps) const = 0;
+  virtual void do_rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& inv_rms,
+                                   const Tensor& dy, const Tensor& dx,
+                                   const Tensor& dweight) const = 0;
+  virtual void do_rope(const RopeTable& table, const Tensor& x, const Tensor& positions,
+                       bool inverse) const = 0;
+  virtual void do_mhc_pre_forward(const MhcDims& dims, const MhcSiteTensors& weights,
+                                  const Tensor& X, const Tensor& u,
+                                  const MhcStateTensors& state) const = 0;
+  virtual void do_mhc_post_forward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                                   const Tensor& X, const Tensor& y, const Tensor& Xout) const = 0;
+  virtual void do_mhc_post_backward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                                    const Tensor& X, const Tensor& y, const Tensor& dXout,
+                                    const Tensor& dX, const Tensor& dy, const Tensor& dpost,
+                                    const Tensor& dcomb) const = 0;
+  virtual void do_mhc_pre_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                                   const MhcStateTensors& state, const Tensor& X, const Tensor& du,
+                                   const Tensor& dpost, const Tensor& dcomb,
+                                   const MhcSiteTensors& grads, const Tensor& dX) const = 0;
+  virtual void do_hc_head_forward(const MhcDims& dims, const MhcSiteTensors& weights,
+                                  const Tensor& X, const Tensor& h,
+                                  const MhcStateTensors& state) const = 0;
+  virtual void do_hc_head_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                                   const MhcStateTensors& state, const Tensor& X, const Tensor& dh,
+                                   const MhcSiteTensors& grads, const Tensor& dX) const = 0;
+  virtual void do_sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
+                                   const Tensor& comb) const = 0;
+  virtual void do_sinkhorn_backward(const Tensor& logits, int64_t iters, double eps,
+                                    const Tensor& dcomb, const Tensor& dlogits) const = 0;
+  virtual void do_scale(const Tensor& x, double factor) const = 0;
+  virtual void do_add(const Tensor& x, const Tensor& y) const = 0;
+  virtual void do_copy(const Tensor& src, const Tensor& dst) const = 0;
+  virtual void do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const = 0;
+  virtual void do_scatter_add_rows(const Tensor& src, const Tensor& index,
+                                   const Tensor& dst) const = 0;
+  virtual void do_broadcast_add(const Tensor& y, const Tensor& x) const = 0;
+  virtual void do_sum_copies_add(const Tensor& x, const Tensor& y) const = 0;
+  virtual void do_attention_core_forward(const AttentionCoreDims& dims, const Tensor& q,
+                                         const AttentionKeyTensors& keys, const Tensor& sink,
+                                         const Tensor& prob, const Tensor& sink_prob,
+                                         const Tensor& o) const = 0;
+  virtual void do_attention_core_backward(const AttentionCoreDims& dims, const Tensor& q,
+                                          const AttentionKeyTensors& keys, const Tensor& prob,
+                                          const Tensor& sink_prob, const Tensor& o,
+                                          const Tensor& d_o, const Tensor& dq, const Tensor& dkv,
+                                          const Tensor& dcompressed, const Tensor& dsink) const = 0;
+  virtual void do_attention_selected_mass(const AttentionCoreDims& dims, int64_t heads,
+                                          const Tensor& prob, const Tensor& prob_offsets,
+                                          const Tensor& comp_offsets, const Tensor& selected,
+                                          const Tensor& target) const = 0;
+  virtual void do_compressor_pool_forward(const CompressorPoolDims& dims, const Tensor& gate,
+                                          const Tensor& proj, const Tensor& ape, const Tensor& prob,
+                                          const Tensor& pooled) const = 0;
+  virtual void do_compressor_pool_backward(const CompressorPoolDims& dims, const Tensor& prob,
+                                           const Tensor& proj, const Tensor& pooled,
+                                           const Tensor& dpooled, const Tensor& dproj,
+                                           const Tensor& dgate, const Tensor& dape) const = 0;
+  virtual void do_indexer_select(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                                 const Tensor& selected,
+                                 std::vector<SelectionBoundary>* boundaries) const = 0;
+  virtual void do_indexer_selected_scores(const IndexerScoreDims& dims,
+                                          const IndexerScoreTensors& in, const Tensor& selected,
+                                          const Tensor& scores) const = 0;
+  virtual double do_indexer_kl_loss(const Tensor& selected, const Tensor& scores,
+                                    const Tensor& target, const Tensor& dscores) const = 0;
+  virtual void do_indexer_score_backward(const IndexerScoreDims& dims,
+                                         const IndexerScoreTensors& in, const Tensor& selected,
+                                         const Tensor& dscores, double scale, const Tensor& dq,
+                                         const Tensor& dweights, const Tensor& dkeys) const = 0;
+  virtual double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head,
+                                          const Tensor& targets, double loss_scale,
+                                          const LmHeadOutputs& outputs, int64_t chunk_rows,
+                                          Precision precision) const = 0;
+  virtual void do_adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
+                               const Tensor& exp_avg_sq, const AdamWCoefficients& c) const = 0;
+  virtual void do_newton_schulz(const Tensor& X, const Tensor& out,
+                                const NewtonSchulzParams& params) const = 0;
+  virtual void do_muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
+                              const Tensor& workspace, const MuonStep& step) const = 0;
+  virtual double do_sum_squares(const Tensor& x, const Tensor& bounds) const = 0;
+};
+
+// The backend model code uses unless it is given another: the CPU backend.
+const Backend& default_backend();
+
+// How a model block runs: on which backend, and in which precision the GEMMs
+// that follow the model's compute precision multiply (mHC and the router
+// always multiply in fp32, whatever it says).
+struct OpContext {
+  const Backend* backend = nullptr;  // null: default_backend()
+  Precision precision = Precision::kF32;
+  const Backend& ops() const { return backend ? *backend : default_backend(); }
+};
+
+}  // namespace trex::kernels

@@ -1,0 +1,452 @@
+#include "trex/kernels/cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "trex/kernels/cpu/attention.hpp"
+#include "trex/kernels/cpu/compressor.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
+#include "trex/kernels/cpu/indexer.hpp"
+#include "trex/kernels/cpu/lm_loss.hpp"
+#include "trex/kernels/cpu/mhc.hpp"
+#include "trex/kernels/cpu/norms.hpp"
+#include "trex/kernels/cpu/optimizer.hpp"
+#include "trex/kernels/cpu/rope.hpp"
+#include "trex/kernels/cpu/rows.hpp"
+
+namespace trex::kernels {
+namespace {
+
+// Calls f(T{}) with T the C++ type of a float dtype (the checks have ruled out others).
+template <class F>
+void with_float_type(DType dtype, F&& f) {
+  if (dtype == DType::kF64)
+    f(double{});
+  else
+    f(float{});
+}
+
+template <class T>
+MhcSite<const T> site(const MhcSiteTensors& t) {
+  return {t.fn.data<T>(), t.base.data<T>(), t.scale.data<T>()};
+}
+template <class T>
+MhcSite<T> site_grads(const MhcSiteTensors& t) {
+  return {t.fn.data<T>(), t.base.data<T>(), t.scale.data<T>()};
+}
+template <class T>
+MhcState<T> state(const MhcStateTensors& t) {
+  return {t.inv_rms.data<T>(), t.mix.data<T>(), t.pre.data<T>(), t.post.data<T>(),
+          t.comb.data<T>()};
+}
+
+template <class T>
+AttentionKeySets<T> key_sets(const AttentionKeyTensors& t) {
+  return {t.kv.data<T>(),
+          t.compressed.data<T>(),
+          t.compressed.size(0),
+          t.comp_offsets.data<int64_t>(),
+          t.comp_list.data<int64_t>(),
+          t.prob_offsets.data<int64_t>()};
+}
+
+template <class T>
+IndexerScoring<T> scoring(const IndexerScoreTensors& t) {
+  return {t.q.data<T>(), t.head_weights.data<T>(), t.keys.data<T>(), t.q.size(1), t.q.size(2)};
+}
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return Device{}; }
+
+ protected:
+  void* allocate_bytes(size_t bytes) const override {
+    constexpr size_t kAlign = 64;
+    void* data = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (!data) throw std::bad_alloc();
+    std::memset(data, 0, bytes);
+    return data;
+  }
+  void free_bytes(void* data, size_t) const override { std::free(data); }
+
+ private:
+  void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                         const LinearOptions& options) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::linear_forward(x.data<T>(), w.data<T>(), y.data<T>(), x.size(0), w.size(0),
+                              x.size(1), options.precision, options.accumulate);
+    });
+  }
+
+  void do_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                          const Tensor& dw, const LinearOptions& options) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::linear_backward(x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>(), dw.data<T>(),
+                               x.size(0), w.size(0), x.size(1), options.precision,
+                               options.accumulate);
+    });
+  }
+
+  // One GEMM per group on strided column slices.
+  void do_grouped_linear_forward(int64_t groups, const Tensor& x, const Tensor& w, const Tensor& y,
+                                 Precision precision) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const int64_t M = x.size(0), K = x.size(1) / groups, N = w.size(0) / groups;
+      const T* X = x.data<T>();
+      const T* W = w.data<T>();
+      T* Y = y.data<T>();
+      for (int64_t j = 0; j < groups; ++j)
+        gemm<T>(precision, false, true, M, N, K, T(1), X + j * K, groups * K, W + j * N * K, K,
+                T(0), Y + j * N, groups * N);
+    });
+  }
+
+  void do_grouped_linear_backward(int64_t groups, const Tensor& x, const Tensor& w,
+                                  const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                  Precision precision) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const int64_t M = x.size(0), K = x.size(1) / groups, N = w.size(0) / groups;
+      const T* X = x.data<T>();
+      const T* W = w.data<T>();
+      const T* dY = dy.data<T>();
+      T* dX = dx.data<T>();
+      T* dW = dw.data<T>();
+      for (int64_t j = 0; j < groups; ++j) {
+        if (dW)
+          gemm<T>(precision, true, false, N, K, M, T(1), dY + j * N, groups * N, X + j * K,
+                  groups * K, T(1), dW + j * N * K, K);
+        gemm<T>(precision, false, false, M, K, N, T(1), dY + j * N, groups * N, W + j * N * K, K,
+                T(0), dX + j * K, groups * K);
+      }
+    });
+  }
+
+  void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
+                          const Tensor& inv_rms, double eps) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rmsnorm_forward(x.data<T>(), weight.data<T>(), y.data<T>(), inv_rms.data<T>(),
+                               x.size(0), x.size(1), eps);
+    });
+  }
+
+  void do_rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& inv_rms,
+                           const Tensor& dy, const Tensor& dx,
+                           const Tensor& dweight) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rmsnorm_backward(x.data<T>(), weight.data<T>(), inv_rms.data<T>(), dy.data<T>(),
+                                dx.data<T>(), dweight.data<T>(), x.size(0), x.size(1));
+    });
+  }
+
+  void do_rope(const RopeTable& table, const Tensor& x, const Tensor& positions,
+               bool inverse) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      rope_apply(table, x.data<T>(), x.size(0), x.size(1), x.size(2), positions.data<int64_t>(),
+                 inverse);
+    });
+  }
+
+  void do_mhc_pre_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                          const Tensor& u, const MhcStateTensors& st) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::mhc_pre_forward(dims, site<T>(weights), X.data<T>(), u.data<T>(), state<T>(st));
+    });
+  }
+
+  void do_mhc_post_forward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                           const Tensor& X, const Tensor& y, const Tensor& Xout) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::mhc_post_forward(dims, post.data<T>(), comb.data<T>(), X.data<T>(), y.data<T>(),
+                                Xout.data<T>());
+    });
+  }
+
+  void do_mhc_post_backward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                            const Tensor& X, const Tensor& y, const Tensor& dXout, const Tensor& dX,
+                            const Tensor& dy, const Tensor& dpost,
+                            const Tensor& dcomb) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::mhc_post_backward(dims, post.data<T>(), comb.data<T>(), X.data<T>(), y.data<T>(),
+                                 dXout.data<T>(), dX.data<T>(), dy.data<T>(), dpost.data<T>(),
+                                 dcomb.data<T>());
+    });
+  }
+
+  void do_mhc_pre_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                           const MhcStateTensors& st, const Tensor& X, const Tensor& du,
+                           const Tensor& dpost, const Tensor& dcomb, const MhcSiteTensors& grads,
+                           const Tensor& dX) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::mhc_pre_backward(dims, site<T>(weights), state<const T>(st), X.data<T>(),
+                                du.data<T>(), dpost.data<T>(), dcomb.data<T>(),
+                                site_grads<T>(grads), dX.data<T>());
+    });
+  }
+
+  void do_hc_head_forward(const MhcDims& dims, const MhcSiteTensors& weights, const Tensor& X,
+                          const Tensor& h, const MhcStateTensors& st) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::hc_head_forward(dims, site<T>(weights), X.data<T>(), h.data<T>(), state<T>(st));
+    });
+  }
+
+  void do_hc_head_backward(const MhcDims& dims, const MhcSiteTensors& weights,
+                           const MhcStateTensors& st, const Tensor& X, const Tensor& dh,
+                           const MhcSiteTensors& grads, const Tensor& dX) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::hc_head_backward(dims, site<T>(weights), state<const T>(st), X.data<T>(),
+                                dh.data<T>(), site_grads<T>(grads), dX.data<T>());
+    });
+  }
+
+  void do_scale(const Tensor& x, double factor) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T f = static_cast<T>(factor);
+      T* data = x.data<T>();
+      // Fixed blocks: elementwise, so the split does not change results.
+      constexpr int64_t kBlock = int64_t{1} << 16;
+      const int64_t n = x.numel(), blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 4)
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t i = b * kBlock, end = std::min(n, i + kBlock); i < end; ++i) data[i] *= f;
+    });
+  }
+
+  void do_add(const Tensor& x, const Tensor& y) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::add(x.data<T>(), y.data<T>(), x.numel());
+    });
+  }
+
+  void do_copy(const Tensor& src, const Tensor& dst) const override {
+    if (src.numel() > 0)
+      std::memcpy(dst.raw(), src.raw(), static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+  }
+
+  void do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const override {
+    with_float_type(src.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const int64_t k = dst.rank() == 3 ? dst.size(1) : 1;
+      kernels::gather_rows(src.data<T>(), index.data<int64_t>(), dst.size(0), k, src.size(1),
+                           dst.data<T>());
+    });
+  }
+
+  void do_scatter_add_rows(const Tensor& src, const Tensor& index,
+                           const Tensor& dst) const override {
+    with_float_type(src.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const int64_t k = src.rank() == 3 ? src.size(1) : 1;
+      kernels::scatter_add_rows(src.data<T>(), index.data<int64_t>(), src.size(0), k, dst.size(1),
+                                dst.data<T>());
+    });
+  }
+
+  void do_broadcast_add(const Tensor& y, const Tensor& x) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::broadcast_add(y.data<T>(), x.size(0), x.size(1), x.size(2), x.data<T>());
+    });
+  }
+
+  void do_sum_copies_add(const Tensor& x, const Tensor& y) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::sum_copies_add(x.data<T>(), x.size(0), x.size(1), x.size(2), y.data<T>());
+    });
+  }
+
+  void do_attention_core_forward(const AttentionCoreDims& dims, const Tensor& q,
+                                 const AttentionKeyTensors& keys, const Tensor& sink,
+                                 const Tensor& prob, const Tensor& sink_prob,
+                                 const Tensor& o) const override {
+    with_float_type(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::attention_core_forward(dims, q.size(0), q.size(1), q.size(2), q.data<T>(),
+                                      key_sets<T>(keys), sink.data<T>(), prob.data<T>(),
+                                      sink_prob.data<T>(), o.data<T>());
+    });
+  }
+
+  void do_attention_core_backward(const AttentionCoreDims& dims, const Tensor& q,
+                                  const AttentionKeyTensors& keys, const Tensor& prob,
+                                  const Tensor& sink_prob, const Tensor& o, const Tensor& d_o,
+                                  const Tensor& dq, const Tensor& dkv, const Tensor& dcompressed,
+                                  const Tensor& dsink) const override {
+    with_float_type(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::attention_core_backward(dims, q.size(0), q.size(1), q.size(2), q.data<T>(),
+                                       key_sets<T>(keys), prob.data<T>(), sink_prob.data<T>(),
+                                       o.data<T>(), d_o.data<T>(), dq.data<T>(), dkv.data<T>(),
+                                       dcompressed.data<T>(), dsink.data<T>());
+    });
+  }
+
+  void do_attention_selected_mass(const AttentionCoreDims& dims, int64_t heads, const Tensor& prob,
+                                  const Tensor& prob_offsets, const Tensor& comp_offsets,
+                                  const Tensor& selected, const Tensor& target) const override {
+    with_float_type(prob.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::attention_selected_mass(dims, selected.size(0), heads, selected.size(1),
+                                       prob.data<T>(), prob_offsets.data<int64_t>(),
+                                       comp_offsets.data<int64_t>(), selected.data<int64_t>(),
+                                       target.data<T>());
+    });
+  }
+
+  void do_compressor_pool_forward(const CompressorPoolDims& dims, const Tensor& gate,
+                                  const Tensor& proj, const Tensor& ape, const Tensor& prob,
+                                  const Tensor& pooled) const override {
+    with_float_type(gate.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::compressor_pool_forward(dims, gate.data<T>(), proj.data<T>(), ape.data<T>(),
+                                       prob.data<T>(), pooled.data<T>());
+    });
+  }
+
+  void do_compressor_pool_backward(const CompressorPoolDims& dims, const Tensor& prob,
+                                   const Tensor& proj, const Tensor& pooled, const Tensor& dpooled,
+                                   const Tensor& dproj, const Tensor& dgate,
+                                   const Tensor& dape) const override {
+    with_float_type(prob.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::compressor_pool_backward(dims, prob.data<T>(), proj.data<T>(), pooled.data<T>(),
+                                        dpooled.data<T>(), dproj.data<T>(), dgate.data<T>(),
+                                        dape.data<T>());
+    });
+  }
+
+  void do_indexer_select(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                         const Tensor& selected,
+                         std::vector<SelectionBoundary>* boundaries) const override {
+    with_float_type(in.q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::indexer_select(dims, scoring<T>(in), in.q.size(0), selected.data<int64_t>(),
+                              boundaries);
+    });
+  }
+
+  void do_indexer_selected_scores(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                                  const Tensor& selected, const Tensor& scores) const override {
+    with_float_type(in.q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::indexer_selected_scores(dims, scoring<T>(in), in.q.size(0), selected.data<int64_t>(),
+                                       scores.data<T>());
+    });
+  }
+
+  double do_indexer_kl_loss(const Tensor& selected, const Tensor& scores, const Tensor& target,
+                            const Tensor& dscores) const override {
+    double loss = 0.0;
+    with_float_type(scores.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      loss = kernels::indexer_kl_loss(selected.size(0), selected.size(1), selected.data<int64_t>(),
+                                      scores.data<T>(), target.data<T>(), dscores.data<T>());
+    });
+    return loss;
+  }
+
+  void do_indexer_score_backward(const IndexerScoreDims& dims, const IndexerScoreTensors& in,
+                                 const Tensor& selected, const Tensor& dscores, double scale,
+                                 const Tensor& dq, const Tensor& dweights,
+                                 const Tensor& dkeys) const override {
+    with_float_type(in.q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::indexer_score_backward(dims, scoring<T>(in), in.q.size(0), selected.data<int64_t>(),
+                                      dscores.data<T>(), static_cast<T>(scale), dq.data<T>(),
+                                      dweights.data<T>(), dkeys.data<T>());
+    });
+  }
+
+  void do_adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
+                       const Tensor& exp_avg_sq, const AdamWCoefficients& c) const override {
+    kernels::adamw_update(weights.data<float>(), grads.data<float>(), exp_avg.data<float>(),
+                          exp_avg_sq.data<float>(), weights.numel(), c);
+  }
+
+  void do_newton_schulz(const Tensor& X, const Tensor& out,
+                        const NewtonSchulzParams& params) const override {
+    with_float_type(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::newton_schulz(X.data<T>(), out.data<T>(), X.size(0), X.size(1), params);
+    });
+  }
+
+  void do_muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
+                      const Tensor& workspace, const MuonStep& step) const override {
+    kernels::muon_update(weights.data<float>(), grads.data<float>(), momentum.data<float>(),
+                         workspace.data<float>(), weights.size(0), weights.size(1), step);
+  }
+
+  double do_sum_squares(const Tensor& x, const Tensor& bounds) const override {
+    return sum_squares_ranges(x.data<float>(), bounds.data<int64_t>(), bounds.size(0));
+  }
+
+  double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
+                                  double loss_scale, const LmHeadOutputs& out, int64_t chunk_rows,
+                                  Precision precision) const override {
+    double loss = 0.0;
+    with_float_type(h.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      auto run = [&](const auto* ids) {
+        loss = kernels::lm_head_cross_entropy(h.data<T>(), head.data<T>(), ids, h.size(0),
+                                              h.size(1), head.size(0), chunk_rows, loss_scale,
+                                              precision, out.dh.data<T>(), out.dhead.data<T>(),
+                                              out.per_token_loss.data<T>(), out.logits.data<T>());
+      };
+      if (targets.dtype() == DType::kI32)
+        run(targets.data<int32_t>());
+      else
+        run(targets.data<int64_t>());
+    });
+    return loss;
+  }
+
+  void do_sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
+                           const Tensor& comb) const override {
+    with_float_type(logits.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::sinkhorn_forward(logits.data<T>(), logits.size(0), iters, eps, comb.data<T>());
+    });
+  }
+
+  void do_sinkhorn_backward(const Tensor& logits, int64_t iters, double eps, const Tensor& dcomb,
+                            const Tensor& dlogits) const override {
+    with_float_type(logits.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::sinkhorn_backward(logits.data<T>(), logits.size(0), iters, eps, dcomb.data<T>(),
+                                 dlogits.data<T>());
+    });
+  }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;
+  return backend;
+}
+
+const Backend& default_backend() {
+  return cpu_backend();
+}
+
+}  // namespace trex::kernels
