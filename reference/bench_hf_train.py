@@ -1,4 +1,4 @@
-"""Baseline for issue 7: transformers' DeepseekV4ForCausalLM training steps on the CPU.
+"""Training-throughput baseline: transformers' DeepseekV4ForCausalLM training steps on the CPU.
 
 Runs the same model as `trex bench step` (the same released-scheme config file, random init, the
 same batch and sequence length, the same number of threads) as PyTorch training steps with AdamW,

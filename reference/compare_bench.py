@@ -1,4 +1,4 @@
-"""Issue 7 side-by-side: `trex bench step` against the transformers baseline, alternated A B A B.
+"""Side by side: `trex bench step` against the transformers baseline, alternated A B A B.
 
 For each sequence length, runs `rounds` pairs back to back (T-Rex, then the baseline), so both
 sides see the same machine load, and reports the medians over the rounds: tokens/s, peak RSS,

@@ -1,5 +1,5 @@
 #pragma once
-// The data of `trex demo` (issue 6 item 10): a small, copy-friendly SFT set,
+// The data of `trex demo`: a small, copy-friendly SFT set,
 // a CPT corpus and evaluation splits for a ~5-20M-parameter model trained from
 // scratch on two CPU cores. A scouting run showed that such a model writes the
 // fixed model text perfectly but never learns to copy numbers, so the targets

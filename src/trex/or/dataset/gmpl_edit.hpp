@@ -10,7 +10,7 @@
 
 namespace trex::orlib {
 
-// The fault taxonomy of issue 3.
+// The fault taxonomy of the SFT error-repair task (docs/or-datasets.md).
 enum class FaultKind {
   wrong_var_type,
   dropped_constraint,
