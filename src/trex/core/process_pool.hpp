@@ -5,16 +5,14 @@
 // whose worker crashes or runs past its time limit is reported as that item's
 // failure and the worker is replaced; the other items are not affected.
 //
-// A worker is a fork() of this process: it sees this process's memory as it
-// was when the worker started, so what `work` reads must be in place before
-// `run` and must not change while it runs. Long-lived workers (the default)
-// take items over a socket and start at their slot's first item or when they
-// replace a failed worker; with `process_per_item` every item gets a fresh
-// worker forked when the item starts (for set-ups that cannot be undone, such
-// as a sandbox's Landlock rules), which also sees the item itself.
+// A worker is a fork() of this process and sees its memory as it was when the
+// worker started. Long-lived workers (the default) take items over a socket;
+// each starts at its slot's first item (or to replace a failed worker), so what
+// `work` reads must be in place before `run` and must not change while it
+// runs. With `process_per_item` every item gets a fresh worker, forked when the
+// item starts, so it also sees what next() prepared for that item; for
+// set-ups that cannot be undone, such as a sandbox's Landlock rules.
 // Linux only (prctl, setrlimit).
-#include <sys/types.h>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
