@@ -904,6 +904,10 @@ void Sandbox::watch(Running& r) {
 }
 
 SandboxResult Sandbox::run_task(int slot, const std::string& dir, SandboxTask&& task) {
+  // The uid locks are the harness's: a worker dying with a killed harness must
+  // not hold them from the next harness a moment longer.
+  for (int fd : uid_locks_) ::close(fd);
+  uid_locks_.clear();
   // This pool worker is the task child's parent: as a subreaper it also
   // adopts whatever the task leaves behind, so cleaning up stays here.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
