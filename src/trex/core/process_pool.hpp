@@ -84,8 +84,6 @@ class ProcessPool {
   ProcessPool(const ProcessPool&) = delete;
   ProcessPool& operator=(const ProcessPool&) = delete;
 
-  int workers() const { return options_.workers; }
-
   // If next() or done() throws, the items still running are abandoned (their
   // workers killed) before the exception leaves run().
   void run(const Next& next, const Done& done);
