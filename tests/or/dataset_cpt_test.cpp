@@ -6,8 +6,8 @@
 
 #include "test_paths.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/or/dataset/cpt.hpp"
-#include "trex/or/dataset/worker_pool.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/synth/synth.hpp"
 
@@ -18,29 +18,34 @@ TEST(DatasetPool, CrashedJobsAreReportedAndRetried) {
   std::map<int64_t, std::string> results;
   int crashes = 0;
   int64_t next = 0;
-  std::vector<PoolJob> retries;
-  run_worker_pool(
-      2,
-      [&]() -> std::optional<PoolJob> {
+  std::vector<PoolItem> retries;
+  ProcessPoolOptions options;
+  options.workers = 2;
+  ProcessPool pool(options, [](int, const PoolItem& job) -> std::string {
+    if (job.id == 3 && job.attempt == 0) std::abort();
+    return std::to_string(job.id * 10 + job.attempt);
+  });
+  pool.run(
+      [&]() -> std::optional<PoolItem> {
         if (!retries.empty()) {
-          PoolJob j = retries.back();
+          PoolItem j = retries.back();
           retries.pop_back();
           return j;
         }
-        if (next < 10) return PoolJob{next++, 0};
-        return std::nullopt;
+        if (next >= 10) return std::nullopt;
+        PoolItem j;
+        j.id = next++;
+        return j;
       },
-      [](const PoolJob& job) -> std::string {
-        if (job.index == 3 && job.attempt == 0) std::abort();
-        return std::to_string(job.index * 10 + job.attempt);
-      },
-      [&](const PoolJob& job, std::string result, bool crashed) {
-        if (crashed) {
+      [&](const PoolItem& job, PoolResult&& result) {
+        if (result.status == PoolStatus::crashed) {
           ++crashes;
-          retries.push_back(PoolJob{job.index, job.attempt + 1});
+          PoolItem again = job;
+          again.attempt += 1;
+          retries.push_back(again);
           return;
         }
-        results[job.index] = result;
+        results[job.id] = result.response;
       });
   EXPECT_EQ(crashes, 1);
   ASSERT_EQ(results.size(), 10u);

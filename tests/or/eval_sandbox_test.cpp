@@ -1,6 +1,9 @@
 // The sandbox: limits, capture, cleanup, parallel runs, in-process tasks.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -218,6 +221,50 @@ TEST(EvalSandbox, ParallelRunsReportEveryTask) {
       [&](int64_t id, SandboxResult&& r) { outputs[id] = r.out.text(); });
   ASSERT_EQ(outputs.size(), 12u);
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(outputs[i], std::to_string(i * i) + "\n");
+}
+
+// Tasks run in pool workers forked from the harness: when the harness is
+// killed, the next harness must find its uid free at once (no dying worker may
+// still hold the lock).
+TEST(EvalSandbox, AKilledHarnessLeavesItsUidFree) {
+  if (geteuid() != 0) GTEST_SKIP() << "uids per slot need root";
+  const std::string lock_dir = access("/run/lock", W_OK) == 0 ? "/run/lock" : "/tmp";
+  for (int round = 0; round < 3; ++round) {
+    int channel[2];
+    ASSERT_EQ(pipe(channel), 0);
+    const pid_t harness = fork();
+    ASSERT_GE(harness, 0);
+    if (harness == 0) {
+      setpgid(0, 0);
+      SandboxConfig c;
+      c.uid_base = 62700;
+      Sandbox sb(c);
+      const uid_t uid = sb.sandbox_uid(0);
+      if (write(channel[1], &uid, sizeof uid) != sizeof uid) _exit(1);
+      SandboxTask t = shell("sleep 30", 60.0);
+      sb.run_one(t);
+      _exit(0);
+    }
+    ::close(channel[1]);
+    uid_t uid = 0;
+    ASSERT_EQ(read(channel[0], &uid, sizeof uid), static_cast<ssize_t>(sizeof uid));
+    ::close(channel[0]);
+    usleep(300000);  // the task is running
+    kill(harness, SIGKILL);
+    int status = 0;
+    waitpid(harness, &status, 0);
+    killpg(harness, SIGKILL);
+    const std::string lock = lock_dir + "/trex-eval-uid-" + std::to_string(uid) + ".lock";
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << lock;
+    EXPECT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0) << "round " << round << ": " << lock << " is held";
+    ::close(fd);
+    // The next harness (claiming this uid) removes what the killed one left.
+    SandboxConfig c;
+    c.uid_base = uid;
+    Sandbox next(c);
+    EXPECT_EQ(next.sandbox_uid(0), uid);
+  }
 }
 
 TEST(EvalSandbox, ResolvesExecutables) {

@@ -8,6 +8,8 @@ namespace trex {
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string trim(std::string_view text);
+// Runs of whitespace become one space; leading and trailing whitespace is dropped.
+std::string collapse_whitespace(std::string_view text);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 bool starts_with(std::string_view text, std::string_view prefix);
 std::string to_lower(std::string_view text);

@@ -1,7 +1,7 @@
 #pragma once
 // A fixed-size thread pool with a blocking parallel_for. Used where work is
 // CPU-bound and thread-safe; tasks that touch GLPK/CBC use worker processes
-// instead (see or/synth).
+// instead (see core/process_pool).
 #include <condition_variable>
 #include <cstdint>
 #include <functional>

@@ -13,12 +13,13 @@
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/log.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/progress.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
+#include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/dataset/sft.hpp"
-#include "trex/or/dataset/worker_pool.hpp"
 #include "trex/or/eval/bench.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/solver/linear_model.hpp"
@@ -33,144 +34,14 @@ namespace {
 
 // ---------------------------------------------------------------- data sections
 
-bool parse_number(const std::string& token, double& value) {
-  if (token.empty()) return false;
-  char* end = nullptr;
-  value = std::strtod(token.c_str(), &end);
-  return end == token.c_str() + token.size() && std::isfinite(value);
-}
-
 bool same_value(double a, double b) {
   return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
 }
 
-// One statement of a data section.
-struct DataStatement {
-  enum Kind { set, scalar, vector, table, other } kind = other;
-  std::string name;
-  std::vector<std::string> keys;    // vector keys, or table rows
-  std::vector<std::string> cols;    // table columns
-  std::vector<std::string> values;  // scalar: 1; vector: per key; table: row-major
-  std::string raw;                  // the statement as written (whitespace collapsed), no ';'
-  bool transposed = false;          // table written column by column
-};
-
-std::string collapse(std::string_view text) {
-  std::string out;
-  bool space = false;
-  for (char c : text) {
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += c;
-  }
-  return out;
-}
-
-std::vector<std::string> statement_tokens(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  auto flush = [&] {
-    if (!cur.empty()) out.push_back(cur);
-    cur.clear();
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      flush();
-    } else if (c == ':') {
-      flush();
-      if (i + 1 < text.size() && text[i + 1] == '=') {
-        out.push_back(":=");
-        ++i;
-      } else {
-        out.push_back(":");
-      }
-    } else {
-      cur += c;
-    }
-  }
-  flush();
-  return out;
-}
-
-bool all_numbers(const std::vector<std::string>& tokens) {
-  double v = 0;
-  return std::all_of(tokens.begin(), tokens.end(),
-                     [&](const std::string& t) { return parse_number(t, v); });
-}
-
-std::vector<DataStatement> parse_data_section(const std::string& data) {
-  std::string text;  // comments removed
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (data[i] == '#') {
-      while (i < data.size() && data[i] != '\n') ++i;
-      text += '\n';
-    } else {
-      text += data[i];
-    }
-  }
-  std::vector<DataStatement> out;
-  for (const std::string& piece : split(text, ';')) {
-    std::string body = collapse(piece);
-    if (body.empty()) continue;
-    DataStatement s;
-    s.raw = body;
-    std::vector<std::string> t = statement_tokens(body);
-    const bool structured = body.find_first_of("[(") == std::string::npos;
-    if (t[0] == "set") {
-      s.kind = DataStatement::set;
-      s.name = t.size() > 1 ? t[1] : "";
-    } else if (t[0] == "param" && structured && t.size() >= 4 && t[1] != ":") {
-      s.name = t[1];
-      if (t[2] == ":=") {
-        std::vector<std::string> rest(t.begin() + 3, t.end());
-        if (rest.size() == 1 && all_numbers(rest)) {
-          s.kind = DataStatement::scalar;
-          s.values = rest;
-        } else if (rest.size() % 2 == 0) {
-          for (size_t i = 0; i < rest.size(); i += 2) {
-            s.keys.push_back(rest[i]);
-            s.values.push_back(rest[i + 1]);
-          }
-          if (all_numbers(s.values)) s.kind = DataStatement::vector;
-        }
-      } else if (t[2] == ":") {
-        auto assign = std::find(t.begin() + 3, t.end(), ":=");
-        s.cols.assign(t.begin() + 3, assign);
-        std::vector<std::string> rest(assign == t.end() ? t.end() : assign + 1, t.end());
-        const size_t width = s.cols.size() + 1;
-        if (assign != t.end() && !s.cols.empty() && !rest.empty() && rest.size() % width == 0) {
-          for (size_t i = 0; i < rest.size(); i += width) {
-            s.keys.push_back(rest[i]);
-            s.values.insert(s.values.end(), rest.begin() + static_cast<long>(i) + 1,
-                            rest.begin() + static_cast<long>(i + width));
-          }
-          if (all_numbers(s.values)) s.kind = DataStatement::table;
-        }
-      }
-      if (s.kind == DataStatement::other) {
-        s.keys.clear();
-        s.cols.clear();
-        s.values.clear();
-      }
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// Value tokens of a statement in the order they are written.
-std::vector<std::string> written_values(const DataStatement& s) {
-  if (s.kind != DataStatement::table || !s.transposed) return s.values;
-  std::vector<std::string> out;
-  const size_t rows = s.keys.size(), cols = s.cols.size();
-  for (size_t c = 0; c < cols; ++c)
-    for (size_t r = 0; r < rows; ++r) out.push_back(s.values[r * cols + c]);
-  return out;
+// Statements whose values the demo reorders to follow the question's text.
+bool reorderable(const DataStatement& s) {
+  return s.kind == DataStatement::scalar || s.kind == DataStatement::vector ||
+         s.kind == DataStatement::table;
 }
 
 std::vector<double> as_numbers(const std::vector<std::string>& tokens) {
@@ -247,34 +118,6 @@ struct Group {
 bool same_shape(const DataStatement& a, const DataStatement& b) {
   if (a.kind != b.kind || a.keys != b.keys) return false;
   return a.kind == DataStatement::vector || (a.kind == DataStatement::table && a.cols == b.cols);
-}
-
-std::string render(const DataStatement& s) {
-  switch (s.kind) {
-    case DataStatement::scalar:
-      return "param " + s.name + " := " + s.values[0] + ";\n";
-    case DataStatement::vector: {
-      std::string out = "param " + s.name + " :=";
-      for (size_t i = 0; i < s.keys.size(); ++i) out += " " + s.keys[i] + " " + s.values[i];
-      return out + ";\n";
-    }
-    case DataStatement::table: {
-      const auto& heads = s.transposed ? s.keys : s.cols;
-      const auto& lines = s.transposed ? s.cols : s.keys;
-      std::string out = "param " + s.name + (s.transposed ? " (tr)" : "") + " :";
-      for (const auto& h : heads) out += " " + h;
-      out += " :=";
-      const size_t cols = s.cols.size();
-      for (size_t l = 0; l < lines.size(); ++l) {
-        out += "\n" + lines[l];
-        for (size_t h = 0; h < heads.size(); ++h)
-          out += " " + (s.transposed ? s.values[h * cols + l] : s.values[l * cols + h]);
-      }
-      return out + ";\n";
-    }
-    default:
-      return s.raw + ";\n";
-  }
 }
 
 std::string render(const Group& g) {
@@ -629,7 +472,7 @@ std::vector<std::string> copy_drills(const std::string& question, const std::str
 std::vector<double> data_section_values(const std::string& data) {
   std::vector<double> out;
   for (const auto& s : parse_data_section(data)) {
-    if (s.kind == DataStatement::set || s.kind == DataStatement::other) continue;
+    if (!reorderable(s)) continue;
     auto v = as_numbers(written_values(s));
     out.insert(out.end(), v.begin(), v.end());
   }
@@ -655,7 +498,7 @@ std::string reorder_data_section(const std::string& data, const std::vector<doub
     }
     if (s.kind == DataStatement::set) {
       sets.push_back(&s);
-    } else if (s.kind == DataStatement::other) {
+    } else if (!reorderable(s)) {
       others.push_back(&s);
     } else {
       numeric.push_back({text_position(as_numbers(written_values(s)), numbers), &s});
@@ -930,34 +773,41 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     if (o.show_progress) progress.emplace("demo verify", static_cast<int64_t>(to_verify.size()));
     int64_t next = 0, finished = 0;
     std::vector<std::string> failures;
-    run_worker_pool(
-        o.jobs,
-        [&]() -> std::optional<PoolJob> {
-          if (next < static_cast<int64_t>(to_verify.size())) return PoolJob{next++, 0};
-          return std::nullopt;
+    ProcessPoolOptions pool_options;
+    pool_options.workers = o.jobs;
+    pool_options.limits.core_dumps = false;  // GLPK aborts on internal errors
+    ProcessPool pool(pool_options, [&](int, const PoolItem& job) -> std::string {
+      const DemoItem& it = *to_verify[static_cast<size_t>(job.id)];
+      try {
+        LinearModel m = LinearModel::from_mathprog(it.target.model, it.problem.id + ".mod");
+        SolveOptions so;
+        so.time_limit_seconds = o.time_limit_seconds;
+        SolveResult r = m.solve_glpk(so);
+        if (r.status != SolveStatus::optimal) return std::string("!") + to_string(r.status);
+        if (!objectives_agree(r.objective, it.problem.objective))
+          return "!objective " + format_number(r.objective) + " vs " +
+                 format_number(it.problem.objective);
+        return "ok";
+      } catch (const std::exception& e) {
+        return std::string("!") + e.what();
+      }
+    });
+    pool.run(
+        [&]() -> std::optional<PoolItem> {
+          if (next >= static_cast<int64_t>(to_verify.size())) return std::nullopt;
+          PoolItem job;
+          job.id = next++;
+          return job;
         },
-        [&](const PoolJob& job) -> std::string {
-          const DemoItem& it = *to_verify[static_cast<size_t>(job.index)];
-          try {
-            LinearModel m = LinearModel::from_mathprog(it.target.model, it.problem.id + ".mod");
-            SolveOptions so;
-            so.time_limit_seconds = o.time_limit_seconds;
-            SolveResult r = m.solve_glpk(so);
-            if (r.status != SolveStatus::optimal) return std::string("!") + to_string(r.status);
-            if (!objectives_agree(r.objective, it.problem.objective))
-              return "!objective " + format_number(r.objective) + " vs " +
-                     format_number(it.problem.objective);
-            return "ok";
-          } catch (const std::exception& e) {
-            return std::string("!") + e.what();
-          }
-        },
-        [&](const PoolJob& job, std::string result, bool crashed) {
+        [&](const PoolItem& job, PoolResult&& result) {
           ++finished;
           if (progress) progress->update(finished);
-          if (crashed || result != "ok")
-            failures.push_back(to_verify[static_cast<size_t>(job.index)]->problem.id + ": " +
-                               (crashed ? std::string("worker crashed") : result.substr(1)));
+          if (!result.ok() || result.response != "ok")
+            failures.push_back(to_verify[static_cast<size_t>(job.id)]->problem.id + ": " +
+                               (result.status == PoolStatus::ok ? result.response.substr(1)
+                                : result.status == PoolStatus::failed
+                                    ? "internal_error: " + result.error
+                                    : std::string("worker crashed")));
         });
     if (progress) progress->finish();
     if (!failures.empty())

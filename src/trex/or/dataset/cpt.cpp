@@ -14,11 +14,11 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
-#include "trex/or/dataset/worker_pool.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -507,22 +507,26 @@ CptSummary build_cpt(const CptOptions& options) {
   const int64_t n_narr = static_cast<int64_t>(problems.size()) * options.narratives_per_problem;
   std::vector<std::string> narratives(static_cast<size_t>(n_narr));
   int64_t next_job = 0;
-  run_worker_pool(
-      options.jobs,
-      [&]() -> std::optional<PoolJob> {
+  ProcessPoolOptions pool_options;
+  pool_options.workers = options.jobs;
+  pool_options.limits.core_dumps = false;  // GLPK aborts on some faulty models
+  ProcessPool pool(pool_options, [&](int, const PoolItem& job) {
+    const Problem& p = problems[static_cast<size_t>(job.id) % problems.size()];
+    return narrative(p, options.seed, job.id, options.time_limit_seconds);
+  });
+  pool.run(
+      [&]() -> std::optional<PoolItem> {
         if (next_job >= n_narr) return std::nullopt;
-        return PoolJob{next_job++, 0};
+        PoolItem job;
+        job.id = next_job++;
+        return job;
       },
-      [&](const PoolJob& job) {
-        const Problem& p = problems[static_cast<size_t>(job.index) % problems.size()];
-        return narrative(p, options.seed, job.index, options.time_limit_seconds);
-      },
-      [&](const PoolJob& job, std::string result, bool crashed) {
-        if (crashed || result.empty() || result[0] == '!') {
+      [&](const PoolItem& job, PoolResult&& result) {
+        if (!result.ok() || result.response.empty() || result.response[0] == '!') {
           ++summary.narratives_rejected;
           return;
         }
-        narratives[static_cast<size_t>(job.index)] = std::move(result);
+        narratives[static_cast<size_t>(job.id)] = std::move(result.response);
       });
 
   std::vector<CptDocument> docs = reference_documents();

@@ -1,8 +1,10 @@
 #include "trex/or/dataset/gmpl_edit.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
 #include <tuple>
 
 #include "trex/core/strings.hpp"
@@ -107,11 +109,110 @@ std::optional<size_t> lone_equals(const std::string& line) {
   return std::nullopt;
 }
 
-bool is_number_token(const std::string& t) {
-  if (t.empty()) return false;
-  char* end = nullptr;
-  std::strtod(t.c_str(), &end);
-  return end == t.c_str() + t.size();
+// ---------------------------------------------------------------- data section
+
+struct Token {
+  size_t offset = 0;  // in the text tokenised
+  std::string text;
+};
+
+// Tokens of text[begin, end): split at whitespace, ':' and ':=' on their own.
+std::vector<Token> tokens_of(const std::string& text, size_t begin, size_t end) {
+  std::vector<Token> out;
+  Token cur;
+  auto flush = [&] {
+    if (!cur.text.empty()) out.push_back(cur);
+    cur.text.clear();
+  };
+  for (size_t i = begin; i < end; ++i) {
+    const char c = text[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      flush();
+    } else if (c == ':') {
+      flush();
+      if (i + 1 < end && text[i + 1] == '=') {
+        out.push_back({i, ":="});
+        ++i;
+      } else {
+        out.push_back({i, ":"});
+      }
+    } else {
+      if (cur.text.empty()) cur.offset = i;
+      cur.text += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+bool all_numbers(const std::vector<std::string>& tokens) {
+  double v = 0;
+  return std::all_of(tokens.begin(), tokens.end(),
+                     [&](const std::string& t) { return parse_number(t, v); });
+}
+
+bool bracketed(const std::string& token) {
+  return token.size() > 2 && token.front() == '[' && token.back() == ']';
+}
+
+// One statement: `body` collapsed, `t` its tokens (offsets in the data section).
+DataStatement classify(std::string body, const std::vector<Token>& t) {
+  DataStatement s;
+  s.raw = std::move(body);
+  auto take = [&](size_t i) {
+    s.values.push_back(t[i].text);
+    s.value_offsets.push_back(t[i].offset);
+  };
+  // Slices, tuples and `(tr)` are left as written.
+  const bool plain = s.raw.find_first_of("[(") == std::string::npos;
+  if (t[0].text == "set") {
+    s.kind = DataStatement::set;
+    s.name = t.size() > 1 ? t[1].text : "";
+  } else if (t[0].text == "param" && t.size() >= 4 && t[1].text != ":") {
+    s.name = t[1].text;
+    const size_t rest = 3;  // first token after the name and ':=' (or ':')
+    if (t[2].text == ":=" && plain) {
+      if (t.size() - rest == 1) {
+        take(rest);
+        if (all_numbers(s.values)) s.kind = DataStatement::scalar;
+      } else if ((t.size() - rest) % 2 == 0) {
+        for (size_t i = rest; i < t.size(); i += 2) {
+          s.keys.push_back(t[i].text);
+          take(i + 1);
+        }
+        if (all_numbers(s.values)) s.kind = DataStatement::vector;
+      }
+    } else if (t[2].text == ":=" && s.raw.find('(') == std::string::npos &&
+               (t.size() - rest) % 2 == 0) {
+      bool keys_bracketed = true;
+      for (size_t i = rest; i < t.size(); i += 2) {
+        keys_bracketed = keys_bracketed && bracketed(t[i].text);
+        s.keys.push_back(t[i].text.substr(1, t[i].text.size() - 2));
+        take(i + 1);
+      }
+      if (keys_bracketed && all_numbers(s.values)) s.kind = DataStatement::sparse;
+    } else if (t[2].text == ":" && plain) {
+      size_t assign = rest;
+      while (assign < t.size() && t[assign].text != ":=") s.cols.push_back(t[assign++].text);
+      const size_t width = s.cols.size() + 1;
+      const size_t first = assign + 1;
+      if (assign < t.size() && !s.cols.empty() && first < t.size() &&
+          (t.size() - first) % width == 0) {
+        for (size_t i = first; i < t.size(); i += width) {
+          s.keys.push_back(t[i].text);
+          for (size_t c = 1; c < width; ++c) take(i + c);
+        }
+        if (all_numbers(s.values)) s.kind = DataStatement::table;
+      }
+    }
+    if (s.kind == DataStatement::other) {
+      s.keys.clear();
+      s.cols.clear();
+      s.values.clear();
+      s.value_offsets.clear();
+    }
+  }
+  return s;
 }
 
 // Lines i..j of the statement starting at line i (up to the line ending in ';').
@@ -181,65 +282,95 @@ std::vector<std::string> constraint_names(const std::string& gmpl) {
   return out;
 }
 
+bool parse_number(const std::string& token, double& value) {
+  if (token.empty()) return false;
+  char* end = nullptr;
+  value = std::strtod(token.c_str(), &end);
+  return end == token.c_str() + token.size() && std::isfinite(value);
+}
+
+std::vector<std::string> statement_tokens(const std::string& text) {
+  std::vector<std::string> out;
+  for (auto& t : tokens_of(text, 0, text.size())) out.push_back(std::move(t.text));
+  return out;
+}
+
+std::vector<DataStatement> parse_data_section(const std::string& data) {
+  std::string text = data;  // comments blanked out, so that offsets stay
+  for (size_t i = 0; i < text.size(); ++i)
+    if (text[i] == '#')
+      while (i < text.size() && text[i] != '\n') text[i++] = ' ';
+  std::vector<DataStatement> out;
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = text.find(';', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string body = collapse_whitespace(std::string_view(text).substr(begin, end - begin));
+    if (!body.empty()) out.push_back(classify(std::move(body), tokens_of(text, begin, end)));
+    begin = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> written_values(const DataStatement& s) {
+  if (s.kind != DataStatement::table || !s.transposed) return s.values;
+  std::vector<std::string> out;
+  const size_t rows = s.keys.size(), cols = s.cols.size();
+  for (size_t c = 0; c < cols; ++c)
+    for (size_t r = 0; r < rows; ++r) out.push_back(s.values[r * cols + c]);
+  return out;
+}
+
+std::string render(const DataStatement& s) {
+  switch (s.kind) {
+    case DataStatement::scalar:
+      return "param " + s.name + " := " + s.values[0] + ";\n";
+    case DataStatement::vector: {
+      std::string out = "param " + s.name + " :=";
+      for (size_t i = 0; i < s.keys.size(); ++i) out += " " + s.keys[i] + " " + s.values[i];
+      return out + ";\n";
+    }
+    case DataStatement::table: {
+      const auto& heads = s.transposed ? s.keys : s.cols;
+      const auto& lines = s.transposed ? s.cols : s.keys;
+      std::string out = "param " + s.name + (s.transposed ? " (tr)" : "") + " :";
+      for (const auto& h : heads) out += " " + h;
+      out += " :=";
+      const size_t cols = s.cols.size();
+      for (size_t l = 0; l < lines.size(); ++l) {
+        out += "\n" + lines[l];
+        for (size_t h = 0; h < heads.size(); ++h)
+          out += " " + (s.transposed ? s.values[h * cols + l] : s.values[l * cols + h]);
+      }
+      return out + ";\n";
+    }
+    default:
+      return s.raw + ";\n";
+  }
+}
+
 std::vector<DataValue> data_values(const std::string& gmpl) {
   std::vector<DataValue> out;
   auto lines = lines_of(gmpl);
-  std::string param;
-  std::vector<std::string> columns;  // table header, empty for keyed lists
-  for (size_t i = data_start(lines) + 1; i < lines.size(); ++i) {
-    const std::string& line = lines[i];
-    if (starts_with(line, "param ")) {
-      param = statement_name(line, 6);
-      columns.clear();
-      size_t assign = line.find(":=");
-      if (assign == std::string::npos) continue;
-      size_t header = line.find(':', 6);
-      if (header < assign) {
-        for (const auto& c : split(trim(line.substr(header + 1, assign - header - 1)), ' '))
-          if (!c.empty()) columns.push_back(c);
-      }
-      std::string rest = trim(line.substr(assign + 2));
-      if (!rest.empty() && rest.back() == ';') rest.pop_back();
-      if (is_number_token(trim(rest))) {
-        size_t pos = line.find(trim(rest), assign);
-        out.push_back({i, pos, trim(rest).size(), param, "", std::strtod(rest.c_str(), nullptr)});
-        param.clear();
-      }
-      continue;
+  const size_t first_line = data_start(lines) + 1;
+  if (first_line >= lines.size()) return out;
+  std::vector<size_t> line_starts(lines.size());
+  for (size_t i = 1; i < lines.size(); ++i)
+    line_starts[i] = line_starts[i - 1] + lines[i - 1].size() + 1;
+  const size_t data_begin = line_starts[first_line];
+  for (const DataStatement& s : parse_data_section(gmpl.substr(data_begin))) {
+    if (s.kind == DataStatement::set || s.kind == DataStatement::other) continue;
+    for (size_t k = 0; k < s.values.size(); ++k) {
+      const size_t at = data_begin + s.value_offsets[k];
+      const size_t line = static_cast<size_t>(
+          std::upper_bound(line_starts.begin(), line_starts.end(), at) - line_starts.begin() - 1);
+      std::string key;
+      if (s.kind == DataStatement::table)
+        key = s.keys[k / s.cols.size()] + "," + s.cols[k % s.cols.size()];
+      else if (s.kind != DataStatement::scalar)
+        key = s.keys[k];
+      out.push_back({line, at - line_starts[line], s.values[k].size(), s.name, key,
+                     std::strtod(s.values[k].c_str(), nullptr)});
     }
-    if (!starts_with(line, "  ") || param.empty()) {
-      if (!starts_with(line, "  ")) param.clear();
-      continue;
-    }
-    // Tokenise with positions.
-    std::vector<std::pair<size_t, std::string>> tokens;
-    for (size_t p = 0; p < line.size();) {
-      while (p < line.size() && line[p] == ' ') ++p;
-      size_t s = p;
-      while (p < line.size() && line[p] != ' ') ++p;
-      if (p > s) {
-        std::string t = line.substr(s, p - s);
-        if (!t.empty() && t.back() == ';') t.pop_back();
-        tokens.emplace_back(s, t);
-      }
-    }
-    if (tokens.size() < 2) continue;
-    std::string row = tokens[0].second;
-    if (row.size() > 2 && row.front() == '[' && row.back() == ']')
-      row = row.substr(1, row.size() - 2);
-    if (columns.empty()) {
-      if (tokens.size() == 2 && is_number_token(tokens[1].second))
-        out.push_back({i, tokens[1].first, tokens[1].second.size(), param, row,
-                       std::strtod(tokens[1].second.c_str(), nullptr)});
-    } else if (tokens.size() == columns.size() + 1) {
-      for (size_t c = 0; c < columns.size(); ++c) {
-        const auto& [pos, t] = tokens[c + 1];
-        if (is_number_token(t))
-          out.push_back(
-              {i, pos, t.size(), param, row + "," + columns[c], std::strtod(t.c_str(), nullptr)});
-      }
-    }
-    if (line.back() == ';') param.clear();
   }
   return out;
 }

@@ -1,7 +1,9 @@
 #pragma once
-// Text edits on the GNU MathProg models written by the families (one statement
-// per line, `data;` section from GmplData): fault injection for the T3
-// diagnose-and-repair task, and data changes for T4 what-if questions.
+// The MathProg data-section parser, and text edits on the GNU MathProg models
+// written by the families (one statement per line, `data;` section from
+// GmplData): fault injection for the T3 diagnose-and-repair task, data changes
+// for T4 what-if questions, and the demo's reordered data sections.
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +41,39 @@ struct Fault {
 // model has no place for that kind (e.g. no binary variable). The result is a
 // text change only: whether it is a *real* fault is decided by solving.
 std::optional<Fault> inject_fault(const std::string& gmpl, FaultKind kind, Rng& rng);
+
+// One statement of a MathProg data section (any line layout; `#` comments).
+struct DataStatement {
+  enum Kind {
+    set,     // set NAME := ...
+    scalar,  // param NAME := v
+    vector,  // param NAME := k1 v1 k2 v2 ...
+    table,   // param NAME : c1 c2 ... := r1 v11 v12 ... (row-major)
+    sparse,  // param NAME := [a,b] v ...
+    other,   // anything else, kept as written
+  } kind = other;
+  std::string name;
+  std::vector<std::string> keys;    // vector and sparse keys (sparse: without brackets), table rows
+  std::vector<std::string> cols;    // table columns
+  std::vector<std::string> values;  // scalar: 1; vector, sparse: per key; table: row-major
+  std::vector<size_t> value_offsets;  // where each value starts in the parsed text
+  std::string raw;                    // the statement as written (whitespace collapsed), no ';'
+  bool transposed = false;            // a table written column by column (see render)
+};
+
+// The statements of a data section (the text between `data;` and `end;`), in
+// order. Numeric kinds hold numbers only; anything else is `other`.
+std::vector<DataStatement> parse_data_section(const std::string& data);
+// A statement's tokens: split at whitespace, with ':' and ':=' tokens of their own.
+std::vector<std::string> statement_tokens(const std::string& text);
+// The value tokens in the order they are written (column by column when transposed).
+std::vector<std::string> written_values(const DataStatement& s);
+// The statement written back, ending in ";\n": a scalar or vector on one line,
+// a table a line per row (per column and marked `(tr)` when transposed),
+// sparse and other statements as written.
+std::string render(const DataStatement& s);
+// Whether `token` is a finite number (then in `value`).
+bool parse_number(const std::string& token, double& value);
 
 // One number in the data section.
 struct DataValue {

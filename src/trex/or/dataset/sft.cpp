@@ -13,12 +13,12 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/progress.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
-#include "trex/or/dataset/worker_pool.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -662,8 +662,8 @@ SftSummary build_sft(const SftOptions& options) {
   const double threshold = options.decontam_threshold;
 
   // Worker: build the sample, then score it against the benchmarks.
-  auto work = [&](const PoolJob& job) -> std::string {
-    std::string record = make_sample(problems, tasks[static_cast<size_t>(job.index)], job.index,
+  auto work = [&](int, const PoolItem& job) -> std::string {
+    std::string record = make_sample(problems, tasks[static_cast<size_t>(job.id)], job.id,
                                      job.attempt, options.seed, options.time_limit_seconds);
     if (record.empty() || record[0] == '!' || !decontam) return record;
     json r = json::parse(record);
@@ -678,30 +678,38 @@ SftSummary build_sft(const SftOptions& options) {
   };
 
   std::vector<std::string> records(static_cast<size_t>(options.n));
-  std::deque<PoolJob> retries;
+  std::deque<PoolItem> retries;
   int64_t next_new = 0, next_commit = 0;
-  std::map<int64_t, std::pair<PoolJob, std::string>> ready;
+  std::map<int64_t, std::pair<PoolItem, std::string>> ready;
   std::unordered_set<uint64_t> seen;
   std::optional<Progress> progress;
   if (options.show_progress) progress.emplace("or sft", options.n);
 
-  auto retry = [&](const PoolJob& job, const std::string& why) {
+  auto retry = [&](const PoolItem& job, const std::string& why) {
     if (job.attempt + 1 >= options.max_attempts)
-      throw Error("sample " + std::to_string(job.index) + " (" +
-                  tasks[static_cast<size_t>(job.index)] + ") failed " +
-                  std::to_string(options.max_attempts) + " attempts; last: " + why);
-    retries.push_back(PoolJob{job.index, job.attempt + 1});
+      throw Error("sample " + std::to_string(job.id) + " (" + tasks[static_cast<size_t>(job.id)] +
+                  ") failed " + std::to_string(options.max_attempts) + " attempts; last: " + why);
+    PoolItem again;
+    again.id = job.id;
+    again.attempt = job.attempt + 1;
+    retries.push_back(again);
   };
-  auto next = [&]() -> std::optional<PoolJob> {
+  auto next = [&]() -> std::optional<PoolItem> {
     if (!retries.empty()) {
-      PoolJob j = retries.front();
+      PoolItem j = retries.front();
       retries.pop_front();
       return j;
     }
-    if (next_new < options.n) return PoolJob{next_new++, 0};
-    return std::nullopt;
+    if (next_new >= options.n) return std::nullopt;
+    PoolItem j;
+    j.id = next_new++;
+    return j;
   };
-  auto done = [&](const PoolJob& job, std::string result, bool crashed) {
+  auto done = [&](const PoolItem& job, PoolResult&& outcome) {
+    const bool crashed =
+        outcome.status == PoolStatus::crashed || outcome.status == PoolStatus::timed_out;
+    std::string result = outcome.status == PoolStatus::failed ? "!internal_error: " + outcome.error
+                                                              : std::move(outcome.response);
     if (crashed || result.empty() || result[0] == '!') {
       std::string reason = crashed ? "worker_crash" : result.substr(1, result.find(':') - 1);
       summary.rejected[reason] += 1;
@@ -709,7 +717,7 @@ SftSummary build_sft(const SftOptions& options) {
       retry(job, crashed ? "worker crash" : result);
       return;
     }
-    ready[job.index] = {job, std::move(result)};
+    ready[job.id] = {job, std::move(result)};
     while (!ready.empty() && ready.begin()->first == next_commit) {
       auto [j, rec] = std::move(ready.begin()->second);
       ready.erase(ready.begin());
@@ -734,7 +742,10 @@ SftSummary build_sft(const SftOptions& options) {
       if (progress) progress->update(next_commit);
     }
   };
-  run_worker_pool(options.jobs, next, work, done);
+  ProcessPoolOptions pool_options;
+  pool_options.workers = options.jobs;
+  pool_options.limits.core_dumps = false;  // GLPK aborts on some faulty models
+  ProcessPool(pool_options, work).run(next, done);
   require(next_commit == options.n, "internal error: not every sample was committed");
   if (progress) progress->finish();
 

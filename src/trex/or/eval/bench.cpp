@@ -13,22 +13,6 @@
 namespace trex::orlib::eval {
 namespace {
 
-std::string collapse_spaces(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  bool space = false;
-  for (char c : text) {
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += c;
-  }
-  return out;
-}
-
 const nlohmann::json* find_field(const nlohmann::json& record,
                                  std::initializer_list<const char*> names) {
   for (const char* n : names) {
@@ -155,7 +139,7 @@ SampleTable load_completions(const std::string& path, const std::vector<Benchmar
       const BenchItem& item = benchmarks[b].items[i];
       if (!item.source.empty()) bench_by_name.emplace(item.source, b);
       item_by_id[b].emplace(item.id, i);
-      if (!item.question.empty()) by_question[collapse_spaces(item.question)].push_back({b, i});
+      if (!item.question.empty()) by_question[collapse_whitespace(item.question)].push_back({b, i});
     }
   }
   auto note = [&](long line, const std::string& why) {
@@ -209,15 +193,15 @@ SampleTable load_completions(const std::string& path, const std::vector<Benchmar
         return;
       }
       if (hits.size() > 1 && !question.empty()) {
-        std::string q = collapse_spaces(question);
+        std::string q = collapse_whitespace(question);
         std::vector<std::pair<size_t, size_t>> narrowed;
         for (auto h : hits)
-          if (collapse_spaces(benchmarks[h.first].items[h.second].question) == q)
+          if (collapse_whitespace(benchmarks[h.first].items[h.second].question) == q)
             narrowed.push_back(h);
         if (!narrowed.empty()) hits = narrowed;
       }
     } else if (!question.empty()) {
-      std::string q = collapse_spaces(question);
+      std::string q = collapse_whitespace(question);
       if (auto it = by_question.find(q); it != by_question.end()) {
         for (auto h : it->second)
           if (std::find(benches.begin(), benches.end(), h.first) != benches.end())
@@ -230,7 +214,7 @@ SampleTable load_completions(const std::string& path, const std::vector<Benchmar
           for (size_t i = 0; i < benchmarks[b].items.size(); ++i) {
             const std::string& bq = benchmarks[b].items[i].question;
             if (bq.size() < 20 || bq.size() < best_len) continue;
-            if (q.find(collapse_spaces(bq)) == std::string::npos) continue;
+            if (q.find(collapse_whitespace(bq)) == std::string::npos) continue;
             if (bq.size() > best_len) hits.clear();
             best_len = bq.size();
             hits.push_back({b, i});

@@ -20,10 +20,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
-#include <unordered_map>
 
 #include "trex/core/error.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/strings.hpp"
 
 namespace trex::orlib::eval {
@@ -136,11 +137,6 @@ void write_fd(int fd, const char* data, size_t size) {
   n = std::snprintf(buf, sizeof buf, "trex sandbox: %s: %s\n", what, std::strerror(err));
   if (n > 0) write_fd(2, buf, static_cast<size_t>(std::min<int>(n, sizeof buf - 1)));
   _exit(127);
-}
-
-void set_limit(int resource, rlim_t soft, rlim_t hard) {
-  rlimit rl{soft, hard};
-  setrlimit(resource, &rl);
 }
 
 bool is_number(const char* s) {
@@ -364,7 +360,9 @@ std::string IsolationInfo::describe() const {
   if (landlock_fs) parts.push_back("writes confined to the sandbox dir");
   if (landlock_net) parts.push_back("no TCP");
   if (landlock_scope) parts.push_back("signals scoped");
-  if (uid_per_slot) parts.push_back("uid per slot from " + std::to_string(sandbox_uid_base));
+  // Not the uid itself: which uids a harness gets depends on the harnesses running
+  // beside it, and the report must not.
+  if (uid_per_slot) parts.push_back("uid per slot");
   parts.push_back(kernel_nproc ? "kernel process limit" : "process count watched");
   parts.push_back(pidfd ? "pidfd" : "10 ms exit tick");
   return join(parts, ", ");
@@ -394,9 +392,7 @@ std::string resolve_executable(const std::string& name) {
 // ---------------------------------------------------------------- Sandbox
 
 struct Sandbox::Running {
-  bool active = false;
   int slot = 0;
-  int64_t id = 0;
   pid_t pid = -1;
   int pidfd = -1;
   int out_fd = -1;
@@ -549,20 +545,18 @@ void Sandbox::reap_strays() {
   }
 }
 
-void Sandbox::start(Running& r, int slot, int64_t id, SandboxTask&& task) {
+void Sandbox::start(Running& r, int slot, const std::string& dir, SandboxTask&& task) {
   r = Running{};
   r.slot = slot;
-  r.id = id;
   r.limits = task.limits;
   r.exec_task = !task.in_child;
   r.start = now_seconds();
   r.deadline = r.start + task.limits.wall_seconds;
-  r.dir = run_dir_ + "/t" + std::to_string(task_counter_++);
+  r.dir = dir;
   auto fail = [&](const std::string& why) {
     r.result.end = SandboxEnd::setup_failed;
     r.result.setup_error = why + ": " + std::strerror(errno);
     r.exited = true;
-    r.active = true;
   };
   if (mkdir(r.dir.c_str(), 0700) != 0) return fail("cannot create " + r.dir);
   const uid_t uid = sandbox_uid(slot);
@@ -608,11 +602,21 @@ void Sandbox::start(Running& r, int slot, int64_t id, SandboxTask&& task) {
   const int abi = info_.landlock_abi;
   const bool drop_uid = info_.uid_per_slot;
   const bool set_nproc = info_.kernel_nproc;
+  // Without a uid per slot the limit is shared by the user's processes: each
+  // slot's share, its pool worker, and some room for the harness's own.
   const uint64_t nproc_limit = drop_uid ? static_cast<uint64_t>(lim.max_processes)
                                         : nproc_base_ +
                                               static_cast<uint64_t>(config_.jobs) *
-                                                  static_cast<uint64_t>(lim.max_processes) +
+                                                  (static_cast<uint64_t>(lim.max_processes) + 1u) +
                                               64u;
+  ProcessLimits child_limits;
+  child_limits.cpu_seconds = std::max(0.1, lim.cpu_seconds);
+  if (!task.in_child || kLimitAddressSpaceInChild)
+    child_limits.address_space_bytes = lim.memory_bytes;
+  child_limits.file_size_bytes = lim.file_size_bytes;
+  child_limits.open_files = static_cast<uint64_t>(lim.max_open_files);
+  child_limits.core_dumps = false;
+  if (set_nproc) child_limits.processes = nproc_limit;
   const pid_t parent = getpid();
 
   std::fflush(nullptr);
@@ -653,15 +657,7 @@ void Sandbox::start(Running& r, int slot, int64_t id, SandboxTask&& task) {
     int null_path_fd = ::open("/dev/null", O_PATH | O_CLOEXEC);
     if (dir_fd < 0) child_fail("cannot open the sandbox directory", errno);
     if (chdir(r.dir.c_str()) != 0) child_fail("chdir", errno);
-    const rlim_t cpu = static_cast<rlim_t>(std::ceil(std::max(0.1, lim.cpu_seconds)));
-    set_limit(RLIMIT_CPU, cpu, cpu + 1);
-    if (!task.in_child || kLimitAddressSpaceInChild)
-      set_limit(RLIMIT_AS, lim.memory_bytes, lim.memory_bytes);
-    set_limit(RLIMIT_FSIZE, lim.file_size_bytes, lim.file_size_bytes);
-    set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(lim.max_open_files),
-              static_cast<rlim_t>(lim.max_open_files));
-    set_limit(RLIMIT_CORE, 0, 0);
-    if (set_nproc) set_limit(RLIMIT_NPROC, nproc_limit, nproc_limit);
+    apply_process_limits(child_limits);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) child_fail("no_new_privs", errno);
     if (!apply_landlock(abi, dir_fd, null_path_fd)) child_fail("landlock", errno);
     ::close(dir_fd);
@@ -705,7 +701,6 @@ void Sandbox::start(Running& r, int slot, int64_t id, SandboxTask&& task) {
   r.res_fd = res_pipe[0];
   for (int fd : {r.out_fd, r.err_fd, r.res_fd}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   if (info_.pidfd) r.pidfd = static_cast<int>(syscall(kSysPidfdOpen, pid, 0));
-  r.active = true;
 }
 
 namespace {
@@ -760,68 +755,45 @@ void Sandbox::kill_sandbox(Running& r) {
   }
 }
 
-void Sandbox::monitor(std::vector<Running>& running, double now) {
-  // Only sandboxes that have run a while are measured (most finish in ms).
-  std::vector<Running*> watched;
-  for (auto& r : running)
-    if (r.active && !r.exited && !r.forced && now - r.start > 0.15) watched.push_back(&r);
-  if (watched.empty()) return;
-  struct Usage {
-    uint64_t rss_kb = 0;
-    long tasks = 0;
-  };
-  std::vector<Usage> usage(watched.size());
+void Sandbox::monitor(Running& r, double now) {
+  // Only a sandbox that has run a while is measured (most finish in ms).
+  if (r.exited || r.forced || now - r.start <= 0.15) return;
+  uint64_t rss_kb = 0;
+  long tasks = 0;
   const long page_kb = sysconf(_SC_PAGESIZE) / 1024;
-  std::unordered_map<uid_t, size_t> by_uid;
-  std::unordered_map<pid_t, size_t> by_session;
-  for (size_t i = 0; i < watched.size(); ++i) {
-    if (info_.uid_per_slot)
-      by_uid[sandbox_uid(watched[i]->slot)] = i;
-    else
-      by_session[watched[i]->pid] = i;
-  }
+  const uid_t uid = sandbox_uid(r.slot);
   for_each_process([&](pid_t pid, uid_t owner) {
-    size_t index;
     ProcStat ps;
     if (info_.uid_per_slot) {
-      auto it = by_uid.find(owner);
-      if (it == by_uid.end() || !read_proc_stat(pid, ps)) return;
-      index = it->second;
+      if (owner != uid || !read_proc_stat(pid, ps)) return;
     } else {
-      if (!read_proc_stat(pid, ps)) return;
-      auto it = by_session.find(ps.session);
-      if (it == by_session.end()) return;
-      index = it->second;
+      if (!read_proc_stat(pid, ps) || ps.session != r.pid) return;
     }
-    usage[index].rss_kb += static_cast<uint64_t>(std::max(0L, ps.rss_pages) * page_kb);
-    usage[index].tasks += std::max(1L, ps.threads);
+    rss_kb += static_cast<uint64_t>(std::max(0L, ps.rss_pages) * page_kb);
+    tasks += std::max(1L, ps.threads);
   });
-  for (size_t i = 0; i < watched.size(); ++i) {
-    Running& r = *watched[i];
-    r.monitored_peak_kb = std::max(r.monitored_peak_kb, static_cast<long>(usage[i].rss_kb));
-    if (usage[i].rss_kb * 1024 > r.limits.memory_bytes) {
-      r.forced = SandboxEnd::memory_limit;
-    } else if (!info_.uid_per_slot && usage[i].tasks > r.limits.max_processes) {
-      // Without a uid per slot the kernel limit (if any) is per user, shared by
-      // all slots: a sandbox over its own share is stopped here.
-      r.forced = SandboxEnd::process_limit;
-    } else if (now - r.last_disk_check > 0.5) {
-      r.last_disk_check = now;
-      int fd = ::open(r.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0) {
-        uint64_t bytes = 0, entries = 0;
-        const uint64_t max_entries = 20000;
-        dir_usage(fd, bytes, entries, max_entries, 0);
-        ::close(fd);
-        if (bytes > r.limits.disk_bytes || entries >= max_entries)
-          r.forced = SandboxEnd::disk_limit;
-      }
+  r.monitored_peak_kb = std::max(r.monitored_peak_kb, static_cast<long>(rss_kb));
+  if (rss_kb * 1024 > r.limits.memory_bytes) {
+    r.forced = SandboxEnd::memory_limit;
+  } else if (!info_.uid_per_slot && tasks > r.limits.max_processes) {
+    // Without a uid per slot the kernel limit (if any) is per user, shared by
+    // all slots: a sandbox over its own share is stopped here.
+    r.forced = SandboxEnd::process_limit;
+  } else if (now - r.last_disk_check > 0.5) {
+    r.last_disk_check = now;
+    int fd = ::open(r.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      uint64_t bytes = 0, entries = 0;
+      const uint64_t max_entries = 20000;
+      dir_usage(fd, bytes, entries, max_entries, 0);
+      ::close(fd);
+      if (bytes > r.limits.disk_bytes || entries >= max_entries) r.forced = SandboxEnd::disk_limit;
     }
-    if (r.forced) kill_sandbox(r);
   }
+  if (r.forced) kill_sandbox(r);
 }
 
-void Sandbox::finish(Running& r, const Done& done) {
+SandboxResult Sandbox::finish(Running& r) {
   SandboxResult& res = r.result;
   if (r.pid > 0) {
     // Collect what is still buffered, then remove every leftover process.
@@ -872,58 +844,30 @@ void Sandbox::finish(Running& r, const Done& done) {
       *fd = -1;
     }
   remove_tree(r.dir);
-  r.active = false;
-  int64_t id = r.id;
-  done(id, std::move(r.result));
+  return std::move(r.result);
 }
 
-void Sandbox::run(const Next& next, const Done& done) {
-  std::vector<Running> slots(static_cast<size_t>(config_.jobs));
+void Sandbox::watch(Running& r) {
   double last_monitor = 0.0;
-  while (true) {
-    // `next` may return nothing "for now" (the caller's window is full); the
-    // run ends only when it returns nothing and no task is running.
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (slots[i].active) continue;
-      auto item = next();
-      if (!item) break;
-      start(slots[i], static_cast<int>(i), item->first, std::move(item->second));
-    }
-    bool any = false;
-    for (auto& r : slots) any = any || r.active;
-    if (!any) break;
-
-    // Tasks that failed before fork finish at once.
-    bool finished_any = false;
-    for (auto& r : slots)
-      if (r.active && r.pid <= 0) {
-        finish(r, done);
-        finished_any = true;
-      }
-    if (finished_any) continue;
-
+  while (!r.exited) {
     std::vector<pollfd> fds;
-    std::vector<std::pair<Running*, int>> owners;  // kind: 0 out, 1 err, 2 res, 3 pidfd
+    std::vector<int> kinds;  // 0 out, 1 err, 2 res, 3 pidfd
     double now = now_seconds();
     double wait = 0.1;
-    for (auto& r : slots) {
-      if (!r.active) continue;
-      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0}), owners.push_back({&r, 0});
-      if (r.err_fd >= 0) fds.push_back({r.err_fd, POLLIN, 0}), owners.push_back({&r, 1});
-      if (r.res_fd >= 0) fds.push_back({r.res_fd, POLLIN, 0}), owners.push_back({&r, 2});
-      if (r.pidfd >= 0)
-        fds.push_back({r.pidfd, POLLIN, 0}), owners.push_back({&r, 3});
-      else
-        wait = std::min(wait, 0.01);
-      wait = std::min(wait, std::max(0.0, r.deadline - now));
-    }
+    if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0}), kinds.push_back(0);
+    if (r.err_fd >= 0) fds.push_back({r.err_fd, POLLIN, 0}), kinds.push_back(1);
+    if (r.res_fd >= 0) fds.push_back({r.res_fd, POLLIN, 0}), kinds.push_back(2);
+    if (r.pidfd >= 0)
+      fds.push_back({r.pidfd, POLLIN, 0}), kinds.push_back(3);
+    else
+      wait = std::min(wait, 0.01);
+    wait = std::min(wait, std::max(0.0, r.deadline - now));
     int timeout_ms = static_cast<int>(std::ceil(wait * 1000.0));
     int rc = poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) throw Error(std::string("poll failed: ") + std::strerror(errno));
     for (size_t k = 0; rc > 0 && k < fds.size(); ++k) {
       if (fds[k].revents == 0) continue;
-      Running& r = *owners[k].first;
-      switch (owners[k].second) {
+      switch (kinds[k]) {
         case 0:
           drain(r.out_fd, r.result.out, r.limits.keep_output_bytes);
           break;
@@ -939,31 +883,133 @@ void Sandbox::run(const Next& next, const Done& done) {
       }
     }
     now = now_seconds();
-    for (auto& r : slots) {
-      if (!r.active || r.exited) continue;
-      if (!r.forced && (r.result.out.total > r.limits.kill_output_bytes ||
-                        r.result.err.total > r.limits.kill_output_bytes)) {
-        r.forced = SandboxEnd::output_limit;
-        kill_sandbox(r);
-      }
-      if (!r.forced && now >= r.deadline) {
-        r.forced = SandboxEnd::wall_timeout;
-        kill_sandbox(r);
-      }
-      // Exited? (not reaped yet: see finish)
-      siginfo_t si{};
-      if (waitid(P_PID, static_cast<id_t>(r.pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-          si.si_pid == r.pid)
-        r.exited = true;
+    if (!r.forced && (r.result.out.total > r.limits.kill_output_bytes ||
+                      r.result.err.total > r.limits.kill_output_bytes)) {
+      r.forced = SandboxEnd::output_limit;
+      kill_sandbox(r);
     }
+    if (!r.forced && now >= r.deadline) {
+      r.forced = SandboxEnd::wall_timeout;
+      kill_sandbox(r);
+    }
+    // Exited? (not reaped yet: see finish)
+    siginfo_t si{};
+    if (waitid(P_PID, static_cast<id_t>(r.pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        si.si_pid == r.pid)
+      r.exited = true;
     if (now - last_monitor >= 0.1) {
       last_monitor = now;
-      monitor(slots, now);
+      monitor(r, now);
       reap_strays();
     }
-    for (auto& r : slots)
-      if (r.active && r.exited) finish(r, done);
   }
+}
+
+SandboxResult Sandbox::run_task(int slot, const std::string& dir, SandboxTask&& task) {
+  // The uid locks are the harness's: a worker dying with a killed harness must
+  // not hold them from the next harness a moment longer.
+  for (int fd : uid_locks_) ::close(fd);
+  uid_locks_.clear();
+  // This pool worker is the task child's parent: as a subreaper it also
+  // adopts whatever the task leaves behind, so cleaning up stays here.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  preexisting_children_.clear();
+  known_.clear();
+  Running r;
+  start(r, slot, dir, std::move(task));
+  if (r.pid > 0) watch(r);
+  return finish(r);
+}
+
+namespace {
+
+// A task's pool worker sends its result back to the harness.
+void put_stream(MessageWriter& out, const CapturedStream& s) {
+  out.put(s.head).put(s.tail).put(s.total);
+}
+
+CapturedStream get_stream(MessageReader& in) {
+  CapturedStream s;
+  s.head = in.get_string();
+  s.tail = in.get_string();
+  s.total = in.get<uint64_t>();
+  return s;
+}
+
+std::string encode(const SandboxResult& r) {
+  MessageWriter out;
+  out.put(r.end).put(r.exit_code).put(r.signal).put(r.wall_seconds).put(r.cpu_seconds);
+  out.put(r.peak_rss_kb);
+  put_stream(out, r.out);
+  put_stream(out, r.err);
+  out.put(r.result).put(r.result_truncated).put(r.setup_error);
+  return out.take();
+}
+
+SandboxResult decode(const PoolResult& pool_result) {
+  SandboxResult r;
+  if (!pool_result.ok()) {
+    // The worker itself failed (not the task): a harness-side fault.
+    r.end = SandboxEnd::setup_failed;
+    r.setup_error =
+        "sandbox worker " + std::string(to_string(pool_result.status)) + ": " + pool_result.error;
+    return r;
+  }
+  MessageReader in(pool_result.response);
+  r.end = in.get<SandboxEnd>();
+  r.exit_code = in.get<int>();
+  r.signal = in.get<int>();
+  r.wall_seconds = in.get<double>();
+  r.cpu_seconds = in.get<double>();
+  r.peak_rss_kb = in.get<long>();
+  r.out = get_stream(in);
+  r.err = get_stream(in);
+  r.result = in.get_string();
+  r.result_truncated = in.get<bool>();
+  r.setup_error = in.get_string();
+  return r;
+}
+
+// How long a task's worker may take beyond the task's wall-time limit (set-up
+// and clean-up) before the pool kills it.
+constexpr double kWorkerGraceSeconds = 60.0;
+
+}  // namespace
+
+void Sandbox::run(const Next& next, const Done& done) {
+  struct Pending {
+    int64_t id = 0;
+    std::string dir;
+    SandboxTask task;
+  };
+  std::map<int64_t, Pending> pending;  // by pool item id
+  int64_t item_counter = 0;
+  ProcessPoolOptions options;
+  options.workers = config_.jobs;
+  // A fresh worker per task: it is forked when the task starts, so it sees the
+  // task (an in_child function cannot be sent to a long-lived worker).
+  options.process_per_item = true;
+  options.in_order = false;
+  ProcessPool pool(options, [&](int slot, const PoolItem& item) {
+    Pending& p = pending.at(item.id);
+    return encode(run_task(slot, p.dir, std::move(p.task)));
+  });
+  pool.run(
+      [&]() -> std::optional<PoolItem> {
+        auto next_task = next();
+        if (!next_task) return std::nullopt;
+        PoolItem item;
+        item.id = item_counter++;
+        item.timeout_seconds = next_task->second.limits.wall_seconds + kWorkerGraceSeconds;
+        pending.emplace(item.id,
+                        Pending{next_task->first, run_dir_ + "/t" + std::to_string(task_counter_++),
+                                std::move(next_task->second)});
+        return item;
+      },
+      [&](const PoolItem& item, PoolResult&& result) {
+        auto node = pending.extract(item.id);
+        done(node.mapped().id, decode(result));
+      });
 }
 
 SandboxResult Sandbox::run_one(SandboxTask task) {

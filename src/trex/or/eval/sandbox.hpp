@@ -9,9 +9,10 @@
 // open TCP connections and cannot signal processes outside its sandbox. When
 // the harness runs as root, each job slot runs under its own unprivileged uid,
 // so the kernel enforces the process-count limit and every leftover process of
-// a finished task can be killed at once. The scheduler is a single-threaded
-// poll() loop over up to `jobs` concurrent children; it never runs untrusted
-// code itself.
+// a finished task can be killed at once. Tasks are scheduled by the process
+// pool (core/process_pool): each task gets a fresh pool worker that sets up,
+// watches and cleans up its one sandboxed child, so the harness never runs
+// untrusted code and never waits on a task itself.
 #include <sys/types.h>
 
 #include <cstdint>
@@ -132,9 +133,12 @@ class Sandbox {
 
  private:
   struct Running;
-  void start(Running& r, int slot, int64_t id, SandboxTask&& task);
-  void finish(Running& r, const Done& done);
-  void monitor(std::vector<Running>& running, double now);
+  // In a pool worker: one task from set-up to clean-up, in directory `dir`.
+  SandboxResult run_task(int slot, const std::string& dir, SandboxTask&& task);
+  void start(Running& r, int slot, const std::string& dir, SandboxTask&& task);
+  void watch(Running& r);
+  SandboxResult finish(Running& r);
+  void monitor(Running& r, double now);
   void kill_sandbox(Running& r);
   void reap_strays();
   // Kills every process of `uid` and waits until none is left (`zombie`, the
@@ -149,7 +153,7 @@ class Sandbox {
   std::string run_dir_;
   uint64_t task_counter_ = 0;
   std::vector<pid_t> preexisting_children_;
-  std::set<pid_t> known_;         // running task children (not strays)
+  std::set<pid_t> known_;         // the running task child (not a stray)
   std::vector<uid_t> slot_uids_;  // root: the uid of each slot
   std::vector<int> uid_locks_;    // flocks holding those uids
   int previous_subreaper_ = 0;

@@ -1,7 +1,6 @@
 #include "trex/or/solver/linear_model.hpp"
 
 #include <glpk.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/strings.hpp"
 
 // CBC headers are not warning-clean; keep them out of -Werror.
@@ -160,24 +160,26 @@ namespace {
 // returns, so the in-process translation gives the located message.
 void require_translator_survives(const std::string& model_path, const std::string& data_path,
                                  const std::string& name) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw ModelError(std::string("fork failed: ") + std::strerror(errno)).file(name);
-  if (pid == 0) {
+  ProcessPoolOptions options;
+  options.process_per_item = true;
+  options.limits.core_dumps = false;  // the abort is expected here
+  ProcessPool child(options, [&](int, const PoolItem&) -> std::string {
     glp_term_out(GLP_OFF);
     glp_tran* tran = glp_mpl_alloc_wksp();
     int rc = glp_mpl_read_model(tran, model_path.c_str(), data_path.empty() ? 0 : 1);
     if (rc == 0 && !data_path.empty()) rc = glp_mpl_read_data(tran, data_path.c_str());
-    if (rc == 0) rc = glp_mpl_generate(tran, nullptr);
-    _exit(rc == 0 ? 0 : 1);
+    if (rc == 0) glp_mpl_generate(tran, nullptr);
+    return {};
+  });
+  PoolResult result;
+  try {
+    result = child.run_one({});
+  } catch (const Error& e) {
+    throw ModelError(e.message()).file(name);
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw ModelError("waitpid failed: " + std::string(std::strerror(errno)));
-  }
-  if (WIFSIGNALED(status))
+  if (result.status == PoolStatus::crashed && result.signal != 0)
     throw ModelError(std::string("MathProg translator (GLPK) crashed on this model (") +
-                     strsignal(WTERMSIG(status)) + "); the model is rejected")
+                     strsignal(result.signal) + "); the model is rejected")
         .file(name);
 }
 

@@ -1,20 +1,14 @@
 #include "trex/or/synth/synth.hpp"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <optional>
 #include <unordered_set>
 
 #include "trex/core/error.hpp"
+#include "trex/core/process_pool.hpp"
 #include "trex/core/progress.hpp"
 #include "trex/core/strings.hpp"
 
@@ -25,42 +19,6 @@ struct Task {
   int64_t index = 0;
   int attempt = 0;
 };
-
-struct FrameHeader {
-  int64_t index;
-  int32_t attempt;
-  int32_t accepted;
-  uint64_t nl_hash;
-  double glpk_seconds;
-  double cbc_seconds;
-  uint32_t reason_len;
-  uint32_t detail_len;
-  uint32_t record_len;
-};
-
-bool write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, size_t size) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    ssize_t n = ::read(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 const Family& family_for(const SynthRequest& r, int64_t index) {
   return *r.families[static_cast<size_t>(index % static_cast<int64_t>(r.families.size()))];
@@ -77,164 +35,35 @@ VerifyOutcome run_task(const SynthRequest& r, const Task& t) {
   }
 }
 
-// One worker process: reads tasks from `task_fd`, writes result frames to `result_fd`.
-[[noreturn]] void worker_main(const SynthRequest& r, int task_fd, int result_fd) {
-  Task t;
-  while (read_all(task_fd, &t, sizeof t)) {
-    VerifyOutcome o = run_task(r, t);
-    FrameHeader h{t.index,
-                  t.attempt,
-                  o.accepted ? 1 : 0,
-                  o.nl_hash,
-                  o.glpk_seconds,
-                  o.cbc_seconds,
-                  static_cast<uint32_t>(o.reject_reason.size()),
-                  static_cast<uint32_t>(o.detail.size()),
-                  static_cast<uint32_t>(o.record.size())};
-    if (!write_all(result_fd, &h, sizeof h) ||
-        !write_all(result_fd, o.reject_reason.data(), o.reject_reason.size()) ||
-        !write_all(result_fd, o.detail.data(), o.detail.size()) ||
-        !write_all(result_fd, o.record.data(), o.record.size()))
-      break;
-  }
-  _exit(0);
+std::string encode(const VerifyOutcome& o) {
+  return MessageWriter()
+      .put(o.accepted)
+      .put(o.nl_hash)
+      .put(o.glpk_seconds)
+      .put(o.cbc_seconds)
+      .put(o.reject_reason)
+      .put(o.detail)
+      .put(o.record)
+      .take();
 }
 
-class WorkerPool {
- public:
-  WorkerPool(const SynthRequest& request, int jobs) : request_(request) {
-    signal(SIGPIPE, SIG_IGN);
-    workers_.resize(static_cast<size_t>(jobs));
-    for (auto& w : workers_) start(w);
+VerifyOutcome decode(const PoolResult& result) {
+  VerifyOutcome o;
+  if (!result.ok()) {
+    o.reject_reason = result.status == PoolStatus::failed ? "internal_error" : "worker_crash";
+    o.detail = result.error;
+    return o;
   }
-  ~WorkerPool() {
-    for (auto& w : workers_) stop(w);
-  }
-
-  size_t size() const { return workers_.size(); }
-  bool idle(size_t i) const { return !workers_[i].busy; }
-
-  void submit(size_t i, const Task& t) {
-    Worker& w = workers_[i];
-    w.busy = true;
-    w.task = t;
-    if (!write_all(w.task_fd, &t, sizeof t)) crashed_.push_back(i);
-  }
-
-  // Blocks until at least one result (or a crash report) is available.
-  std::vector<std::pair<Task, VerifyOutcome>> wait() {
-    std::vector<std::pair<Task, VerifyOutcome>> out;
-    for (size_t i : crashed_) out.push_back(crash_outcome(i));
-    crashed_.clear();
-    if (!out.empty()) return out;
-    std::vector<pollfd> fds;
-    std::vector<size_t> owner;
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i].busy) continue;
-      fds.push_back({workers_[i].result_fd, POLLIN, 0});
-      owner.push_back(i);
-    }
-    if (fds.empty()) return out;
-    int rc;
-    do rc = poll(fds.data(), fds.size(), -1);
-    while (rc < 0 && errno == EINTR);
-    if (rc < 0) throw Error(std::string("poll failed: ") + std::strerror(errno));
-    for (size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      size_t i = owner[k];
-      Worker& w = workers_[i];
-      FrameHeader h;
-      if (!read_all(w.result_fd, &h, sizeof h)) {
-        out.push_back(crash_outcome(i));
-        continue;
-      }
-      VerifyOutcome o;
-      o.accepted = h.accepted != 0;
-      o.nl_hash = h.nl_hash;
-      o.glpk_seconds = h.glpk_seconds;
-      o.cbc_seconds = h.cbc_seconds;
-      o.reject_reason.resize(h.reason_len);
-      o.detail.resize(h.detail_len);
-      o.record.resize(h.record_len);
-      if (!read_all(w.result_fd, o.reject_reason.data(), h.reason_len) ||
-          !read_all(w.result_fd, o.detail.data(), h.detail_len) ||
-          !read_all(w.result_fd, o.record.data(), h.record_len)) {
-        out.push_back(crash_outcome(i));
-        continue;
-      }
-      w.busy = false;
-      out.emplace_back(Task{h.index, h.attempt}, std::move(o));
-    }
-    return out;
-  }
-
- private:
-  struct Worker {
-    pid_t pid = -1;
-    int task_fd = -1;
-    int result_fd = -1;
-    bool busy = false;
-    Task task;
-  };
-
-  void start(Worker& w) {
-    int task_pipe[2], result_pipe[2];
-    if (pipe(task_pipe) != 0 || pipe(result_pipe) != 0)
-      throw Error(std::string("pipe failed: ") + std::strerror(errno));
-    std::fflush(nullptr);
-    pid_t pid = fork();
-    if (pid < 0) throw Error(std::string("fork failed: ") + std::strerror(errno));
-    if (pid == 0) {
-      ::close(task_pipe[1]);
-      ::close(result_pipe[0]);
-      for (auto& other : workers_) {  // do not hold siblings' pipes open
-        if (other.task_fd >= 0) ::close(other.task_fd);
-        if (other.result_fd >= 0) ::close(other.result_fd);
-      }
-      worker_main(request_, task_pipe[0], result_pipe[1]);
-    }
-    ::close(task_pipe[0]);
-    ::close(result_pipe[1]);
-    w.pid = pid;
-    w.task_fd = task_pipe[1];
-    w.result_fd = result_pipe[0];
-    w.busy = false;
-  }
-
-  void stop(Worker& w) {
-    if (w.task_fd >= 0) ::close(w.task_fd);
-    if (w.result_fd >= 0) ::close(w.result_fd);
-    w.task_fd = w.result_fd = -1;
-    if (w.pid > 0) {
-      int status = 0;
-      if (w.busy) kill(w.pid, SIGKILL);
-      waitpid(w.pid, &status, 0);
-    }
-    w.pid = -1;
-  }
-
-  std::pair<Task, VerifyOutcome> crash_outcome(size_t i) {
-    Worker& w = workers_[i];
-    Task t = w.task;
-    int status = 0;
-    ::close(w.task_fd);
-    ::close(w.result_fd);
-    w.task_fd = w.result_fd = -1;
-    kill(w.pid, SIGKILL);
-    waitpid(w.pid, &status, 0);
-    VerifyOutcome o;
-    o.reject_reason = "worker_crash";
-    o.detail = WIFSIGNALED(status)
-                   ? "worker killed by signal " + std::to_string(WTERMSIG(status))
-                   : "worker exited with status " + std::to_string(WEXITSTATUS(status));
-    start(w);
-    return {t, o};
-  }
-
-  const SynthRequest& request_;
-  std::vector<Worker> workers_;
-  std::vector<size_t> crashed_;
-};
+  MessageReader in(result.response);
+  o.accepted = in.get<bool>();
+  o.nl_hash = in.get<uint64_t>();
+  o.glpk_seconds = in.get<double>();
+  o.cbc_seconds = in.get<double>();
+  o.reject_reason = in.get_string();
+  o.detail = in.get_string();
+  o.record = in.get_string();
+  return o;
+}
 
 }  // namespace
 
@@ -271,8 +100,6 @@ SynthSummary run_synth(const SynthRequest& request,
   std::optional<Progress> progress;
   if (request.show_progress) progress.emplace("or synth", hi - lo);
 
-  std::optional<WorkerPool> pool;
-  if (request.jobs > 0) pool.emplace(request, request.jobs);
   const int64_t lookahead = 8 * std::max(1, request.jobs) + 64;
 
   auto next_task = [&]() -> std::optional<Task> {
@@ -329,23 +156,28 @@ SynthSummary run_synth(const SynthRequest& request,
     }
   };
 
-  while (next_write < hi) {
-    if (pool) {
-      for (size_t i = 0; i < pool->size(); ++i) {
-        if (!pool->idle(i)) continue;
+  ProcessPoolOptions pool_options;
+  pool_options.workers = request.jobs;
+  pool_options.limits.core_dumps = false;  // GLPK and CBC abort on internal errors
+  ProcessPool pool(pool_options, [&](int, const PoolItem& item) {
+    return encode(run_task(request, Task{item.id, item.attempt}));
+  });
+  pool.run(
+      [&]() -> std::optional<PoolItem> {
         auto t = next_task();
-        if (!t) break;
-        pool->submit(i, *t);
-      }
-      for (auto& [t, o] : pool->wait()) handle(t, std::move(o));
-    } else {
-      auto t = next_task();
-      if (!t) throw Error("internal: synth scheduler stalled");
-      handle(*t, run_task(request, *t));
-    }
-    flush();
-    if (progress) progress->update(summary.written, "rejected " + std::to_string(rejected_total));
-  }
+        if (!t) return std::nullopt;
+        PoolItem item;
+        item.id = t->index;
+        item.attempt = t->attempt;
+        return item;
+      },
+      [&](const PoolItem& item, PoolResult&& result) {
+        handle(Task{item.id, item.attempt}, decode(result));
+        flush();
+        if (progress)
+          progress->update(summary.written, "rejected " + std::to_string(rejected_total));
+      });
+  if (next_write < hi) throw Error("internal: synth scheduler stalled");
   if (progress) progress->finish("rejected " + std::to_string(rejected_total));
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
