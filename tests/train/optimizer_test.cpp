@@ -11,8 +11,9 @@
 #include "trex/core/rng.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/config.hpp"
-#include "trex/train/optimizer.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/optim/grad_clip.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/optim/schedule.hpp"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/parallel/pipeline.hpp"
-#include "trex/train/optimizer.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/optim/schedule.hpp"
 
 namespace trex::train {
 
