@@ -208,13 +208,19 @@ nlohmann::json TrainerState::to_json(const RunConfig& config, int64_t optimizer_
           {"run_config", config.to_json()}};
 }
 
-TrainerState TrainerState::read(const std::string& checkpoint_dir) {
+nlohmann::json read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
   if (!fs::exists(path)) throw Error("checkpoint has no trainer_state.json").file(path);
   verify_file_against_manifest(path);
-  const nlohmann::json state = nlohmann::json::parse(read_file(path), nullptr, false);
+  nlohmann::json state = nlohmann::json::parse(read_file(path), nullptr, false);
   if (state.is_discarded() || !state.is_object())
     throw Error("trainer_state.json is not a JSON object").file(path);
+  return state;
+}
+
+TrainerState TrainerState::read(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
+  const nlohmann::json state = read_trainer_state(checkpoint_dir);
   TrainerState s;
   try {
     s.step = state.at("step").get<int64_t>();

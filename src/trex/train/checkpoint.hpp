@@ -63,6 +63,10 @@ std::optional<std::string> latest_checkpoint(const std::string& out_dir);
 // without a manifest (written before checksums) loads with a warning.
 void verify_checkpoint(const std::string& checkpoint_dir);
 
+// trainer_state.json of a checkpoint directory (checked against the manifest;
+// errors name the file).
+nlohmann::json read_trainer_state(const std::string& checkpoint_dir);
+
 // trainer_state.json: where a run stands, all a resume needs besides the
 // weights and the optimizer state (the file also records the optimizer's step,
 // the seeds and the effective run config).
@@ -75,8 +79,7 @@ struct TrainerState {
   LoaderState loader;
 
   nlohmann::json to_json(const RunConfig& config, int64_t optimizer_step) const;
-  // The trainer_state.json of a checkpoint directory, checked against the
-  // manifest; errors name the file (and the field).
+  // read_trainer_state of a checkpoint directory; errors name the file (and the field).
   static TrainerState read(const std::string& checkpoint_dir);
 };
 
