@@ -1,13 +1,13 @@
 #pragma once
-// The trainer (docs/training.md, "Trainer"): full-parameter CPT or SFT of a
-// DeepSeek-V4 model from a RunConfig. Each optimizer step accumulates
-// gradients over global/micro micro-batches (normalised by the trained tokens
-// of the whole step), clips, applies the scheduled AdamW/Muon update and the
-// aux-loss-free router-bias rule, and records metrics; non-finite steps are
-// skipped, loss spikes reported; checkpoints are atomic and resumable bitwise.
-// Under mpirun the step's micro-batches are split over the data-parallel ranks
-// and the gradients reduced in buckets (docs/distributed.md); checkpoints do
-// not depend on the parallel layout.
+// The trainer (docs/training.md, "The trainer"): full-parameter CPT or SFT of a
+// DeepSeek-V4 model from a RunConfig. Each optimizer step (run_step, step.hpp)
+// accumulates gradients over global/micro micro-batches (normalised by the
+// trained tokens of the whole step), clips, applies the scheduled AdamW/Muon
+// update and the aux-loss-free router-bias rule, and records metrics;
+// non-finite steps are skipped, loss spikes reported; checkpoints are atomic
+// and resumable bitwise. Under mpirun the step's micro-batches are split over
+// the data ranks and the gradients reduced in buckets (parallel_gradients.hpp,
+// docs/distributed.md); checkpoints do not depend on the parallel layout.
 #include <cstdint>
 #include <functional>
 #include <memory>
