@@ -14,8 +14,8 @@
 #include "trex/or/eval/bench.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
-#include "trex/train/data_cpt.hpp"
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/cpt.hpp"
+#include "trex/train/data/sft.hpp"
 
 namespace trex::demo {
 using namespace trex::orlib;

@@ -16,7 +16,7 @@
 #include "trex/infer/generate.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/sft.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "trex/core/rng.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 #include "trex/model/lm_loss.hpp"
-#include "trex/train/adamw.hpp"
+#include "trex/train/optim/adamw.hpp"
 
 namespace trex::kernels {
 namespace {

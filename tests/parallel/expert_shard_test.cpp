@@ -14,8 +14,8 @@
 #include "trex/model/model.hpp"
 #include "trex/model/weights.hpp"
 #include "trex/parallel/expert_shard.hpp"
-#include "trex/train/optimizer.hpp"
-#include "trex/train/optimizer_relayout.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/optim/optimizer_relayout.hpp"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/io/tokenizer.hpp"
-#include "trex/train/data_cpt.hpp"
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/cpt.hpp"
+#include "trex/train/data/sft.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Metrics sinks: TensorBoard framing and protobuf bytes, JSONL, spike detector.
+// Metrics: a step's record, TensorBoard framing and protobuf bytes, JSONL, spike detector.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,6 +36,83 @@ std::string bytes(std::initializer_list<int> values) {
 std::string le32(uint32_t v) {
   return bytes({static_cast<int>(v & 0xFF), static_cast<int>((v >> 8) & 0xFF),
                 static_cast<int>((v >> 16) & 0xFF), static_cast<int>(v >> 24)});
+}
+
+TEST(TrainMetrics, StepRecordHasTheDocumentedScalarsInOrder) {
+  trex::train::StepMetrics m;
+  m.step = 9;
+  m.loss = 4.0;
+  m.lm_loss = 3.0;
+  m.mtp_loss = 2.0;
+  m.balance_loss = 0.5;
+  m.lr = 1e-3;
+  m.fault_injected = true;
+  m.grad_norm = 0.75;
+  m.spike = {.spike = true, .z = 5.5};
+  m.tokens = 256;
+  m.consumed_tokens = 2560;
+  m.seconds = 2.0;
+  m.flops = 8e12;
+  m.world_peak_flops = 16e12;
+  m.communication = trex::train::StepMetrics::Communication{.exposed_seconds = 0.25,
+                                                            .reduce_wait_seconds = 0.125,
+                                                            .groups_overlapped = 3,
+                                                            .buckets = 4,
+                                                            .buckets_done_in_backward = 2,
+                                                            .gradient_bytes = 3 << 20};
+  m.pipeline_bubble = 0.2;
+  m.ep_bytes_sent = 4096;
+  m.expert_load = {{1, 3}, {}, {2, 2}};
+  const trex::train::MetricsRecord r = trex::train::step_record(m);
+  EXPECT_EQ(r.step, 9);
+  const std::vector<std::pair<std::string, double>> expected = {
+      {"loss", 4.0},
+      {"loss_lm", 3.0},
+      {"loss_mtp", 2.0},
+      {"loss_balance", 0.5},
+      {"lr", 1e-3},
+      {"fault_injected", 1.0},
+      {"grad_norm", 0.75},
+      {"skipped", 0.0},
+      {"loss_z", 5.5},
+      {"spike", 1.0},
+      {"tokens", 256.0},
+      {"consumed_tokens", 2560.0},
+      {"step_seconds", 2.0},
+      {"tokens_per_s", 128.0},
+      {"model_tflops", 4.0},
+      {"mfu", 0.25},
+      {"comm_exposed_s", 0.25},
+      {"grad_reduce_wait_s", 0.125},
+      {"grad_groups_overlapped", 3.0},
+      {"grad_buckets", 4.0},
+      {"grad_buckets_done_in_backward", 2.0},
+      {"grad_memory_mib", 3.0},
+      {"pipeline_bubble", 0.2},
+      {"ep_bytes_sent", 4096.0},
+      {"expert_imbalance/layer_0", 1.5},
+      {"expert_imbalance/layer_2", 1.0},
+      {"expert_imbalance/max", 1.5}};
+  EXPECT_EQ(r.scalars, expected);
+
+  // A one-rank step: no communication, pipeline or EP figures; a non-finite
+  // loss is recorded as NaN (null in the JSONL), MFU 0 without a peak.
+  trex::train::StepMetrics one;
+  one.finite_loss = false;
+  one.skipped = true;
+  one.seconds = 1.0;
+  const trex::train::MetricsRecord s = trex::train::step_record(one);
+  EXPECT_TRUE(std::isnan(s.get("loss")));
+  EXPECT_TRUE(std::isnan(s.get("grad_norm")));
+  EXPECT_EQ(s.get("skipped"), 1.0);
+  EXPECT_EQ(s.get("mfu", -1.0), 0.0);
+  EXPECT_EQ(s.get("comm_exposed_s", -1.0), -1.0);
+  EXPECT_EQ(s.get("pipeline_bubble", -1.0), -1.0);
+  EXPECT_EQ(s.get("fault_injected", -1.0), -1.0);
+  EXPECT_EQ(s.scalars.back().first, "expert_imbalance/max");
+  EXPECT_EQ(trex::train::step_log_line(r, 12, false),
+            "step 9/12 loss 4 (lm 3, mtp 2) gnorm 0.75 lr 1.00e-03");
+  EXPECT_EQ(trex::train::progress_text(r), "loss 4 lr 1.00e-03 tok/s 128 MFU 25.0%");
 }
 
 TEST(TrainTensorBoard, Crc32cKnownValues) {

@@ -10,8 +10,9 @@
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/model/config.hpp"
-#include "trex/train/optimizer.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/optim/grad_clip.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/optim/schedule.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "trex/model/model.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
-#include "trex/train/optimizer.hpp"
+#include "trex/train/optim/optimizer.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {

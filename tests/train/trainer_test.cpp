@@ -13,8 +13,9 @@
 #include "trex/core/jsonl.hpp"
 #include "trex/kernels/precision.hpp"
 #include "trex/train/checkpoint.hpp"
-#include "trex/train/data_cpt.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/data/cpt.hpp"
+#include "trex/train/optim/grad_clip.hpp"
+#include "trex/train/optim/schedule.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {

@@ -26,9 +26,9 @@
 #include "trex/kernels/precision.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/model/model.hpp"
-#include "trex/train/optimizer.hpp"
+#include "trex/train/optim/optimizer.hpp"
 #include "trex/train/run_config.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/step.hpp"
 
 namespace trex::cli {
 namespace {
@@ -130,22 +130,23 @@ int run_step(const StepBenchOptions& o) {
   optimizer_options.muon.precision = precision;
   train::Optimizer optimizer(params, optimizer_options);
 
-  model::Batch batch;
+  std::vector<model::Batch> micro_batches(1);  // one micro-batch per step
+  model::Batch& batch = micro_batches.front();
   batch.B = o.batch;
   batch.S = o.seq;
   Rng rng(o.seed, {0xbe4c});
   batch.input_ids.resize(static_cast<size_t>(o.batch * o.seq));
   for (int64_t& id : batch.input_ids) id = rng.uniform_int(int64_t{0}, c.vocab_size - 1);
-  model::LossOptions loss_options;
-  loss_options.mtp_weight = o.mtp ? defaults.mtp_weight : 0.0;
-  loss_options.balance_loss_weight = defaults.balance_weight;
   const int64_t mtp_counted = o.mtp ? c.num_nextn_predict_layers : 0;
   const double step_flops =
       model::training_step_flops(c, model::SequenceStats::uniform(o.seq, o.batch), mtp_counted);
 
-  // One trainer step (Trainer::train_step without data, metrics or the guard):
-  // zero, forward + backward, clip, AdamW/Muon, router-bias rule, zero.
+  // The trainer's step (train::run_step) on one process: zero, forward +
+  // backward, clip, AdamW/Muon, router-bias rule, zero.
   m.set_compute_precision(precision);
+  train::SingleProcessGradients gradients(m);
+  train::StepSettings settings = train::StepSettings::of(defaults, defaults.peak_lr);
+  if (!o.mtp) settings.loss.mtp_weight = 0.0;
   std::vector<double> seconds, model_seconds;  // whole steps; forward_backward alone
   double last_loss = 0.0;
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
@@ -155,36 +156,20 @@ int run_step(const StepBenchOptions& o) {
       profile::set_enabled(true);
     }
     const auto start = std::chrono::steady_clock::now();
-    {
-      TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
-      params.zero_grads();
-    }
-    const auto model_start = std::chrono::steady_clock::now();
-    const model::LossBreakdown r = m.forward_backward(batch, loss_options);
-    const double model_elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
-    {
-      TREX_PROFILE(profile::Op::kClipGrads, profile::Phase::kOptimizer);
-      train::clip_grad_norm(params, defaults.clip);
-    }
-    optimizer.step(params, defaults.peak_lr);
-    {
-      TREX_PROFILE(profile::Op::kRouterBias, profile::Phase::kOptimizer);
-      m.update_router_biases(r, defaults.router_bias_speed);
-    }
-    {
-      TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
-      params.zero_grads();
-    }
+    const train::StepOutcome outcome =
+        train::run_step(m, optimizer, gradients, micro_batches, settings);
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!std::isfinite(r.total))
+    if (!outcome.totals.finite)
       throw Error("bench step: non-finite loss at step " + std::to_string(i));
+    if (!outcome.updated())
+      throw Error("bench step: step " + std::to_string(i) + " skipped: " + outcome.skip_reason +
+                  outcome.skip_detail);
     if (timed) {
       seconds.push_back(elapsed);
-      model_seconds.push_back(model_elapsed);
+      model_seconds.push_back(gradients.forward_backward_seconds());
     }
-    last_loss = r.total;
+    last_loss = gradients.last().total;
   }
   profile::set_enabled(false);
   const int64_t peak_rss = peak_rss_bytes();

@@ -7,7 +7,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/model/weights.hpp"
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/sft.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace trex::cli {

@@ -10,12 +10,18 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/checksum.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/log.hpp"
+#include "trex/parallel/expert_shard.hpp"
+#include "trex/train/optim/optimizer_relayout.hpp"
+#include "trex/train/parallel_setup.hpp"
 
 namespace trex::train {
 
@@ -186,6 +192,22 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
               " (written before checkpoints carried checksums): loading it unverified");
 }
 
+nlohmann::json TrainerState::to_json(const RunConfig& config, int64_t optimizer_step) const {
+  return {{"step", step},
+          {"total_steps", total_steps},
+          {"loader", loader.to_json()},
+          {"data_seed", std::to_string(config.data_seed)},
+          {"init_seed", std::to_string(config.init_seed)},
+          {"consumed_tokens", consumed_tokens},
+          {"trained_tokens", trained_tokens},
+          {"skipped_steps", skipped_steps},
+          {"spikes", spikes},
+          {"spike_window", spike_window},
+          {"last_validation_loss", last_validation_loss},
+          {"optimizer_step", optimizer_step},
+          {"run_config", config.to_json()}};
+}
+
 nlohmann::json read_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
   if (!fs::exists(path)) throw Error("checkpoint has no trainer_state.json").file(path);
@@ -194,6 +216,257 @@ nlohmann::json read_trainer_state(const std::string& checkpoint_dir) {
   if (state.is_discarded() || !state.is_object())
     throw Error("trainer_state.json is not a JSON object").file(path);
   return state;
+}
+
+TrainerState TrainerState::read(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
+  const nlohmann::json state = read_trainer_state(checkpoint_dir);
+  TrainerState s;
+  try {
+    s.step = state.at("step").get<int64_t>();
+    s.consumed_tokens = state.at("consumed_tokens").get<int64_t>();
+    s.trained_tokens = state.at("trained_tokens").get<int64_t>();
+    s.skipped_steps = state.at("skipped_steps").get<int64_t>();
+    s.spikes = state.at("spikes").get<int64_t>();
+    s.spike_window = state.at("spike_window").get<std::vector<double>>();
+    s.last_validation_loss = state.value("last_validation_loss", -1.0);
+    s.total_steps = state.at("total_steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("bad trainer state: ") + e.what()).file(path);
+  }
+  s.loader = LoaderState::from_json(state.at("loader"), path + ": loader");
+  return s;
+}
+
+// ---- Checkpoints of a parallel run ----
+
+namespace {
+
+// What data rank `r` of the first stage contributes to the checkpoint that
+// world rank 0 writes, as ranges of r's layout: its expert weights (one rank
+// per EP rank: dp = 0) and its optimizer state (its ZeRO ranges; unsharded
+// with sharded experts, its experts' state, again from dp = 0). Rank 0 holds
+// the rest itself.
+struct Contribution {
+  std::vector<parallel::OptimizerShard> values, state;
+};
+Contribution contribution_of(const ParallelSetup& setup, int zero, int r,
+                             const std::vector<model::ParamSpec>& layout) {
+  Contribution c;
+  const int ep = setup.grid->shape().ep;
+  if (setup.ownership && r / ep == 0)
+    c.values = {parallel::role_range(layout, model::ParamRole::kExpert)};
+  if (zero > 0) {
+    c.state = setup.zero_partition(layout).ranges(r, setup.ownership ? r / ep : r);
+  } else if (setup.ownership && r / ep == 0) {
+    c.state = c.values;
+  }
+  return c;
+}
+
+int64_t size_of(const std::vector<parallel::OptimizerShard>& ranges) {
+  int64_t n = 0;
+  for (const parallel::OptimizerShard& r : ranges) n += r.size();
+  return n;
+}
+
+// The whole model's weights (with sharded experts) and optimizer state (when
+// sharded), gathered on world rank 0.
+struct WholeState {
+  std::vector<float> values;  // empty: the model's own
+  GatheredOptimizerState optimizer;
+  bool optimizer_gathered = false;
+};
+
+// Every other data rank of the first stage sends rank 0 its contribution
+// point to point. Returns null on the other ranks and when rank 0 already
+// holds everything.
+std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int zero_level,
+                                               const model::Model<float>& model,
+                                               const Optimizer& optimizer) {
+  if (setup.grid->coords().pp != 0 || setup.grid->data().size() == 1) return nullptr;
+  if (!setup.ownership && zero_level == 0) return nullptr;  // rank 0 holds everything
+  const bool zero = zero_level > 0;                         // the optimizer holds its ZeRO ranges
+  parallel::Communicator& data_comm = setup.grid->data();
+  constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102;
+  const std::vector<float>& own_values = model.params().values();
+  if (data_comm.rank() != 0) {
+    const Contribution mine =
+        contribution_of(setup, zero_level, data_comm.rank(), model.params().specs());
+    std::vector<float> values;
+    for (const parallel::OptimizerShard& r : mine.values)
+      values.insert(values.end(), own_values.begin() + r.begin, own_values.begin() + r.end);
+    // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
+    std::vector<float> first, second;
+    if (!zero)
+      for (const parallel::OptimizerShard& r : mine.state) {
+        first.insert(first.end(), optimizer.first_moment().begin() + r.begin,
+                     optimizer.first_moment().begin() + r.end);
+        second.insert(second.end(), optimizer.second_moment().begin() + r.begin,
+                      optimizer.second_moment().begin() + r.end);
+      }
+    const float* first_data = zero ? optimizer.first_moment().data() : first.data();
+    const float* second_data = zero ? optimizer.second_moment().data() : second.data();
+    std::vector<parallel::Request> sends;
+    if (!values.empty())
+      sends.push_back(data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32, 0,
+                                      kValuesTag));
+    if (size_of(mine.state) > 0) {
+      sends.push_back(data_comm.isend(first_data, size_of(mine.state), parallel::DType::kF32, 0,
+                                      kFirstMomentTag));
+      sends.push_back(data_comm.isend(second_data, size_of(mine.state), parallel::DType::kF32, 0,
+                                      kSecondMomentTag));
+    }
+    parallel::wait_all(sends);
+    return nullptr;
+  }
+  // Rank 0: place every contribution (its own first) into the whole layout by name.
+  const std::vector<model::ParamSpec> whole =
+      setup.ownership ? model::parameter_specs(model.config()) : model.params().specs();
+  std::map<std::string, int64_t> whole_offset;
+  int64_t total = 0;
+  for (const model::ParamSpec& spec : whole) {
+    whole_offset.emplace(spec.name, total);
+    total += spec.numel();
+  }
+  auto place = [&](const std::vector<model::ParamSpec>& layout,
+                   const std::vector<parallel::OptimizerShard>& ranges, const float* packed,
+                   std::vector<float>& out) {
+    for (const parallel::OptimizerShard& r : ranges)
+      for (size_t i = r.first_spec; i < r.end_spec; ++i) {
+        const int64_t n = layout[i].numel();
+        std::copy_n(packed, n, out.begin() + whole_offset.at(layout[i].name));
+        packed += n;
+      }
+  };
+  auto out = std::make_unique<WholeState>();
+  const std::vector<model::ParamSpec>& own_layout = model.params().specs();
+  const std::vector<parallel::OptimizerShard> everything = {parallel::whole_shard(own_layout)};
+  if (setup.ownership) {
+    out->values.assign(static_cast<size_t>(total), 0.0f);
+    place(own_layout, everything, own_values.data(), out->values);
+  }
+  out->optimizer_gathered = true;
+  out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
+  out->optimizer.second_moment.assign(static_cast<size_t>(total), 0.0f);
+  const std::vector<parallel::OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
+  place(own_layout, own_state, optimizer.first_moment().data(), out->optimizer.first_moment);
+  place(own_layout, own_state, optimizer.second_moment().data(), out->optimizer.second_moment);
+  for (int r = 1; r < data_comm.size(); ++r) {
+    const std::vector<model::ParamSpec> layout =
+        setup.layout_of_data_rank(r, model.config(), own_layout);
+    const Contribution c = contribution_of(setup, zero_level, r, layout);
+    std::vector<float> values(static_cast<size_t>(size_of(c.values)));
+    std::vector<float> first(static_cast<size_t>(size_of(c.state)));
+    std::vector<float> second(first.size());
+    std::vector<parallel::Request> receives;
+    if (!values.empty())
+      receives.push_back(
+          data_comm.irecv(values.data(), size_of(c.values), parallel::DType::kF32, r, kValuesTag));
+    if (!first.empty()) {
+      receives.push_back(data_comm.irecv(first.data(), size_of(c.state), parallel::DType::kF32, r,
+                                         kFirstMomentTag));
+      receives.push_back(data_comm.irecv(second.data(), size_of(c.state), parallel::DType::kF32, r,
+                                         kSecondMomentTag));
+    }
+    parallel::wait_all(receives);
+    place(layout, c.values, values.data(), out->values);
+    place(layout, c.state, first.data(), out->optimizer.first_moment);
+    place(layout, c.state, second.data(), out->optimizer.second_moment);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
+                                       const ParallelSetup& setup, const model::Model<float>& model,
+                                       const Optimizer& optimizer, const io::Tokenizer& tokenizer,
+                                       const nlohmann::json& trainer_state) {
+  std::unique_ptr<WholeState> gathered =
+      gather_whole_state(setup, static_cast<int>(config.parallel.zero), model, optimizer);
+  std::string dir = (fs::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
+  if (setup.is_root() && setup.ownership) {
+    model::ParamStore<float> store(model::parameter_specs(model.config()));
+    store.values() = std::move(gathered->values);
+    const model::Model<float> whole(model.config(), std::move(store), model.hash_tables());
+    Optimizer whole_optimizer(whole.params(), config.optimizer);
+    whole_optimizer.set_state(optimizer.step_count(), std::move(gathered->optimizer.first_moment),
+                              std::move(gathered->optimizer.second_moment));
+    dir = write_training_checkpoint(config.out_dir, step, whole, tokenizer, whole_optimizer,
+                                    trainer_state, config.keep_checkpoints);
+  } else if (setup.is_root()) {
+    dir = write_training_checkpoint(
+        config.out_dir, step, model, tokenizer, optimizer, trainer_state, config.keep_checkpoints,
+        gathered && gathered->optimizer_gathered ? &gathered->optimizer : nullptr);
+  }
+  if (setup.grid->world().size() > 1) setup.grid->world().barrier();
+  return dir;
+}
+
+void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
+                             const ParallelSetup& setup,
+                             const std::vector<parallel::OptimizerShard>& zero_ranges,
+                             model::Model<float>& model, Optimizer& optimizer) {
+  // Every file against the manifest's checksums before anything is read: a
+  // corrupt checkpoint is refused naming the file (never a silent fresh start).
+  verify_checkpoint(dir);
+  const std::string optimizer_file = (fs::path(dir) / "optimizer.safetensors").string();
+  if (setup.ownership) {
+    // Only this rank's experts are read (weights and optimizer state).
+    model::LoadedCheckpoint<float> loaded =
+        parallel::load_checkpoint_shard<float>(dir, *setup.ownership);
+    model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
+                                std::move(loaded.hash_tables));
+    optimizer = make_optimizer(config, model.params(), zero_ranges);
+    load_optimizer_state_by_name(optimizer, model.params(), optimizer_file,
+                                 model::parameter_specs(model.config()));
+  } else {
+    model = model::Model<float>::from_checkpoint(dir);
+    optimizer = make_optimizer(config, model.params(), zero_ranges);
+    optimizer.load_state(optimizer_file);
+  }
+}
+
+std::vector<float> gather_full_parameters(const ParallelSetup& setup,
+                                          const model::Model<float>& model) {
+  if (!setup.ownership) return model.params().values();
+  // This rank's layout is its dense tensors, then its experts; the dense part
+  // is this rank's, each expert comes from its owner.
+  const std::span<const float> local = model.params().values();
+  const std::vector<model::ParamSpec> whole = model::parameter_specs(model.config());
+  const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
+  parallel::Communicator& ep = setup.grid->ep();
+  std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
+  std::vector<int64_t> counts;
+  for (int r = 0; r < ep.size(); ++r) {
+    owned[static_cast<size_t>(r)] = parallel::filter_specs(
+        whole, parallel::ExpertOwnership::of_rank(setup.expert_parallel->owner, r));
+    counts.push_back(
+        parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
+  }
+  if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
+    throw Error("internal: a buffer of " + std::to_string(local.size()) +
+                " values does not match this rank's parameter layout");
+  std::vector<float> experts(
+      static_cast<size_t>(parallel::role_numel(whole, model::ParamRole::kExpert)));
+  ep.all_gather(local.data() + dense, experts.data(), counts, parallel::DType::kF32);
+  std::map<std::string, int64_t> offset_of;
+  int64_t offset = 0;
+  for (const model::ParamSpec& spec : whole) {
+    offset_of[spec.name] = offset;
+    offset += spec.numel();
+  }
+  std::vector<float> out(static_cast<size_t>(offset), 0.0f);
+  std::copy(local.begin(), local.begin() + dense, out.begin());
+  int64_t at = 0;  // rank-major: rank r's experts in its layout order
+  for (const std::vector<model::ParamSpec>& specs : owned)
+    for (const model::ParamSpec& spec : specs) {
+      if (spec.role != model::ParamRole::kExpert) continue;
+      std::copy_n(experts.begin() + at, spec.numel(), out.begin() + offset_of.at(spec.name));
+      at += spec.numel();
+    }
+  return out;
 }
 
 }  // namespace trex::train

@@ -14,6 +14,8 @@
 // (renamed out of sight first). A kill at any point leaves `latest` naming a
 // complete checkpoint (the new or the previous one), or no `latest` at all
 // before the first. docs/checkpoints.md, "Training checkpoints".
+// A run on a DP × EP × PP grid saves and resumes the same files (they do not
+// depend on the layout): see "Checkpoints of a parallel run" below.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,7 +25,10 @@
 
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
-#include "trex/train/optimizer.hpp"
+#include "trex/parallel/zero_partition.hpp"
+#include "trex/train/data/packing.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/run_config.hpp"
 
 namespace trex::train {
 
@@ -58,7 +63,54 @@ std::optional<std::string> latest_checkpoint(const std::string& out_dir);
 // without a manifest (written before checksums) loads with a warning.
 void verify_checkpoint(const std::string& checkpoint_dir);
 
-// trainer_state.json of a checkpoint directory (errors name the file).
+// trainer_state.json of a checkpoint directory (checked against the manifest;
+// errors name the file).
 nlohmann::json read_trainer_state(const std::string& checkpoint_dir);
+
+// trainer_state.json: where a run stands, all a resume needs besides the
+// weights and the optimizer state (the file also records the optimizer's step,
+// the seeds and the effective run config).
+struct TrainerState {
+  int64_t step = 0;
+  int64_t total_steps = 0;  // the run's plan (a resumed run may plan another)
+  int64_t consumed_tokens = 0, trained_tokens = 0, skipped_steps = 0, spikes = 0;
+  double last_validation_loss = -1.0;                     // < 0: never evaluated
+  nlohmann::json spike_window = nlohmann::json::array();  // SpikeDetector::state()
+  LoaderState loader;
+
+  nlohmann::json to_json(const RunConfig& config, int64_t optimizer_step) const;
+  // read_trainer_state of a checkpoint directory; errors name the file (and the field).
+  static TrainerState read(const std::string& checkpoint_dir);
+};
+
+// ---- Checkpoints of a parallel run (docs/distributed.md) ----
+
+struct ParallelSetup;  // train/parallel_setup.hpp
+
+// Collective: world rank 0 writes the checkpoint of `step` under
+// config.out_dir, the files of a 1-rank run whatever the layout, and every rank
+// returns its directory once the files exist. The other data ranks of the
+// first stage send rank 0, point to point, what it lacks (their ZeRO ranges of
+// the optimizer state; with expert weights sharded over EP their experts'
+// weights and state): only rank 0 ever holds the whole model.
+std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
+                                       const ParallelSetup& setup, const model::Model<float>& model,
+                                       const Optimizer& optimizer, const io::Tokenizer& tokenizer,
+                                       const nlohmann::json& trainer_state);
+
+// Every rank reads the (layout-free) checkpoint `dir`, verified against its
+// manifest first: its model replaces `model` (with EP only this rank's routed
+// experts) and `optimizer` becomes one over it holding the file's state (under
+// ZeRO only `zero_ranges` of it).
+void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
+                             const ParallelSetup& setup,
+                             const std::vector<parallel::OptimizerShard>& zero_ranges,
+                             model::Model<float>& model, Optimizer& optimizer);
+
+// The whole model's parameter values in the layout of model::parameter_specs.
+// With expert weights sharded over EP each expert comes from its owner
+// (collective over the EP group); otherwise model.params().values().
+std::vector<float> gather_full_parameters(const ParallelSetup& setup,
+                                          const model::Model<float>& model);
 
 }  // namespace trex::train

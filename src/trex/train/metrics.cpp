@@ -1,11 +1,14 @@
 #include "trex/train/metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
+#include "trex/kernels/cpu/peak.hpp"
 
 namespace trex::train {
 
@@ -94,6 +97,126 @@ void SpikeDetector::restore(const nlohmann::json& state) {
   values_.clear();
   for (const auto& v : state) values_.push_back(v.get<double>());
   while (static_cast<int64_t>(values_.size()) > window_) values_.pop_front();
+}
+
+StepMetrics step_metrics(int64_t step, const StepOutcome& outcome, double mtp_weight) {
+  const StepTotals& totals = outcome.totals;
+  StepMetrics m;
+  m.step = step;
+  m.loss = totals.loss(mtp_weight);
+  m.lm_loss = totals.lm_loss();
+  m.mtp_loss = totals.mtp_loss();
+  m.balance_loss = totals.balance_loss();
+  m.finite_loss = totals.finite;
+  m.grad_norm = outcome.grad_norm;
+  m.skipped = !outcome.updated();
+  m.expert_load = totals.expert_load;
+  return m;
+}
+
+MetricsRecord step_record(const StepMetrics& m) {
+  MetricsRecord rec;
+  rec.step = m.step;
+  rec.set("loss", m.finite_loss ? m.loss : NAN);
+  rec.set("loss_lm", m.lm_loss);
+  rec.set("loss_mtp", m.mtp_loss);
+  rec.set("loss_balance", m.balance_loss);
+  rec.set("lr", m.lr);
+  if (m.fault_injected) rec.set("fault_injected", 1.0);
+  rec.set("grad_norm", m.grad_norm);
+  rec.set("skipped", m.skipped ? 1.0 : 0.0);
+  rec.set("loss_z", m.spike.z);
+  rec.set("spike", m.spike.spike ? 1.0 : 0.0);
+  rec.set("tokens", static_cast<double>(m.tokens));
+  rec.set("consumed_tokens", static_cast<double>(m.consumed_tokens));
+  rec.set("step_seconds", m.seconds);
+  rec.set("tokens_per_s", static_cast<double>(m.tokens) / m.seconds);
+  rec.set("model_tflops", m.flops / m.seconds / 1e12);
+  rec.set("mfu", m.world_peak_flops > 0 ? m.flops / m.seconds / m.world_peak_flops : 0.0);
+  if (m.communication) {
+    const StepMetrics::Communication& c = *m.communication;
+    rec.set("comm_exposed_s", c.exposed_seconds);
+    rec.set("grad_reduce_wait_s", c.reduce_wait_seconds);
+    rec.set("grad_groups_overlapped", static_cast<double>(c.groups_overlapped));
+    rec.set("grad_buckets", static_cast<double>(c.buckets));
+    rec.set("grad_buckets_done_in_backward", static_cast<double>(c.buckets_done_in_backward));
+    rec.set("grad_memory_mib", static_cast<double>(c.gradient_bytes) / (1024.0 * 1024.0));
+  }
+  if (m.pipeline_bubble) rec.set("pipeline_bubble", *m.pipeline_bubble);
+  if (m.ep_bytes_sent) rec.set("ep_bytes_sent", static_cast<double>(*m.ep_bytes_sent));
+  double worst = 0;
+  for (size_t l = 0; l < m.expert_load.size(); ++l) {
+    const std::vector<int64_t>& load = m.expert_load[l];
+    if (load.empty()) continue;
+    int64_t total = 0, most = 0;
+    for (int64_t v : load) {
+      total += v;
+      most = std::max(most, v);
+    }
+    const double mean = static_cast<double>(total) / static_cast<double>(load.size());
+    const double imbalance = mean > 0 ? static_cast<double>(most) / mean : 0.0;
+    worst = std::max(worst, imbalance);
+    rec.set("expert_imbalance/layer_" + std::to_string(l), imbalance);
+  }
+  rec.set("expert_imbalance/max", worst);
+  return rec;
+}
+
+std::string progress_text(const MetricsRecord& rec) {
+  return "loss " + format_value(rec.get("loss")) + " lr " + format_value(rec.get("lr"), "%.2e") +
+         " tok/s " + format_value(rec.get("tokens_per_s"), "%.0f") + " MFU " +
+         format_value(100 * rec.get("mfu"), "%.1f") + "%";
+}
+
+std::string step_log_line(const MetricsRecord& rec, int64_t total_steps, bool validated) {
+  std::string line =
+      "step " + std::to_string(rec.step) + "/" + std::to_string(total_steps) + " loss " +
+      format_value(rec.get("loss")) + " (lm " + format_value(rec.get("loss_lm")) + ", mtp " +
+      format_value(rec.get("loss_mtp")) + ") gnorm " + format_value(rec.get("grad_norm")) + " lr " +
+      format_value(rec.get("lr"), "%.2e");
+  if (validated) line += " val " + format_value(rec.get("val_loss"));
+  return line;
+}
+
+std::string format_value(double v, const char* spec) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), spec, v);
+  return buf;
+}
+
+double measure_peak_gflops(bool bf16, parallel::Communicator& world) {
+  double peak = 0.0;
+  if (world.rank() == 0) peak = kernels::measure_peak(bf16, {512, 1024}, 3).peak_gflops;
+  if (world.size() > 1) world.broadcast(&peak, 1, parallel::DType::kF64, 0);
+  return peak;
+}
+
+std::string format_summary(const TrainSummary& s) {
+  std::ostringstream o;
+  o << "steps            " << s.steps << " / " << s.total_steps
+    << (s.interrupted ? " (stopped early)" : "") << "\n";
+  o << "skipped steps    " << s.skipped_steps << "\n";
+  if (s.data_lines_skipped > 0 || s.data_records_repaired > 0)
+    o << "training data    " << s.data_lines_skipped << " lines skipped, "
+      << s.data_records_repaired << " records repaired (U+FFFD)\n";
+  for (const auto& r : s.skip_reasons) o << "                   " << r << "\n";
+  o << "loss spikes      " << s.spikes << "\n";
+  o << "tokens           " << s.tokens << " this run (" << s.trained_tokens
+    << " trained in total)\n";
+  o << "throughput       " << format_value(s.tokens_per_second, "%.1f") << " tokens/s, "
+    << format_value(s.model_tflops * 1e3, "%.3f") << " model GFLOP/s, MFU "
+    << format_value(100 * s.mfu, "%.2f") << "% of " << format_value(s.peak_gflops, "%.1f")
+    << " GFLOP/s per rank\n";
+  o << "final loss       " << format_value(s.final_loss) << " (lm " << format_value(s.final_lm_loss)
+    << ", mtp " << format_value(s.final_mtp_loss) << ")";
+  if (s.final_validation_loss >= 0) o << ", validation " << format_value(s.final_validation_loss);
+  o << "\n";
+  o << "checkpoint       " << s.last_checkpoint << "\n";
+  if (!s.metrics_jsonl.empty()) {
+    o << "metrics          " << s.metrics_jsonl << "\n";
+    o << "tensorboard      " << s.tensorboard_dir << "\n";
+  }
+  return o.str();
 }
 
 }  // namespace trex::train

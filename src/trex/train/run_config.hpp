@@ -12,8 +12,8 @@
 
 #include "trex/kernels/precision.hpp"
 #include "trex/parallel/pipeline.hpp"
-#include "trex/train/optimizer.hpp"
-#include "trex/train/schedule.hpp"
+#include "trex/train/optim/optimizer.hpp"
+#include "trex/train/optim/schedule.hpp"
 
 namespace trex::train {
 

@@ -1,13 +1,13 @@
 #pragma once
-// The trainer (docs/training.md, "Trainer"): full-parameter CPT or SFT of a
-// DeepSeek-V4 model from a RunConfig. Each optimizer step accumulates
-// gradients over global/micro micro-batches (normalised by the trained tokens
-// of the whole step), clips, applies the scheduled AdamW/Muon update and the
-// aux-loss-free router-bias rule, and records metrics; non-finite steps are
-// skipped, loss spikes reported; checkpoints are atomic and resumable bitwise.
-// Under mpirun the step's micro-batches are split over the data-parallel ranks
-// and the gradients reduced in buckets (docs/distributed.md); checkpoints do
-// not depend on the parallel layout.
+// The trainer (docs/training.md, "The trainer"): full-parameter CPT or SFT of a
+// DeepSeek-V4 model from a RunConfig. Each optimizer step (run_step, step.hpp)
+// accumulates gradients over global/micro micro-batches (normalised by the
+// trained tokens of the whole step), clips, applies the scheduled AdamW/Muon
+// update and the aux-loss-free router-bias rule, and records metrics;
+// non-finite steps are skipped, loss spikes reported; checkpoints are atomic
+// and resumable bitwise. Under mpirun the step's micro-batches are split over
+// the data ranks and the gradients reduced in buckets (parallel_gradients.hpp,
+// docs/distributed.md); checkpoints do not depend on the parallel layout.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,7 +19,7 @@
 #include "trex/parallel/communicator.hpp"
 #include "trex/parallel/process_grid.hpp"
 #include "trex/train/metrics.hpp"
-#include "trex/train/optimizer.hpp"
+#include "trex/train/optim/optimizer.hpp"
 #include "trex/train/run_config.hpp"
 
 namespace trex::train {
@@ -35,28 +35,7 @@ struct TrainerOptions {
   std::shared_ptr<parallel::Communicator> world = nullptr;
 };
 
-struct TrainSummary {
-  int64_t steps = 0;               // steps done (including skipped ones), cumulative over resumes
-  int64_t total_steps = 0;         // the planned total
-  int64_t skipped_steps = 0;       // non-finite loss or gradients
-  int64_t spikes = 0;              // loss z-score above the threshold
-  int64_t data_lines_skipped = 0;  // bad training-file lines skipped (data.strict = false)
-  int64_t data_records_repaired = 0;  // records whose strings were repaired to U+FFFD
-  int64_t tokens = 0;                 // tokens processed (B·S per micro-batch), cumulative
-  int64_t trained_tokens = 0;
-  double seconds = 0.0;  // wall time of this run() call
-  double tokens_per_second = 0.0;
-  double model_tflops = 0.0;  // model FLOP/s of this run() call, in TFLOP/s
-  double mfu = 0.0;           // against world size × peak_gflops (a per-rank peak)
-  double peak_gflops = 0.0;
-  double final_loss = 0.0, final_lm_loss = 0.0, final_mtp_loss = 0.0;
-  double final_validation_loss = -1.0;  // < 0: never evaluated
-  bool interrupted = false;             // stopped by stop_after_step
-  std::string last_checkpoint;
-  std::string metrics_jsonl;
-  std::string tensorboard_dir;
-  std::vector<std::string> skip_reasons;  // "step N: reason"
-};
+// TrainSummary and format_summary: train/metrics.hpp.
 
 class Trainer {
  public:
@@ -105,8 +84,5 @@ class Trainer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "ok" / human-readable multi-line summary for the CLI.
-std::string format_summary(const TrainSummary& summary);
 
 }  // namespace trex::train

@@ -1,4 +1,4 @@
-#include "trex/train/muon.hpp"
+#include "trex/train/optim/muon.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/sft.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "trex/train/data_packing.hpp"
+#include "trex/train/data/packing.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -11,7 +11,7 @@
 
 #include "trex/core/jsonl.hpp"
 #include "trex/io/tokenizer.hpp"
-#include "trex/train/data_packing.hpp"
+#include "trex/train/data/packing.hpp"
 
 namespace trex::train {
 

@@ -1,4 +1,4 @@
-#include "trex/train/optimizer.hpp"
+#include "trex/train/optim/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/io/safetensors.hpp"
-#include "trex/train/optimizer_relayout.hpp"
+#include "trex/train/optim/optimizer_relayout.hpp"
 
 namespace trex::train {
 

@@ -1,10 +1,7 @@
 #pragma once
 // Learning-rate schedule (spec §6): linear warm-up to a peak, then cosine decay
-// to a floor, and global-norm gradient clipping. See docs/training.md.
+// to a floor. See docs/training.md.
 #include <cstdint>
-#include <span>
-
-#include "trex/model/params.hpp"
 
 namespace trex::train {
 
@@ -22,15 +19,5 @@ struct LrSchedule {
 //                    clamped to [0, 1], so steps past total_steps stay at min_lr.
 // Throws trex::Error on step < 1, negative rates, min > peak or total < warmup.
 double learning_rate(const LrSchedule& schedule, int64_t step);
-
-// √(Σ g²) over the gradients of every trained tensor (OptimizerGroup other than
-// kNotTrained), summed in double in buffer order (thread-count independent).
-double global_grad_norm(const model::ParamStore<float>& params);
-
-// Scales the trained gradients by max_norm / norm when norm > max_norm and
-// returns the norm measured before clipping. A non-finite norm is returned
-// without touching the gradients (the caller skips such a step). max_norm <= 0
-// disables clipping (the norm is still returned).
-double clip_grad_norm(model::ParamStore<float>& params, double max_norm);
 
 }  // namespace trex::train

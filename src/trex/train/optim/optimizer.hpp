@@ -11,8 +11,8 @@
 
 #include "trex/model/params.hpp"
 #include "trex/parallel/zero_partition.hpp"
-#include "trex/train/adamw.hpp"
-#include "trex/train/muon.hpp"
+#include "trex/train/optim/adamw.hpp"
+#include "trex/train/optim/muon.hpp"
 
 namespace trex::train {
 

@@ -1,4 +1,4 @@
-#include "trex/train/adamw.hpp"
+#include "trex/train/optim/adamw.hpp"
 
 #include <cmath>
 

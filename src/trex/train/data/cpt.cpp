@@ -1,8 +1,8 @@
-#include "trex/train/data_cpt.hpp"
+#include "trex/train/data/cpt.hpp"
 
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
-#include "trex/train/data_sft.hpp"
+#include "trex/train/data/sft.hpp"
 
 namespace trex::train {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "trex/model/params.hpp"
-#include "trex/train/optimizer.hpp"
+#include "trex/train/optim/optimizer.hpp"
 
 namespace trex::train {
 

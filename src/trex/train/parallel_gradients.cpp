@@ -1,0 +1,286 @@
+#include "trex/train/parallel_gradients.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "trex/core/error.hpp"
+#include "trex/core/profile.hpp"
+#include "trex/train/data/source.hpp"
+#include "trex/train/optim/grad_clip.hpp"
+
+namespace trex::train {
+
+ParallelGradients::ParallelGradients(model::Model<float>& model, const ParallelSetup& setup,
+                                     const RunConfig& config)
+    : model_(model),
+      setup_(setup),
+      zero_(static_cast<int>(config.parallel.zero)),
+      overlap_(config.parallel.overlap_grad_reduce),
+      zero_partition_(setup.zero_partition(model.params().specs())),
+      reducer_(model.params().specs(), &setup.grid->data(), &setup.grid->pp(), zero_partition_,
+               {.bucket_bytes = std::max<int64_t>(
+                    4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
+                .scatter = scatter(),
+                .experts = setup.ownership ? &setup.grid->dp() : nullptr}) {
+  if (setup.grid->shape().pp > 1)
+    pipeline_ = std::make_unique<parallel::PipelineRunner>(model, setup.grid->pp(),
+                                                           config.parallel.pipeline_schedule);
+}
+
+std::vector<parallel::OptimizerShard> ParallelGradients::zero_ranges() const {
+  return zero_partition_.ranges(setup_.grid->data().rank(), setup_.expert_comm().rank());
+}
+
+bool ParallelGradients::scatter() const {
+  return zero_ == 2 && setup_.grid->data_size() > 1;
+}
+
+StepMetrics::Communication ParallelGradients::communication(double exposed_seconds) const {
+  return {.exposed_seconds = exposed_seconds,
+          .reduce_wait_seconds = reduce_wait_seconds_,
+          .groups_overlapped = groups_started_early_,
+          .buckets = reducer_.bucket_count(),
+          .buckets_done_in_backward = reducer_.buckets_done_before_finish(),
+          .gradient_bytes = gradient_bytes_};
+}
+
+std::vector<size_t> ParallelGradients::my_micro_batches(size_t count) const {
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(setup_.grid->data_rank()); i < count;
+       i += static_cast<size_t>(setup_.grid->data_size()))
+    mine.push_back(i);
+  return mine;
+}
+
+StepTotals ParallelGradients::forward_backward(const std::vector<model::Batch>& batches,
+                                               const model::LossOptions& loss) {
+  gradient_bytes_ = 0;
+  const size_t accumulation = batches.size();
+  std::vector<int64_t> trained;
+  int64_t step_trained = 0;
+  for (const model::Batch& b : batches) {
+    trained.push_back(count_trained_tokens(b));
+    step_trained += trained.back();
+  }
+  std::vector<float> weights(accumulation, 1.0f);
+  if (accumulation > 1)
+    for (size_t i = 0; i < accumulation; ++i) weights[i] = static_cast<float>(trained[i]);
+  // The pipeline weights every micro-batch by nᵢ (its backward starts before
+  // the step's later forwards), so its step always divides by N.
+  const float scale = (accumulation > 1 || pipeline_) && step_trained > 0
+                          ? 1.0f / static_cast<float>(step_trained)
+                          : 1.0f;
+  const std::vector<size_t> mine = my_micro_batches(accumulation);
+  StepTotals totals = pipeline_ ? pipeline_gradients(batches, mine, loss)
+                                : local_gradients(batches, trained, mine, weights, loss);
+  totals.micro_batches = static_cast<int64_t>(accumulation);
+  const auto reduce_start = std::chrono::steady_clock::now();
+  groups_started_early_ = reducer_.groups_started_early();
+  reducer_.finish(scale);
+  reduce_wait_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
+  reduce_step_totals(totals);
+  return totals;
+}
+
+// Forward and backward of this rank's micro-batches `mine` (gᵢ the engine's
+// per-micro-batch mean gradient, wᵢ = weights[i], applied by the engine
+// through StepOptions::gradient_weight); the reducer holds Σ wᵢ gᵢ reduced
+// once it finishes. ZeRO-0/1: the earlier micro-batches are summed into
+// `accumulated_` and folded into the last one range by range (the reducer's
+// prepare step), one reduction per step. ZeRO-2: every micro-batch is
+// reduce-scattered into this rank's shard (accumulated there), so there is
+// no second full-size buffer, and the buckets already sent give their pages
+// back (params' grad buffer). With overlap, each reduced backward hands every
+// finished layer to the reducer, which starts reducing it at once.
+StepTotals ParallelGradients::local_gradients(const std::vector<model::Batch>& batches,
+                                              const std::vector<int64_t>& trained,
+                                              const std::vector<size_t>& mine,
+                                              const std::vector<float>& weights,
+                                              const model::LossOptions& loss) {
+  model::ParamStore<float>& params = model_.params();
+  const bool every_micro_batch = scatter();
+  StepTotals local;
+  reducer_.begin_step(params.grads().data(),
+                      [this](int64_t b, int64_t e) { model_.params().release_grads(b, e); });
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const size_t i = mine[k];
+    const bool last = k + 1 == mine.size();
+    const bool reduce = every_micro_batch || last;
+    {
+      TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
+      params.zero_grads();
+    }
+    model::StepOptions step_options;
+    // The engine applies wᵢ inside backward (not afterwards): with expert
+    // parallelism an owned expert's gradient also holds other ranks' micro-batches.
+    step_options.gradient_weight = weights[i];
+    if (reduce) {
+      if (!every_micro_batch && k > 0)
+        // Fold the earlier micro-batches in just before a range is reduced.
+        reducer_.begin_micro_batch([this](int64_t b, int64_t e) {
+          float* g = model_.params().grads().data();
+          for (int64_t j = b; j < e; ++j) g[j] += accumulated_[static_cast<size_t>(j)];
+        });
+      else
+        reducer_.begin_micro_batch();
+      if (overlap_)
+        step_options.on_gradients_ready = [this](int64_t layer) {
+          reducer_.on_gradients_ready(layer);
+          note_gradient_memory();
+        };
+    }
+    const model::LossBreakdown r = model_.forward_backward(batches[i], loss, step_options);
+    note_gradient_memory();
+    if (r.lm_tokens != trained[i])
+      throw Error("internal: micro-batch " + std::to_string(i) + " trained " +
+                  std::to_string(r.lm_tokens) + " tokens, the step planned " +
+                  std::to_string(trained[i]));
+    local.add(r);
+    if (reduce) {
+      reducer_.finish_micro_batch();
+    } else {
+      const auto& g = params.grads();
+      if (k == 0) accumulated_.assign(g.size(), 0.0f);
+      for (size_t j = 0; j < accumulated_.size(); ++j) accumulated_[j] += g[j];
+    }
+    note_gradient_memory();
+  }
+  return local;
+}
+
+// pp > 1: this rank's micro-batches go through the pipeline; the runner
+// accumulates Σ nᵢ gᵢ for the chunks this rank holds (zeros elsewhere) and
+// returns the step's losses and loads, identical on every stage.
+StepTotals ParallelGradients::pipeline_gradients(const std::vector<model::Batch>& batches,
+                                                 const std::vector<size_t>& mine,
+                                                 const model::LossOptions& loss) {
+  model::ParamStore<float>& params = model_.params();
+  {
+    TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
+    params.zero_grads();
+  }
+  reducer_.begin_step(params.grads().data());
+  reducer_.begin_micro_batch();
+  std::vector<model::Batch> local;
+  for (size_t i : mine) local.push_back(batches[i]);
+  const parallel::PipelineResult r = pipeline_->run(local, loss);
+  StepTotals totals;
+  totals.lm_sum = r.lm_sum;
+  totals.mtp_sum = r.mtp_sum;
+  totals.balance_sum = r.balance_sum;
+  totals.lm_tokens = r.lm_tokens;
+  totals.mtp_tokens = r.mtp_tokens;
+  totals.expert_load = r.expert_load;
+  for (const model::LossBreakdown& b : r.micro_batches)
+    totals.finite = totals.finite && std::isfinite(b.total);
+  bubble_fraction_ = 0.0;
+  for (double f : r.bubble_fraction) bubble_fraction_ = std::max(bubble_fraction_, f);
+  return totals;
+}
+
+// Sums the ranks' contributions (data group, then pipeline stages, whose
+// non-owning stages contribute zeros) so every rank sees the step's totals.
+void ParallelGradients::reduce_step_totals(StepTotals& local) {
+  parallel::ProcessGrid& grid = *setup_.grid;
+  std::vector<double> totals = {local.lm_sum,
+                                local.mtp_sum,
+                                local.balance_sum,
+                                static_cast<double>(local.lm_tokens),
+                                static_cast<double>(local.mtp_tokens),
+                                local.finite ? 0.0 : 1.0};
+  for (const auto& layer : local.expert_load)
+    for (int64_t v : layer) totals.push_back(static_cast<double>(v));  // exact below 2⁵³
+  // The pipeline runner's totals are already those of the whole pipeline.
+  if (grid.data().size() > 1) grid.data().all_reduce(std::span<double>(totals));
+  if (!pipeline_ && grid.pp().size() > 1) grid.pp().all_reduce(std::span<double>(totals));
+  local.lm_sum = totals[0];
+  local.mtp_sum = totals[1];
+  local.balance_sum = totals[2];
+  local.lm_tokens = static_cast<int64_t>(totals[3]);
+  local.mtp_tokens = static_cast<int64_t>(totals[4]);
+  local.finite = totals[5] == 0.0;
+  size_t at = 6;
+  for (auto& layer : local.expert_load)
+    for (int64_t& v : layer) v = static_cast<int64_t>(totals[at++]);
+}
+
+// Gradient memory this rank holds right now (resident pages of the engine's
+// buffer, the earlier micro-batches' sum, the ZeRO-2 shard); the step's
+// largest sample is reported as grad_memory_mib.
+void ParallelGradients::note_gradient_memory() {
+  const int64_t resident = model::resident_bytes(model_.params().grads());
+  const int64_t buffer = resident >= 0
+                             ? resident
+                             : static_cast<int64_t>(model_.params().grads().size() * sizeof(float));
+  const int64_t held = buffer + static_cast<int64_t>(accumulated_.capacity() * sizeof(float)) +
+                       reducer_.shard_bytes();
+  gradient_bytes_ = std::max(gradient_bytes_, held);
+}
+
+// Global-norm clipping. Under ZeRO-2 each rank holds only its ranges of the
+// gradient: the dense parts split the dense tensors over `data` and, in each
+// expert group, the expert parts split that group's experts, so the squared
+// norms of every data rank's ranges sum to each value exactly once.
+double ParallelGradients::clip_gradients(double max_norm) {
+  model::ParamStore<float>& params = model_.params();
+  const std::vector<model::ParamSpec>& specs = params.specs();
+  float* g = params.grads().data();
+  if (scatter()) {
+    const std::vector<parallel::OptimizerShard> mine = zero_ranges();
+    double local = 0.0;
+    for (const parallel::OptimizerShard& r : mine) local += shard_grad_norm_squared(specs, r, g);
+    const double norm = std::sqrt(setup_.grid->data().all_reduce_value(local));
+    if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm)
+      for (const parallel::OptimizerShard& r : mine)
+        scale_shard_grads(specs, r, g, static_cast<float>(max_norm / norm));
+    return norm;
+  }
+  if (setup_.ownership) {
+    // Dense tensors are replicated (counted once); each expert lives on one EP rank.
+    const parallel::OptimizerShard dense = parallel::role_range(specs, model::ParamRole::kDense);
+    const parallel::OptimizerShard experts = parallel::role_range(specs, model::ParamRole::kExpert);
+    const double squared =
+        shard_grad_norm_squared(specs, dense, g) +
+        setup_.grid->ep().all_reduce_value(shard_grad_norm_squared(specs, experts, g));
+    const double norm = std::sqrt(squared);
+    if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
+      const float scale = static_cast<float>(max_norm / norm);
+      scale_shard_grads(specs, dense, g, scale);
+      scale_shard_grads(specs, experts, g, scale);
+    }
+    return norm;
+  }
+  return clip_grad_norm(params, max_norm);
+}
+
+// ZeRO: each rank updated its ranges; everyone gets the whole model back,
+// the dense tensors over `data`, the experts over the expert group.
+void ParallelGradients::after_update() {
+  if (zero_ == 0) return;
+  std::vector<float>& values = model_.params().values();
+  auto gather = [&](parallel::Communicator& comm,
+                    const std::vector<parallel::OptimizerShard>& parts) {
+    if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
+    const parallel::OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
+    const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
+    std::vector<int64_t> counts;
+    for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
+    comm.all_gather(own.data(), values.data() + parts.front().begin, counts, parallel::DType::kF32);
+  };
+  gather(setup_.grid->data(), zero_partition_.dense);
+  gather(setup_.expert_comm(), zero_partition_.expert);
+}
+
+// ZeRO-2: past the update this rank's reduced ranges are not needed either;
+// their pages go back too (zero_grads writes only resident pages).
+void ParallelGradients::release_gradients() {
+  if (!scatter() || pipeline_) return;
+  for (const parallel::GradReducer::Range& r : reducer_.reduced_ranges())
+    model_.params().release_grads(r.begin, r.end);
+}
+
+}  // namespace trex::train

@@ -1,0 +1,162 @@
+#include "trex/train/parallel_setup.hpp"
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "trex/core/error.hpp"
+#include "trex/core/log.hpp"
+#include "trex/parallel/expert_placement.hpp"
+#include "trex/train/checkpoint.hpp"
+#include "trex/train/metrics.hpp"
+
+namespace trex::train {
+namespace {
+
+std::unique_ptr<parallel::ProcessGrid> make_grid(const RunConfig& c,
+                                                 std::shared_ptr<parallel::Communicator> world) {
+  if (!world) world = parallel::world();
+  const ParallelConfig& p = c.parallel;
+  const parallel::GridShape shape{static_cast<int>(p.dp), static_cast<int>(p.ep),
+                                  static_cast<int>(p.pp)};
+  if (world->size() != shape.size())
+    throw Error("the run config asks for " + shape.to_string() + " = " +
+                std::to_string(shape.size()) + " ranks but " + std::to_string(world->size()) +
+                (world->size() == 1 ? " process is" : " processes are") +
+                " running; launch it with `mpirun -np " + std::to_string(shape.size()) +
+                " trex train --config RUN` (or set parallel.dp / ep / pp to match)")
+        .field("parallel");
+  return std::make_unique<parallel::ProcessGrid>(std::move(world), shape);
+}
+
+// The map of `trex plan experts` for the main MoE layers (the MTP block keeps
+// the contiguous map unless the file lists it too).
+void apply_expert_placement(parallel::ExpertParallel& ep, const RunConfig& config,
+                            const model::ModelConfig& mc, int ep_size) {
+  const std::string& path = config.parallel.expert_placement;
+  const parallel::ExpertPlacement placement = parallel::load_expert_placement(path);
+  const int blocks = static_cast<int>(ep.owner.size());
+  const int listed = static_cast<int>(placement.layers.size());
+  const int main_layers = static_cast<int>(mc.num_hidden_layers);
+  if (listed != main_layers && listed != blocks)
+    throw Error("the expert placement lists " + std::to_string(listed) +
+                " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
+                std::to_string(blocks - main_layers) + " MTP)")
+        .file(path)
+        .field("layers");
+  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
+                                   ep_size, path);
+  for (int l = 0; l < listed; ++l)
+    ep.owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
+}
+
+}  // namespace
+
+ParallelSetup ParallelSetup::build(const RunConfig& config,
+                                   std::shared_ptr<parallel::Communicator> world) {
+  ParallelSetup s;
+  s.grid = make_grid(config, std::move(world));
+  if (s.grid->shape().ep <= 1) return s;
+  const model::ModelConfig mc = run_model_config(config);
+  s.expert_parallel = std::make_unique<parallel::ExpertParallel>(
+      parallel::make_expert_parallel(mc, s.grid->ep(), config.parallel.ep_overlap));
+  if (!config.parallel.expert_placement.empty())
+    apply_expert_placement(*s.expert_parallel, config, mc, s.grid->shape().ep);
+  s.expert_dispatchers = std::make_unique<parallel::EpTokenDispatchers<float>>(*s.expert_parallel);
+  s.ownership = parallel::ExpertOwnership::of_rank(s.expert_parallel->owner, s.grid->coords().ep);
+  return s;
+}
+
+parallel::ZeroPartition ParallelSetup::zero_partition(
+    const std::vector<model::ParamSpec>& specs) const {
+  return parallel::partition_for_zero_by_role(specs, grid->data().size(), expert_comm().size());
+}
+
+std::vector<model::ParamSpec> ParallelSetup::layout_of_data_rank(
+    int r, const model::ModelConfig& config, const std::vector<model::ParamSpec>& own) const {
+  if (!ownership) return own;
+  return parallel::filter_specs(
+      model::parameter_specs(config),
+      parallel::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep));
+}
+
+double ParallelSetup::exposed_seconds() const {
+  return grid->world().stats().exposed_seconds + grid->data().stats().exposed_seconds +
+         grid->ep().stats().exposed_seconds + grid->dp().stats().exposed_seconds +
+         grid->pp().stats().exposed_seconds;
+}
+
+int64_t ParallelSetup::ep_bytes_sent() const {
+  int64_t bytes = 0;
+  for (const auto& block : expert_parallel->traffic.total_bytes)
+    for (size_t r = 0; r < block.size(); ++r)
+      if (static_cast<int>(r) != grid->ep().rank()) bytes += block[r];
+  return bytes;
+}
+
+model::ModelConfig run_model_config(const RunConfig& c) {
+  if (c.init_checkpoint.empty()) return model::ModelConfig::load(c.model_config);
+  const std::filesystem::path path = std::filesystem::path(c.init_checkpoint) / "config.json";
+  if (!std::filesystem::exists(path))
+    throw Error("checkpoint directory has no config.json").file(path.string());
+  return model::ModelConfig::load(path.string());
+}
+
+model::Model<float> build_model(const RunConfig& c, const ParallelSetup& setup) {
+  const std::optional<parallel::ExpertOwnership>& ownership = setup.ownership;
+  if (!c.init_checkpoint.empty()) {
+    verify_checkpoint(c.init_checkpoint);  // checksums: a corrupt file is refused by name
+    if (!ownership) return model::Model<float>::from_checkpoint(c.init_checkpoint);
+    model::LoadedCheckpoint<float> loaded =
+        parallel::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
+    return model::Model<float>(std::move(loaded.config), std::move(loaded.params),
+                               std::move(loaded.hash_tables));
+  }
+  model::ModelConfig mc = model::ModelConfig::load(c.model_config);
+  if (!ownership) {
+    model::Model<float> m(std::move(mc));
+    m.init_random(c.init_seed);
+    return m;
+  }
+  mc.validate("model config");
+  model::ParamStore<float> store(parallel::filter_specs(model::parameter_specs(mc), *ownership));
+  model::HashTables tables(
+      model::hash_table_names(mc).size(),
+      std::vector<int64_t>(static_cast<size_t>(mc.vocab_size * mc.num_experts_per_tok), 0));
+  model::Model<float> m(std::move(mc), std::move(store), std::move(tables));
+  m.init_random(c.init_seed);
+  return m;
+}
+
+Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& params,
+                         const std::vector<parallel::OptimizerShard>& zero_ranges) {
+  OptimizerOptions options = c.optimizer;
+  options.muon.precision = c.compute_precision();
+  if (c.parallel.zero == 0) return Optimizer(params, options);
+  return Optimizer(params, options, zero_ranges);
+}
+
+void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
+                         const model::Model<float>& model, int64_t optimizer_state_size,
+                         int64_t gradient_buckets) {
+  parallel::ProcessGrid& grid = *setup.grid;
+  // Whole-model figures count every parameter once, whatever this rank stores.
+  const int64_t whole = parallel::total_numel(model::parameter_specs(model.config()));
+  const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
+  log::info(grid.shape().to_string(), ": ", c.accumulation_steps(), " micro-batches per step over ",
+            grid.data_size(), " data-parallel ranks; ZeRO-", c.parallel.zero, ", optimizer state ",
+            format_value(mib * static_cast<double>(optimizer_state_size), "%.1f"),
+            " MiB per rank (whole model ", format_value(mib * static_cast<double>(whole), "%.1f"),
+            " MiB), ", gradient_buckets, " gradient buckets",
+            c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
+  const double param_mib = sizeof(float) / (1024.0 * 1024.0);
+  log::info("parameters ",
+            format_value(param_mib * static_cast<double>(model.params().size()), "%.2f"),
+            " MiB per rank (whole model ",
+            format_value(param_mib * static_cast<double>(whole), "%.2f"), " MiB)",
+            setup.ownership
+                ? "; routed experts sharded over " + std::to_string(grid.shape().ep) + " EP ranks"
+                : std::string());
+}
+
+}  // namespace trex::train
