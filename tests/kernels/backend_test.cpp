@@ -1,13 +1,13 @@
 // The op layer: every op through the Backend interface equals the CPU kernel
-// it wraps bit for bit (F32 and F64), operands of the wrong dtype or shape are
-// rejected naming the op and operand, and buffers come zero-filled from the
-// backend.
+// it wraps bit for bit (F32 and F64; the MoE and decode ops included), operands of the wrong dtype
+// or shape are rejected naming the op and operand, and buffers come zero-filled from the backend.
 #include "trex/kernels/backend.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trex/core/error.hpp"
@@ -15,10 +15,12 @@
 #include "trex/kernels/cpu/attention.hpp"
 #include "trex/kernels/cpu/compressor.hpp"
 #include "trex/kernels/cpu/cpu_backend.hpp"
+#include "trex/kernels/cpu/decode.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/indexer.hpp"
 #include "trex/kernels/cpu/lm_loss.hpp"
 #include "trex/kernels/cpu/mhc.hpp"
+#include "trex/kernels/cpu/moe.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 #include "trex/kernels/cpu/optimizer.hpp"
 #include "trex/kernels/cpu/rope.hpp"
@@ -433,6 +435,238 @@ TYPED_TEST(BackendOps, RowOpsEqualTheirKernels) {
   for (size_t i = 0; i < z.size(); ++i) EXPECT_EQ(z2[i], z[i] * T(0.5));
 }
 
+// Router ops over N tokens and E experts, above the OpenMP cut-offs.
+TYPED_TEST(BackendOps, RouterOpsEqualTheirKernels) {
+  using T = TypeParam;
+  const Backend& ops = cpu_backend();
+  const int64_t N = 2100, E = 8, K = 2, V = 50;
+  std::vector<T> logits = uniform<T>(90, N * E, 4.0), bias = uniform<T>(91, E, 0.1);
+  std::vector<T> scores(N * E), scores_ref(N * E);
+  ops.router_scores(t(logits, {N, E}), t(scores, {N, E}));
+  router_scores(logits.data(), N * E, scores_ref.data());
+  EXPECT_EQ(scores, scores_ref);
+  EXPECT_EQ(scores[7], static_cast<T>(sqrt_softplus(static_cast<double>(logits[7])).value));
+
+  // Score layers: top-k of scores + bias; hash layers: the table rows.
+  std::vector<int32_t> index(N * K), index_ref(N * K);
+  ops.router_select(t(scores, {N, E}), t(bias, {E}), Tensor(), Tensor(),
+                    Tensor::of(index.data(), {N, K}));
+  router_top_k(scores.data(), bias.data(), N, E, K, index_ref.data());
+  EXPECT_EQ(index, index_ref);
+  EXPECT_NE(index[0], index[1]);
+  std::vector<int64_t> ids(N), table(V * K);
+  for (int64_t i = 0; i < N; ++i) ids[i] = (7 * i) % V;
+  for (int64_t i = 0; i < V * K; ++i) table[i] = (3 * i + 1) % E;
+  std::vector<int32_t> hashed(N * K);
+  ops.router_select(t(scores, {N, E}), Tensor(), Tensor::of(ids.data(), {N}),
+                    Tensor::of(table.data(), {V, K}), Tensor::of(hashed.data(), {N, K}));
+  router_hash(ids.data(), table.data(), N, K, index_ref.data());
+  EXPECT_EQ(hashed, index_ref);
+  EXPECT_EQ(hashed[5 * K + 1], table[ids[5] * K + 1]);
+
+  for (bool normalised : {true, false}) {
+    const RouterCombineParams params{1.5, normalised};
+    std::vector<T> combine(N * K), combine_ref(N * K);
+    ops.router_combine(params, t(scores, {N, E}), Tensor::of(index.data(), {N, K}),
+                       t(combine, {N, K}));
+    router_combine(params, scores.data(), index.data(), N, E, K, combine_ref.data());
+    EXPECT_EQ(combine, combine_ref);
+  }
+
+  // Balance loss over three sequences (the last tokens in none).
+  std::vector<int64_t> sequences{0, 700, 700, 900, 1600, 400};
+  std::vector<double> freq(3 * E), freq_ref(3 * E);
+  ops.router_balance_frequencies(Tensor::of(index.data(), {N, K}),
+                                 Tensor::of(sequences.data(), {3, 2}),
+                                 Tensor::of(freq.data(), {3, E}));
+  router_balance_frequencies(index.data(), K, E, sequences.data(), 3, freq_ref.data());
+  EXPECT_EQ(freq, freq_ref);
+  const double loss =
+      ops.router_balance_loss(0.01, t(scores, {N, E}), Tensor::of(freq.data(), {3, E}),
+                              Tensor::of(sequences.data(), {3, 2}));
+  EXPECT_EQ(loss, router_balance_loss(0.01, scores.data(), N, E, freq.data(), sequences.data(), 3));
+  EXPECT_GT(loss, 0.0);
+
+  // Backward over two token ranges, with and without the balance loss.
+  std::vector<int64_t> sequence_of(N, -1);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < sequences[2 * b + 1]; ++i) sequence_of[sequences[2 * b] + i] = b;
+  std::vector<T> combine(N * K), d_combine = uniform<T>(92, N * K);
+  router_combine(RouterCombineParams{1.5, true}, scores.data(), index.data(), N, E, K,
+                 combine.data());
+  for (bool with_balance : {false, true}) {
+    RouterBalanceGrad balance;
+    RouterBalance balance_ref;
+    if (with_balance) {
+      balance = {Tensor::of(sequences.data(), {3, 2}), Tensor::of(freq.data(), {3, E}),
+                 Tensor::of(sequence_of.data(), {N}), 0.01, 0.5};
+      balance_ref = {sequences.data(), 3, freq.data(), sequence_of.data(), 0.01, 0.5};
+    }
+    std::vector<T> dlogits(N * E, T(0)), dlogits_ref(N * E, T(0));
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 1000}, {1000, N}}) {
+      ops.router_backward({1.5, true}, balance, t(logits, {N, E}), t(scores, {N, E}),
+                          Tensor::of(index.data(), {N, K}), t(combine, {N, K}),
+                          t(d_combine, {N, K}), begin, end, t(dlogits, {N, E}));
+      router_backward(RouterCombineParams{1.5, true}, balance_ref, logits.data(), scores.data(),
+                      index.data(), combine.data(), d_combine.data(), E, K, begin, end,
+                      dlogits_ref.data());
+    }
+    EXPECT_EQ(dlogits, dlogits_ref);
+  }
+
+  std::vector<T> b = uniform<T>(93, E), b_ref(b);
+  std::vector<int64_t> load{5, 1, 3, 3, 9, 0, 3, 0};
+  ops.router_bias_update(t(b, {E}), Tensor::of(load.data(), {E}), 0.001);
+  router_bias_update(b_ref.data(), load.data(), E, 0.001);
+  EXPECT_EQ(b, b_ref);
+}
+
+TYPED_TEST(BackendOps, SwigluAndGroupedExpertGemmsEqualTheirKernels) {
+  using T = TypeParam;
+  const Backend& ops = cpu_backend();
+  const int64_t R = 600, I = 32, d = 24;
+  std::vector<T> gate = uniform<T>(100, R * I, 12.0), up = uniform<T>(101, R * I, 12.0);
+  std::vector<T> scale = uniform<T>(102, R), dh = uniform<T>(103, R * I);
+  for (double limit : {10.0, 0.0}) {
+    for (bool scaled : {true, false}) {
+      const Tensor row_scale = scaled ? t(scale, {R}) : Tensor();
+      const T* scale_ref = scaled ? scale.data() : nullptr;
+      std::vector<T> h(R * I), h_ref(R * I);
+      ops.swiglu_forward(t(gate, {R, I}), t(up, {R, I}), row_scale, limit, t(h, {R, I}));
+      swiglu_forward(gate.data(), up.data(), scale_ref, R, I, limit, h_ref.data());
+      EXPECT_EQ(h, h_ref);
+      std::vector<T> dg(R * I), dv(R * I), ds(R), dg_ref(R * I), dv_ref(R * I), ds_ref(R);
+      ops.swiglu_backward(t(gate, {R, I}), t(up, {R, I}), row_scale, t(dh, {R, I}), limit,
+                          t(dg, {R, I}), t(dv, {R, I}), t(ds, {R}));
+      swiglu_backward(gate.data(), up.data(), scale_ref, dh.data(), R, I, limit, dg_ref.data(),
+                      dv_ref.data(), ds_ref.data());
+      EXPECT_EQ(dg, dg_ref);
+      EXPECT_EQ(dv, dv_ref);
+      EXPECT_EQ(ds, ds_ref);
+    }
+  }
+
+  // Four groups of rows, group 2 empty (its weight absent, as on an EP rank
+  // that does not own the expert).
+  std::vector<int64_t> offsets{0, 37, 250, 250, R};
+  std::vector<std::vector<T>> w, dw, dw_ref;
+  for (int64_t g = 0; g < 4; ++g) {
+    w.push_back(uniform<T>(110 + g, I * d));
+    dw.push_back(uniform<T>(120 + g, I * d));
+    dw_ref.push_back(dw.back());
+  }
+  std::vector<Tensor> weights, grads;
+  std::vector<const T*> weight_ptrs;
+  std::vector<T*> grad_ptrs;
+  for (int64_t g = 0; g < 4; ++g) {
+    weights.push_back(g == 2 ? Tensor() : t(w[g], {I, d}));
+    grads.push_back(g == 2 ? Tensor() : t(dw[g], {I, d}));
+    weight_ptrs.push_back(g == 2 ? nullptr : w[g].data());
+    grad_ptrs.push_back(g == 2 ? nullptr : dw_ref[g].data());
+  }
+  std::vector<T> x = uniform<T>(104, R * d), dy = uniform<T>(105, R * I);
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    std::vector<T> y(R * I), y_ref(R * I);
+    ops.grouped_linear_forward(Tensor::of(offsets.data(), {5}), t(x, {R, d}), weights, t(y, {R, I}),
+                               p);
+    grouped_rows_linear_forward(offsets.data(), 4, x.data(), weight_ptrs.data(), I, d, y_ref.data(),
+                                p);
+    EXPECT_EQ(y, y_ref);
+    std::vector<T> ref_rows(37 * I);
+    linear_forward(x.data(), w[0].data(), ref_rows.data(), 37, I, d, p);
+    EXPECT_EQ(std::vector<T>(y.begin(), y.begin() + 37 * I), ref_rows);
+    for (bool accumulate : {false, true}) {
+      std::vector<T> dx = uniform<T>(106, R * d), dx_ref(dx);
+      ops.grouped_linear_backward(Tensor::of(offsets.data(), {5}), t(x, {R, d}), weights,
+                                  t(dy, {R, I}), t(dx, {R, d}), grads, {p, accumulate});
+      grouped_rows_linear_backward(offsets.data(), 4, x.data(), weight_ptrs.data(), dy.data(),
+                                   dx_ref.data(), grad_ptrs.data(), I, d, p, accumulate);
+      EXPECT_EQ(dx, dx_ref);
+      for (int64_t g = 0; g < 4; ++g) EXPECT_EQ(dw[g], dw_ref[g]);
+    }
+    // Frozen weights: no gradients, no dx.
+    ops.grouped_linear_backward(Tensor::of(offsets.data(), {5}), t(x, {R, d}), weights,
+                                t(dy, {R, I}), Tensor(), {}, {p});
+    for (int64_t g = 0; g < 4; ++g) EXPECT_EQ(dw[g], dw_ref[g]);
+  }
+}
+
+TYPED_TEST(BackendOps, TokenDispatchRowOpsEqualTheirKernels) {
+  using T = TypeParam;
+  const Backend& ops = cpu_backend();
+  const int64_t N = 500, d = 40, K = 2, P = N * K;
+  std::vector<T> x = uniform<T>(130, N * d), combine = uniform<T>(131, N * K);
+  std::vector<int64_t> order(P), pair_row(P);
+  for (int64_t i = 0; i < P; ++i) order[i] = (i * 7) % P;  // 7 is prime to P
+  for (int64_t i = 0; i < P; ++i) pair_row[order[i]] = i;
+
+  // Rows with their weight beside them, and with a weight column.
+  std::vector<T> rows(P * d), weights(P), rows_ref(P * d), weights_ref(P);
+  ops.moe_permute(K, t(x, {N, d}), Tensor::of(order.data(), {P}), t(combine, {N, K}),
+                  t(rows, {P, d}), t(weights, {P}));
+  moe_permute(x.data(), d, K, order.data(), P, combine.data(), d, rows_ref.data(),
+              weights_ref.data());
+  EXPECT_EQ(rows, rows_ref);
+  EXPECT_EQ(weights, weights_ref);
+  EXPECT_EQ(rows[3 * d], x[order[3] / K * d]);
+  std::vector<T> packed(P * (d + 1)), packed_ref(P * (d + 1));
+  ops.moe_permute(K, t(x, {N, d}), Tensor::of(order.data(), {P}), t(combine, {N, K}),
+                  t(packed, {P, d + 1}), Tensor());
+  moe_permute(x.data(), d, K, order.data(), P, combine.data(), d + 1, packed_ref.data(),
+              static_cast<T*>(nullptr));
+  EXPECT_EQ(packed, packed_ref);
+  EXPECT_EQ(packed[3 * (d + 1) + d], combine[order[3]]);
+
+  // Unpermute adds the pairs of every token in slot order.
+  std::vector<T> y = uniform<T>(132, N * d), y_ref(y);
+  ops.moe_unpermute(t(rows, {P, d}), Tensor::of(pair_row.data(), {N, K}), t(y, {N, d}));
+  moe_unpermute(rows.data(), d, pair_row.data(), N, K, y_ref.data());
+  EXPECT_EQ(y, y_ref);
+
+  // Packing by an index, and back (the inverse permutation restores the rows).
+  std::vector<T> out(P * (d + 1)), out_ref(P * (d + 1));
+  ops.pack_rows(t(rows, {P, d}), t(weights, {P}), Tensor::of(pair_row.data(), {P}),
+                t(out, {P, d + 1}));
+  pack_rows(rows.data(), weights.data(), d, pair_row.data(), P, d + 1, out_ref.data());
+  EXPECT_EQ(out, out_ref);
+  std::vector<T> back(P * d), back_weights(P);
+  ops.unpack_rows(t(out, {P, d + 1}), Tensor::of(pair_row.data(), {P}), t(back, {P, d}),
+                  t(back_weights, {P}));
+  EXPECT_EQ(back, rows);
+  EXPECT_EQ(back_weights, weights);
+  // Without an index, row i stays row i (the EP dispatcher's returned rows).
+  std::vector<T> plain(P * d), plain_weights(P), plain_ref(P * d), plain_weights_ref(P);
+  ops.unpack_rows(t(packed, {P, d + 1}), Tensor(), t(plain, {P, d}), t(plain_weights, {P}));
+  unpack_rows(packed.data(), d + 1, static_cast<const int64_t*>(nullptr), P, d, plain_ref.data(),
+              plain_weights_ref.data());
+  EXPECT_EQ(plain, plain_ref);
+  EXPECT_EQ(plain_weights, plain_weights_ref);
+  EXPECT_EQ(plain, rows);
+}
+
+TYPED_TEST(BackendOps, DecodeOpsEqualTheirKernels) {
+  using T = TypeParam;
+  const Backend& ops = cpu_backend();
+  const int64_t heads = 4, hd = 16, visible = 9, take = 4;
+  std::vector<T> q = uniform<T>(140, heads * hd), hw = uniform<T>(141, heads);
+  std::vector<T> keys = uniform<T>(142, visible * hd);
+  std::vector<int64_t> selected(take), selected_ref(take);
+  ops.decode_indexer_select(t(q, {heads, hd}), t(hw, {heads}), t(keys, {visible, hd}),
+                            Tensor::of(selected.data(), {take}));
+  decode_indexer_select(q.data(), hw.data(), heads, hd, keys.data(), visible, take,
+                        selected_ref.data());
+  EXPECT_EQ(selected, selected_ref);
+  EXPECT_NE(selected[0], selected[1]);
+
+  const int64_t H = 3, c = 8, n = 11;
+  std::vector<T> query = uniform<T>(143, H * c), kv = uniform<T>(144, n * c),
+                 sink = uniform<T>(145, H);
+  std::vector<T> o = uniform<T>(146, H * c), o_ref(H * c);
+  ops.decode_attention(t(query, {H, c}), t(kv, {n, c}), t(sink, {H}), t(o, {H, c}));
+  decode_attention(query.data(), H, c, kv.data(), n, sink.data(), o_ref.data());
+  EXPECT_EQ(o, o_ref);
+}
+
 TEST(BackendOptimizer, UpdatesAndNormsEqualTheirKernels) {
   const Backend& ops = cpu_backend();
   const int64_t rows = 6, cols = 10, n = rows * cols;
@@ -517,6 +751,50 @@ TEST(BackendChecks, WrongDtypeShapeOrMissingOperandIsAnErrorNamingIt) {
                              t(y, {2, 4}), t(X, {2, 4, 4}));
       },
       "Xout", "mhc_post_forward: Xout must not alias X");
+
+  // MoE ops.
+  std::vector<float> scores(6 * 4), rows(6 * 4), w0(5 * 4), out(6 * 5);
+  std::vector<int64_t> index64(6 * 2);
+  expect_rejected(
+      [&] {
+        ops.router_select(t(scores, {6, 4}), Tensor(), Tensor(), Tensor(),
+                          Tensor::of(index64.data(), {6, 2}));
+      },
+      "expert_index", "router_select: expert_index is I64 [6, 2], expected I32 [6, *]");
+  std::vector<int32_t> index(6 * 2);
+  std::vector<int64_t> sequences{0, 4, 3, 4};
+  std::vector<double> freq(2 * 4);
+  expect_rejected(
+      [&] {
+        ops.router_balance_frequencies(Tensor::of(index.data(), {6, 2}),
+                                       Tensor::of(sequences.data(), {2, 2}),
+                                       Tensor::of(freq.data(), {2, 4}));
+      },
+      "sequences", "sequence 1 [3, +4) is empty or not inside the 6 tokens");
+  std::vector<int64_t> offsets{0, 4, 2};
+  const std::vector<Tensor> weights{t(w0, {5, 4}), t(w0, {5, 4})};
+  expect_rejected(
+      [&] {
+        ops.grouped_linear_forward(Tensor::of(offsets.data(), {3}), t(rows, {6, 4}), weights,
+                                   t(out, {6, 5}), Precision::kF32);
+      },
+      "offsets", "do not ascend from 0 to the 6 rows of x");
+  offsets = {0, 4, 6};
+  expect_rejected(
+      [&] {
+        ops.grouped_linear_forward(Tensor::of(offsets.data(), {3}), t(rows, {6, 4}),
+                                   std::vector<Tensor>{t(w0, {5, 4}), Tensor()}, t(out, {6, 5}),
+                                   Precision::kF32);
+      },
+      "w[1]", "grouped_linear_forward: w[1] is missing");
+  std::vector<int64_t> order(6 * 2);
+  std::vector<float> combine(6 * 2), permuted(12 * 4);
+  expect_rejected(
+      [&] {
+        ops.moe_permute(2, t(rows, {6, 4}), Tensor::of(order.data(), {12}), t(combine, {6, 2}),
+                        t(permuted, {12, 4}), Tensor());
+      },
+      "combine", "combine needs exactly one destination");
 }
 
 TEST(BackendTensors, TypedAccessChecksTheDtypeAndViewsTheirShape) {

@@ -1,7 +1,7 @@
 // The model computes through its Backend: a recording backend that forwards
 // every op to the CPU backend gives bitwise the same losses and gradients as
-// the default, and sees every op of a training step outside the MoE layer
-// (whose router and experts still call the CPU kernels directly).
+// the default, and sees every op of a training step (MoE router, experts and
+// token dispatch included).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ using trex::kernels::MhcSiteTensors;
 using trex::kernels::MhcStateTensors;
 using trex::kernels::Precision;
 using trex::kernels::RopeTable;
+using trex::kernels::RouterBalanceGrad;
+using trex::kernels::RouterCombineParams;
 using trex::kernels::SelectionBoundary;
 using trex::kernels::Tensor;
 
@@ -249,6 +252,96 @@ class RecordingBackend final : public Backend {
     record("sum_squares");
     return cpu().sum_squares(x, bounds);
   }
+  void do_router_scores(const Tensor& logits, const Tensor& scores) const override {
+    record("router_scores");
+    cpu().router_scores(logits, scores);
+  }
+  void do_router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
+                        const Tensor& tid2eid, const Tensor& expert_index) const override {
+    record("router_select");
+    cpu().router_select(scores, bias, token_ids, tid2eid, expert_index);
+  }
+  void do_router_combine(const RouterCombineParams& p, const Tensor& scores,
+                         const Tensor& expert_index, const Tensor& combine) const override {
+    record("router_combine");
+    cpu().router_combine(p, scores, expert_index, combine);
+  }
+  void do_router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
+                                     const Tensor& freq) const override {
+    record("router_balance_frequencies");
+    cpu().router_balance_frequencies(expert_index, sequences, freq);
+  }
+  double do_router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
+                                const Tensor& sequences) const override {
+    record("router_balance_loss");
+    return cpu().router_balance_loss(weight, scores, freq, sequences);
+  }
+  void do_router_backward(const RouterCombineParams& p, const RouterBalanceGrad& balance,
+                          const Tensor& logits, const Tensor& scores, const Tensor& expert_index,
+                          const Tensor& combine, const Tensor& d_combine, int64_t begin,
+                          int64_t end, const Tensor& dlogits) const override {
+    record("router_backward");
+    cpu().router_backward(p, balance, logits, scores, expert_index, combine, d_combine, begin, end,
+                          dlogits);
+  }
+  void do_router_bias_update(const Tensor& bias, const Tensor& load, double speed) const override {
+    record("router_bias_update");
+    cpu().router_bias_update(bias, load, speed);
+  }
+  void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& scale, double limit,
+                         const Tensor& h) const override {
+    record("swiglu_forward");
+    cpu().swiglu_forward(gate, up, scale, limit, h);
+  }
+  void do_swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& scale,
+                          const Tensor& dh, double limit, const Tensor& dg, const Tensor& dv,
+                          const Tensor& dscale) const override {
+    record("swiglu_backward");
+    cpu().swiglu_backward(gate, up, scale, dh, limit, dg, dv, dscale);
+  }
+  void do_grouped_rows_linear_forward(const Tensor& offsets, const Tensor& x,
+                                      std::span<const Tensor> w, const Tensor& y,
+                                      Precision p) const override {
+    record("grouped_rows_linear_forward");
+    cpu().grouped_linear_forward(offsets, x, w, y, p);
+  }
+  void do_grouped_rows_linear_backward(const Tensor& offsets, const Tensor& x,
+                                       std::span<const Tensor> w, const Tensor& dy,
+                                       const Tensor& dx, std::span<const Tensor> dw,
+                                       const LinearOptions& o) const override {
+    record("grouped_rows_linear_backward");
+    cpu().grouped_linear_backward(offsets, x, w, dy, dx, dw, o);
+  }
+  void do_moe_permute(int64_t top_k, const Tensor& x, const Tensor& order, const Tensor& combine,
+                      const Tensor& rows, const Tensor& row_combine) const override {
+    record("moe_permute");
+    cpu().moe_permute(top_k, x, order, combine, rows, row_combine);
+  }
+  void do_moe_unpermute(const Tensor& rows, const Tensor& pair_row,
+                        const Tensor& y) const override {
+    record("moe_unpermute");
+    cpu().moe_unpermute(rows, pair_row, y);
+  }
+  void do_pack_rows(const Tensor& rows, const Tensor& weights, const Tensor& index,
+                    const Tensor& packed) const override {
+    record("pack_rows");
+    cpu().pack_rows(rows, weights, index, packed);
+  }
+  void do_unpack_rows(const Tensor& packed, const Tensor& index, const Tensor& rows,
+                      const Tensor& weights) const override {
+    record("unpack_rows");
+    cpu().unpack_rows(packed, index, rows, weights);
+  }
+  void do_decode_indexer_select(const Tensor& q, const Tensor& w, const Tensor& keys,
+                                const Tensor& selected) const override {
+    record("decode_indexer_select");
+    cpu().decode_indexer_select(q, w, keys, selected);
+  }
+  void do_decode_attention(const Tensor& q, const Tensor& keys, const Tensor& sink,
+                           const Tensor& o) const override {
+    record("decode_attention");
+    cpu().decode_attention(q, keys, sink, o);
+  }
   double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
                                   double loss_scale, const LmHeadOutputs& outputs,
                                   int64_t chunk_rows, Precision p) const override {
@@ -323,7 +416,19 @@ TEST(BackendDispatch, ModelStepOnARecordingBackendIsBitwiseTheCpuStepAndUsesEver
                          "indexer_selected_scores",
                          "indexer_kl_loss",
                          "indexer_score_backward",
-                         "lm_head_cross_entropy"})
+                         "lm_head_cross_entropy",
+                         "router_scores",
+                         "router_select",
+                         "router_combine",
+                         "router_balance_frequencies",
+                         "router_balance_loss",
+                         "router_backward",
+                         "swiglu_forward",
+                         "swiglu_backward",
+                         "grouped_rows_linear_forward",
+                         "grouped_rows_linear_backward",
+                         "moe_permute",
+                         "moe_unpermute"})
     EXPECT_GT(calls.count(op) ? calls.at(op) : 0, 0) << op;
 }
 

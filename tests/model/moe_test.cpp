@@ -13,11 +13,13 @@
 
 #include "model/gradcheck.hpp"
 #include "trex/core/error.hpp"
+#include "trex/kernels/cpu/moe.hpp"
 #include "trex/model/config.hpp"
 
 namespace trex::model {
 namespace {
 
+using kernels::sqrt_softplus;
 using testing::check_gradient;
 using testing::GradCheckResult;
 using testing::random_vector;

@@ -7,8 +7,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
-#include "trex/kernels/cpu/gemm.hpp"
-#include "trex/kernels/cpu/norms.hpp"
+#include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/model/attention.hpp"
 #include "trex/model/mhc.hpp"
@@ -16,9 +15,12 @@
 
 namespace trex::infer {
 
-// The decoder re-runs the model's blocks token by token on its weights and kernels.
+// The decoder re-runs the model's blocks token by token on its weights, with
+// the model's backend.
 using namespace trex::model;
 namespace {
+
+using kernels::Tensor;
 
 // Generation multiplies in fp32 (the training precision does not carry over).
 constexpr kernels::Precision kPrecision = kernels::Precision::kF32;
@@ -111,75 +113,55 @@ struct SequenceState {
 };
 
 // Token `t` of a sequence brings its projection and gate rows; when t closes
-// block i = t/m, entry i is pooled exactly as compressor_forward does (slots of
-// the previous block first, softmax over the slots per channel), normalised and
-// rotated to position i·m.
+// block i = t/m, entry i is pooled by the training forward's pooling op
+// (compressor_pool_forward over the block's tokens in order, and the previous
+// block's when overlapping), normalised and rotated to position i·m.
 template <class T>
-void compressor_push(const CompressorDims& d, const CompressorWeights<T>& w,
-                     const kernels::RopeTable& rope, int64_t t, const T* proj, const T* gate,
-                     CompressorState<T>& st) {
+void compressor_push(const kernels::Backend& ops, const CompressorDims& d,
+                     const CompressorWeights<T>& w, const kernels::RopeTable& rope, int64_t t,
+                     const T* proj, const T* gate, CompressorState<T>& st) {
   const int64_t m = d.ratio, width = d.proj_dim(), cx = d.out_dim, ring = d.coff() * m;
   if (st.proj.empty()) {
     st.proj.assign(static_cast<size_t>(ring * width), T(0));
     st.gate.assign(static_cast<size_t>(ring * width), T(0));
   }
-  std::copy(proj, proj + width, st.proj.data() + (t % ring) * width);
-  std::copy(gate, gate + width, st.gate.data() + (t % ring) * width);
+  ops.copy(Tensor::of(proj, {width}), Tensor::of(st.proj.data() + (t % ring) * width, {width}));
+  ops.copy(Tensor::of(gate, {width}), Tensor::of(st.gate.data() + (t % ring) * width, {width}));
   if ((t + 1) % m != 0) return;
   const int64_t i = t / m;
-  const int64_t slots = ring;
-  // slot -> (token, column, ape row); false for the previous block of entry 0.
-  auto slot_of = [&](int64_t k, int64_t e, int64_t* token, int64_t* column, int64_t* ape_row) {
-    if (d.overlap && k < m) {
-      if (i == 0) return false;
-      *token = (i - 1) * m + k;
-      *column = e;
-      *ape_row = k;
-      return true;
-    }
-    const int64_t r = d.overlap ? k - m : k;
-    *token = i * m + r;
-    *column = d.overlap ? cx + e : e;
-    *ape_row = r;
-    return true;
-  };
-  std::vector<T> score(static_cast<size_t>(slots)), pooled(static_cast<size_t>(cx));
-  for (int64_t e = 0; e < cx; ++e) {
-    T max_score = -std::numeric_limits<T>::infinity();
-    int64_t token = 0, column = 0, ape_row = 0;
-    for (int64_t k = 0; k < slots; ++k) {
-      if (!slot_of(k, e, &token, &column, &ape_row)) continue;
-      score[k] = st.gate[(token % ring) * width + column] + w.ape[ape_row * width + column];
-      max_score = std::max(max_score, score[k]);
-    }
-    T sum = 0;
-    for (int64_t k = 0; k < slots; ++k) {
-      if (!slot_of(k, e, &token, &column, &ape_row)) continue;
-      score[k] = std::exp(score[k] - max_score);
-      sum += score[k];
-    }
-    T value = 0;
-    for (int64_t k = 0; k < slots; ++k) {
-      if (!slot_of(k, e, &token, &column, &ape_row)) continue;
-      const T p = score[k] / sum;
-      value += p * st.proj[(token % ring) * width + column];
-    }
-    pooled[e] = value;
-  }
+  // The tokens of the pooled blocks, oldest first: block i, after block i − 1
+  // when overlapping (entry 0 has none before it). Pooled as one sequence, its
+  // last entry is entry i.
+  const int64_t first = d.overlap && i > 0 ? (i - 1) * m : i * m;
+  const int64_t tokens = (i + 1) * m - first;
+  std::vector<int64_t> slots(static_cast<size_t>(tokens));
+  std::iota(slots.begin(), slots.end(), first);
+  for (int64_t& slot : slots) slot %= ring;
+  std::vector<T> block_proj(static_cast<size_t>(tokens * width));
+  std::vector<T> block_gate(static_cast<size_t>(tokens * width));
+  const Tensor slot_index = Tensor::of(slots.data(), {tokens});
+  ops.gather_rows(Tensor::of(st.proj.data(), {ring, width}), slot_index,
+                  Tensor::of(block_proj.data(), {tokens, width}));
+  ops.gather_rows(Tensor::of(st.gate.data(), {ring, width}), slot_index,
+                  Tensor::of(block_gate.data(), {tokens, width}));
+  const kernels::CompressorPoolDims pool{1, tokens, m, cx, d.overlap};
+  const int64_t entries = pool.entries();
+  std::vector<T> prob(static_cast<size_t>(entries * pool.slots() * cx));
+  std::vector<T> pooled(static_cast<size_t>(entries * cx));
+  ops.compressor_pool_forward(pool, Tensor::of(block_gate.data(), {tokens, width}),
+                              Tensor::of(block_proj.data(), {tokens, width}),
+                              Tensor::of(w.ape, {m, width}),
+                              Tensor::of(prob.data(), {entries, pool.slots(), cx}),
+                              Tensor::of(pooled.data(), {entries, cx}));
   st.entries.resize(static_cast<size_t>((st.count + 1) * cx));
   T* out = st.entries.data() + st.count * cx;
   T inv_rms = 0;
-  kernels::rmsnorm_forward(pooled.data(), w.norm, out, &inv_rms, 1, cx, d.eps);
+  ops.rmsnorm_forward(Tensor::of(pooled.data() + (entries - 1) * cx, {1, cx}),
+                      Tensor::of(w.norm, {cx}), Tensor::of(out, {1, cx}), Tensor::of(&inv_rms, {1}),
+                      d.eps);
   const int64_t position = i * m;
-  kernels::rope_apply(rope, out, 1, 1, cx, &position, /*inverse=*/false);
+  ops.rope(rope, Tensor::of(out, {1, 1, cx}), Tensor::of(&position, {1}), /*inverse=*/false);
   ++st.count;
-}
-
-template <class T>
-T dot(const T* x, const T* y, int64_t n) {
-  T s = 0;
-  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
 }
 
 // Per-call scratch of one layer's attention over R rows.
@@ -196,6 +178,7 @@ struct AttentionScratch {
 template <class T>
 struct Decoder<T>::Impl {
   const Model<T>* model = nullptr;
+  kernels::OpContext ctx;  // the model's backend, GEMMs in fp32
   std::vector<LayerWeights<T>> layers;
   std::vector<kernels::RopeTable> rope;  // per layer (base / YaRN differ by kind)
   int64_t rope_positions = 0;
@@ -239,66 +222,76 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   const AttentionDims& d = lw.dims;
   const AttentionWeights<T>& w = lw.attn;
   const kernels::RopeTable& table = rope[static_cast<size_t>(layer)];
+  const kernels::Backend& ops = ctx.ops();
+  const kernels::LinearOptions linear{ctx.precision};
   AttentionScratch<T>& s = scratch;
   const int64_t R = static_cast<int64_t>(positions.size());
   const int64_t H = d.heads, c = d.head_dim, hc = H * c, dc = d.q_lora, hidden = d.hidden;
+  const Tensor rows_a = Tensor::of(a, {R, hidden});
+  const Tensor row_positions = Tensor::of(positions.data(), {R});
 
   // Per-token projections over all rows, as attention_forward computes them.
   s.q_lora.resize(R * dc);
   s.q_lora_inv.resize(R);
   s.c_q.resize(R * dc);
-  kernels::linear_forward(a, w.wq_a, s.q_lora.data(), R, dc, hidden, kPrecision);
-  kernels::rmsnorm_forward(s.q_lora.data(), w.q_norm, s.c_q.data(), s.q_lora_inv.data(), R, dc,
-                           d.eps);
+  ops.linear_forward(rows_a, Tensor::of(w.wq_a, {dc, hidden}), Tensor::of(s.q_lora.data(), {R, dc}),
+                     linear);
+  ops.rmsnorm_forward(Tensor::of(s.q_lora.data(), {R, dc}), Tensor::of(w.q_norm, {dc}),
+                      Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(s.q_lora_inv.data(), {R}),
+                      d.eps);
   s.q_raw.resize(R * hc);
   s.q.resize(R * hc);
   s.q_inv.resize(R * H);
-  kernels::linear_forward(s.c_q.data(), w.wq_b, s.q_raw.data(), R, hc, dc, kPrecision);
-  kernels::rmsnorm_forward(s.q_raw.data(), static_cast<const T*>(nullptr), s.q.data(),
-                           s.q_inv.data(), R * H, c, d.eps);
-  kernels::rope_apply(table, s.q.data(), R, H, c, positions.data(), false);
+  ops.linear_forward(Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(w.wq_b, {hc, dc}),
+                     Tensor::of(s.q_raw.data(), {R, hc}), linear);
+  ops.rmsnorm_forward(Tensor::of(s.q_raw.data(), {R * H, c}), Tensor(),
+                      Tensor::of(s.q.data(), {R * H, c}), Tensor::of(s.q_inv.data(), {R * H}),
+                      d.eps);
+  ops.rope(table, Tensor::of(s.q.data(), {R, H, c}), row_positions, false);
   s.kv_raw.resize(R * c);
   s.kv.resize(R * c);
   s.kv_inv.resize(R);
-  kernels::linear_forward(a, w.wkv, s.kv_raw.data(), R, c, hidden, kPrecision);
-  kernels::rmsnorm_forward(s.kv_raw.data(), w.kv_norm, s.kv.data(), s.kv_inv.data(), R, c, d.eps);
-  kernels::rope_apply(table, s.kv.data(), R, 1, c, positions.data(), false);
+  ops.linear_forward(rows_a, Tensor::of(w.wkv, {c, hidden}), Tensor::of(s.kv_raw.data(), {R, c}),
+                     linear);
+  ops.rmsnorm_forward(Tensor::of(s.kv_raw.data(), {R, c}), Tensor::of(w.kv_norm, {c}),
+                      Tensor::of(s.kv.data(), {R, c}), Tensor::of(s.kv_inv.data(), {R}), d.eps);
+  ops.rope(table, Tensor::of(s.kv.data(), {R, 1, c}), row_positions, false);
 
   const CompressorDims cd = d.has_compressor() ? d.compressor() : CompressorDims{};
   if (d.has_compressor()) {
-    s.comp_proj.resize(R * cd.proj_dim());
-    s.comp_gate.resize(R * cd.proj_dim());
-    kernels::linear_forward(a, w.compressor.wkv, s.comp_proj.data(), R, cd.proj_dim(), hidden,
-                            kPrecision);
-    kernels::linear_forward(a, w.compressor.wgate, s.comp_gate.data(), R, cd.proj_dim(), hidden,
-                            kPrecision);
+    const int64_t width = cd.proj_dim();
+    s.comp_proj.resize(R * width);
+    s.comp_gate.resize(R * width);
+    ops.linear_forward(rows_a, Tensor::of(w.compressor.wkv, {width, hidden}),
+                       Tensor::of(s.comp_proj.data(), {R, width}), linear);
+    ops.linear_forward(rows_a, Tensor::of(w.compressor.wgate, {width, hidden}),
+                       Tensor::of(s.comp_gate.data(), {R, width}), linear);
   }
   const IndexerDims id = d.has_indexer() ? d.indexer() : IndexerDims{};
   const CompressorDims icd = d.has_indexer() ? id.compressor() : CompressorDims{};
   const int64_t iq_dim = id.heads * id.head_dim;
   if (d.has_indexer()) {
     s.index_q.resize(R * iq_dim);
-    kernels::linear_forward(s.c_q.data(), w.indexer.wq_b, s.index_q.data(), R, iq_dim, dc,
-                            kPrecision);
-    kernels::rope_apply(table, s.index_q.data(), R, id.heads, id.head_dim, positions.data(), false);
+    ops.linear_forward(Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(w.indexer.wq_b, {iq_dim, dc}),
+                       Tensor::of(s.index_q.data(), {R, iq_dim}), linear);
+    ops.rope(table, Tensor::of(s.index_q.data(), {R, id.heads, id.head_dim}), row_positions, false);
     s.index_weights.resize(R * id.heads);
-    kernels::linear_forward(a, w.indexer.weights_proj, s.index_weights.data(), R, id.heads, hidden,
-                            kPrecision);
-    const T scale = static_cast<T>(
-        1.0 / std::sqrt(static_cast<double>(id.head_dim) * static_cast<double>(id.heads)));
-    for (auto& v : s.index_weights) v *= scale;
-    s.index_proj.resize(R * icd.proj_dim());
-    s.index_gate.resize(R * icd.proj_dim());
-    kernels::linear_forward(a, w.indexer.compressor.wkv, s.index_proj.data(), R, icd.proj_dim(),
-                            hidden, kPrecision);
-    kernels::linear_forward(a, w.indexer.compressor.wgate, s.index_gate.data(), R, icd.proj_dim(),
-                            hidden, kPrecision);
+    ops.linear_forward(rows_a, Tensor::of(w.indexer.weights_proj, {id.heads, hidden}),
+                       Tensor::of(s.index_weights.data(), {R, id.heads}), linear);
+    ops.scale(Tensor::of(s.index_weights.data(), {R, id.heads}),
+              1.0 / std::sqrt(static_cast<double>(id.head_dim) * static_cast<double>(id.heads)));
+    const int64_t width = icd.proj_dim();
+    s.index_proj.resize(R * width);
+    s.index_gate.resize(R * width);
+    ops.linear_forward(rows_a, Tensor::of(w.indexer.compressor.wkv, {width, hidden}),
+                       Tensor::of(s.index_proj.data(), {R, width}), linear);
+    ops.linear_forward(rows_a, Tensor::of(w.indexer.compressor.wgate, {width, hidden}),
+                       Tensor::of(s.index_gate.data(), {R, width}), linear);
   }
 
   // Sequence by sequence (rows of one sequence in order: each reads the state its
   // predecessors left), sequences in parallel: they share nothing.
   s.o.assign(static_cast<size_t>(R * hc), T(0));
-  const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
   const int64_t n_groups = static_cast<int64_t>(groups.size());
   const int64_t window = d.window;
   // Rough multiply-adds of the core: below kParallelWork an OpenMP region costs more.
@@ -307,97 +300,78 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
       R * hc * (window + (d.has_compressor() ? longest / d.ratio : 0)) * (d.has_indexer() ? 2 : 1);
 #pragma omp parallel for schedule(dynamic, 1) if (n_groups > 1 && core_work > kParallelWork)
   for (int64_t gi = 0; gi < n_groups; ++gi) {
-    std::vector<T> logits;
-    std::vector<const T*> keys;
-    std::vector<T> scores;
-    std::vector<int64_t> order, selected;
+    std::vector<T> keys;
+    std::vector<int64_t> window_slots, selected;
     for (int64_t r : groups[static_cast<size_t>(gi)]) {
       LayerState<T>& st =
           sequences[static_cast<size_t>(seq_of_row[r])].layers[static_cast<size_t>(layer)];
       const int64_t t = positions[r];
       if (st.window.empty()) st.window.assign(static_cast<size_t>(window * c), T(0));
-      std::copy(s.kv.data() + r * c, s.kv.data() + (r + 1) * c,
-                st.window.data() + (t % window) * c);
+      ops.copy(Tensor::of(s.kv.data() + r * c, {c}),
+               Tensor::of(st.window.data() + (t % window) * c, {c}));
       if (d.has_compressor())
-        compressor_push(cd, w.compressor, table, t, s.comp_proj.data() + r * cd.proj_dim(),
+        compressor_push(ops, cd, w.compressor, table, t, s.comp_proj.data() + r * cd.proj_dim(),
                         s.comp_gate.data() + r * cd.proj_dim(), st.compressor);
       if (d.has_indexer())
-        compressor_push(icd, w.indexer.compressor, table, t,
+        compressor_push(ops, icd, w.indexer.compressor, table, t,
                         s.index_proj.data() + r * icd.proj_dim(),
                         s.index_gate.data() + r * icd.proj_dim(), st.indexer);
 
       // Keys: the window oldest first, then the compressed set.
-      keys.clear();
       const int64_t ws = std::max<int64_t>(0, t - window + 1);
-      for (int64_t p = ws; p <= t; ++p) keys.push_back(st.window.data() + (p % window) * c);
+      window_slots.resize(static_cast<size_t>(t - ws + 1));
+      std::iota(window_slots.begin(), window_slots.end(), ws);
+      for (int64_t& slot : window_slots) slot %= window;
+      selected.clear();
       if (d.has_indexer()) {
         const int64_t visible = std::min((t + 1) / d.ratio, st.indexer.count);
         if (visible > 0) {
-          const T* q = s.index_q.data() + r * iq_dim;
-          const T* hw = s.index_weights.data() + r * id.heads;
-          scores.resize(static_cast<size_t>(visible));
-          for (int64_t i = 0; i < visible; ++i) {
-            const T* key = st.indexer.entries.data() + i * id.head_dim;
-            T score = 0;
-            for (int64_t h = 0; h < id.heads; ++h) {
-              T dp = 0;
-              for (int64_t e = 0; e < id.head_dim; ++e) dp += q[h * id.head_dim + e] * key[e];
-              score += hw[h] * std::max(dp, T(0));
-            }
-            scores[i] = score;
-          }
           // The training forward's rule (ranks_before), so decoding selects
           // exactly the blocks the full forward selects, ties and NaN included.
           selected.resize(static_cast<size_t>(std::min(id.topk, visible)));
-          const int64_t take =
-              select_top_indices(scores.data(), visible, id.topk, selected.data(), order);
-          for (int64_t k = 0; k < take; ++k)
-            keys.push_back(st.compressor.entries.data() + selected[k] * c);
+          ops.decode_indexer_select(
+              Tensor::of(s.index_q.data() + r * iq_dim, {id.heads, id.head_dim}),
+              Tensor::of(s.index_weights.data() + r * id.heads, {id.heads}),
+              Tensor::of(st.indexer.entries.data(), {visible, id.head_dim}),
+              Tensor::of(selected.data(), {static_cast<int64_t>(selected.size())}));
         }
       } else if (d.has_compressor()) {
         const int64_t visible = std::min((t + 1) / d.ratio, st.compressor.count);
-        for (int64_t i = 0; i < visible; ++i) keys.push_back(st.compressor.entries.data() + i * c);
+        selected.resize(static_cast<size_t>(visible));
+        std::iota(selected.begin(), selected.end(), int64_t{0});
       }
-
-      const int64_t n_keys = static_cast<int64_t>(keys.size());
-      logits.resize(static_cast<size_t>(n_keys));
-      for (int64_t h = 0; h < H; ++h) {
-        const T* qh = s.q.data() + r * hc + h * c;
-        const T sink = w.attn_sink[h];
-        T max_logit = sink;
-        for (int64_t k = 0; k < n_keys; ++k) {
-          logits[k] = dot(qh, keys[k], c) * inv_sqrt_c;
-          max_logit = std::max(max_logit, logits[k]);
-        }
-        T denom = std::exp(sink - max_logit);
-        for (int64_t k = 0; k < n_keys; ++k) {
-          logits[k] = std::exp(logits[k] - max_logit);
-          denom += logits[k];
-        }
-        T* oh = s.o.data() + r * hc + h * c;
-        for (int64_t k = 0; k < n_keys; ++k) {
-          const T p = logits[k] / denom;
-          const T* v = keys[k];
-          for (int64_t e = 0; e < c; ++e) oh[e] += p * v[e];
-        }
-      }
+      const int64_t n_window = static_cast<int64_t>(window_slots.size());
+      const int64_t n_compressed = static_cast<int64_t>(selected.size());
+      keys.resize(static_cast<size_t>((n_window + n_compressed) * c));
+      ops.gather_rows(Tensor::of(st.window.data(), {window, c}),
+                      Tensor::of(window_slots.data(), {n_window}),
+                      Tensor::of(keys.data(), {n_window, c}));
+      if (n_compressed > 0)
+        ops.gather_rows(Tensor::of(st.compressor.entries.data(), {st.compressor.count, c}),
+                        Tensor::of(selected.data(), {n_compressed}),
+                        Tensor::of(keys.data() + n_window * c, {n_compressed, c}));
+      ops.decode_attention(Tensor::of(s.q.data() + r * hc, {H, c}),
+                           Tensor::of(keys.data(), {n_window + n_compressed, c}),
+                           Tensor::of(w.attn_sink, {H}), Tensor::of(s.o.data() + r * hc, {H, c}));
     }
   }
 
   // Inverse RoPE at the query position, grouped low-rank output projection.
-  kernels::rope_apply(table, s.o.data(), R, H, c, positions.data(), true);
+  ops.rope(table, Tensor::of(s.o.data(), {R, H, c}), row_positions, true);
   const int64_t g = d.o_groups, dg = d.o_lora, group_in = hc / g;
   s.z.assign(static_cast<size_t>(R * g * dg), T(0));
-  for (int64_t j = 0; j < g; ++j)
-    kernels::gemm<T>(kPrecision, false, true, R, dg, group_in, T(1), s.o.data() + j * group_in, hc,
-                     w.wo_a + j * dg * group_in, group_in, T(0), s.z.data() + j * dg, g * dg);
-  kernels::linear_forward(s.z.data(), w.wo_b, out, R, hidden, g * dg, kPrecision);
+  ops.grouped_linear_forward(g, Tensor::of(s.o.data(), {R, hc}),
+                             Tensor::of(w.wo_a, {g * dg, group_in}),
+                             Tensor::of(s.z.data(), {R, g * dg}), ctx.precision);
+  ops.linear_forward(Tensor::of(s.z.data(), {R, g * dg}), Tensor::of(w.wo_b, {hidden, g * dg}),
+                     Tensor::of(out, {R, hidden}), linear);
 }
 
 template <class T>
 Decoder<T>::Decoder(const Model<T>& model) : impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = model.config();
   impl_->model = &model;
+  impl_->ctx = {model.op_context().backend, kPrecision};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     impl_->layers.push_back(bind_layer(c, model.params(), model.hash_tables(), l));
   impl_->rope.resize(impl_->layers.size());
@@ -492,11 +466,11 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
   im.ensure_rope(*std::max_element(positions.begin(), positions.end()) + 1);
 
   // Embedding copied into the n streams.
-  const T* embed = params.value("embed.weight");
+  const kernels::Backend& ops = im.ctx.ops();
+  const Tensor token_ids = Tensor::of(tokens.data(), {R});
   im.x.resize(R * n * d);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t j = 0; j < n; ++j)
-      std::copy(embed + tokens[r] * d, embed + (tokens[r] + 1) * d, im.x.data() + (r * n + j) * d);
+  ops.gather_rows(Tensor::of(params.value("embed.weight"), {V, d}), token_ids,
+                  Tensor::of(im.x.data(), {R, n, d}));
   im.x_next.resize(R * n * d);
   im.x_mid.resize(R * n * d);
   im.u.resize(R * d);
@@ -506,16 +480,19 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
   const MhcDims md = mhc_dims(c, R);
   for (int64_t l = 0; l < static_cast<int64_t>(im.layers.size()); ++l) {
     const LayerWeights<T>& lw = im.layers[static_cast<size_t>(l)];
-    mhc_pre_forward(md, lw.attn_hc, im.x.data(), im.u.data(), im.mhc);
-    kernels::rmsnorm_forward(im.u.data(), lw.attn_norm, im.normed.data(), im.inv.data(), R, d,
-                             c.rms_norm_eps);
+    mhc_pre_forward(md, lw.attn_hc, im.x.data(), im.u.data(), im.mhc, im.ctx);
+    ops.rmsnorm_forward(Tensor::of(im.u.data(), {R, d}), Tensor::of(lw.attn_norm, {d}),
+                        Tensor::of(im.normed.data(), {R, d}), Tensor::of(im.inv.data(), {R}),
+                        c.rms_norm_eps);
     im.attention(l, im.normed.data(), sequences, positions, groups, im.y.data());
-    mhc_post_forward(md, im.mhc, im.x.data(), im.y.data(), im.x_mid.data());
-    mhc_pre_forward(md, lw.ffn_hc, im.x_mid.data(), im.u.data(), im.mhc);
-    kernels::rmsnorm_forward(im.u.data(), lw.ffn_norm, im.normed.data(), im.inv.data(), R, d,
-                             c.rms_norm_eps);
-    moe_forward(moe_dims(c, l, 1, R), lw.moe, im.normed.data(), tokens.data(), im.moe, im.y.data());
-    mhc_post_forward(md, im.mhc, im.x_mid.data(), im.y.data(), im.x_next.data());
+    mhc_post_forward(md, im.mhc, im.x.data(), im.y.data(), im.x_mid.data(), im.ctx);
+    mhc_pre_forward(md, lw.ffn_hc, im.x_mid.data(), im.u.data(), im.mhc, im.ctx);
+    ops.rmsnorm_forward(Tensor::of(im.u.data(), {R, d}), Tensor::of(lw.ffn_norm, {d}),
+                        Tensor::of(im.normed.data(), {R, d}), Tensor::of(im.inv.data(), {R}),
+                        c.rms_norm_eps);
+    moe_forward(moe_dims(c, l, 1, R), lw.moe, im.normed.data(), tokens.data(), im.moe, im.y.data(),
+                /*fixed_selection=*/false, static_cast<TokenDispatcher<T>*>(nullptr), im.ctx);
+    mhc_post_forward(md, im.mhc, im.x_mid.data(), im.y.data(), im.x_next.data(), im.ctx);
     std::swap(im.x, im.x_next);
   }
   for (const auto& group : groups) im.sequence(sequences[group.front()]).length += group.size();
@@ -530,15 +507,15 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
   const int64_t Q = static_cast<int64_t>(rows.size());
   std::vector<T> xq(static_cast<size_t>(Q * n * d)), hq(static_cast<size_t>(Q * d)),
       hn(static_cast<size_t>(Q * d)), inv(static_cast<size_t>(Q));
-  for (int64_t i = 0; i < Q; ++i)
-    std::copy(im.x.data() + rows[i] * n * d, im.x.data() + (rows[i] + 1) * n * d,
-              xq.data() + i * n * d);
+  ops.gather_rows(Tensor::of(im.x.data(), {R, n * d}), Tensor::of(rows.data(), {Q}),
+                  Tensor::of(xq.data(), {Q, n * d}));
   const HcHeadWeights<T> head_w{params.value("hc_head_fn"), params.value("hc_head_base"),
                                 params.value("hc_head_scale")};
-  hc_head_forward(mhc_dims(c, Q), head_w, xq.data(), hq.data(), im.head_cache);
-  kernels::rmsnorm_forward(hq.data(), params.value("norm.weight"), hn.data(), inv.data(), Q, d,
-                           c.rms_norm_eps);
-  kernels::linear_forward(hn.data(), params.value("head.weight"), logits, Q, V, d, kPrecision);
+  hc_head_forward(mhc_dims(c, Q), head_w, xq.data(), hq.data(), im.head_cache, im.ctx);
+  ops.rmsnorm_forward(Tensor::of(hq.data(), {Q, d}), Tensor::of(params.value("norm.weight"), {d}),
+                      Tensor::of(hn.data(), {Q, d}), Tensor::of(inv.data(), {Q}), c.rms_norm_eps);
+  ops.linear_forward(Tensor::of(hn.data(), {Q, d}), Tensor::of(params.value("head.weight"), {V, d}),
+                     Tensor::of(logits, {Q, V}), {im.ctx.precision});
 }
 
 template class Decoder<float>;

@@ -9,7 +9,8 @@
 // once its block is complete. Feeding a sequence's tokens one at a time, or in
 // chunks, reproduces the logits of Model::forward_backward on the whole
 // sequence (the per-token parts — mHC, norms, MoE, head — are the engine's own
-// functions; the attention core is evaluated in the same order of operations).
+// functions, on the model's backend; the attention core of each query runs as
+// the backend's decoding ops, the same equations with scalar sums).
 // The MTP block is not used for decoding. See docs/generation.md.
 #include <cstdint>
 #include <memory>

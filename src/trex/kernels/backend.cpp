@@ -552,6 +552,323 @@ double Backend::lm_head_cross_entropy(const Tensor& h, const Tensor& head, const
   return do_lm_head_cross_entropy(h, head, targets, loss_scale, outputs, chunk_rows, precision);
 }
 
+namespace {
+
+// Balance sequences I64 [B, 2] (first row, length): non-empty, inside the N tokens.
+void expect_sequences(const Tensor& sequences, int64_t N, const char* op) {
+  expect_tensor(sequences, op, "sequences", DType::kI64, {-1, 2});
+  const int64_t* s = sequences.data<int64_t>();
+  for (int64_t b = 0; b < sequences.size(0); ++b)
+    if (s[2 * b] < 0 || s[2 * b + 1] <= 0 || s[2 * b] + s[2 * b + 1] > N)
+      throw Error(std::string(op) + ": sequence " + std::to_string(b) + " [" +
+                  std::to_string(s[2 * b]) + ", +" + std::to_string(s[2 * b + 1]) +
+                  ") is empty or not inside the " + std::to_string(N) + " tokens")
+          .field("sequences");
+}
+
+}  // namespace
+
+void Backend::router_scores(const Tensor& logits, const Tensor& scores) const {
+  constexpr const char* op = "router_scores";
+  expect_float(logits, op, "logits");
+  expect_tensor(logits, op, "logits", logits.dtype(), {-1, -1});
+  expect_tensor(scores, op, "scores", logits.dtype(), {logits.size(0), logits.size(1)});
+  do_router_scores(logits, scores);
+}
+
+void Backend::router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
+                            const Tensor& tid2eid, const Tensor& expert_index) const {
+  constexpr const char* op = "router_select";
+  expect_float(scores, op, "scores");
+  const DType dt = scores.dtype();
+  expect_tensor(scores, op, "scores", dt, {-1, -1});
+  const int64_t N = scores.size(0), E = scores.size(1);
+  expect_optional(bias, op, "bias", dt, {E});
+  expect_tensor(expert_index, op, "expert_index", DType::kI32, {N, -1});
+  const int64_t K = expert_index.size(1);
+  if (tid2eid.defined()) {
+    expect_tensor(tid2eid, op, "tid2eid", DType::kI64, {-1, K});
+    expect_tensor(token_ids, op, "token_ids", DType::kI64, {N});
+  } else {
+    expect_optional(token_ids, op, "token_ids", DType::kI64, {N});
+    if (K > E)
+      throw Error(std::string(op) + ": top " + std::to_string(K) + " of " + std::to_string(E) +
+                  " experts")
+          .field("expert_index");
+  }
+  do_router_select(scores, bias, token_ids, tid2eid, expert_index);
+}
+
+void Backend::router_combine(const RouterCombineParams& params, const Tensor& scores,
+                             const Tensor& expert_index, const Tensor& combine) const {
+  constexpr const char* op = "router_combine";
+  expect_float(scores, op, "scores");
+  expect_tensor(scores, op, "scores", scores.dtype(), {-1, -1});
+  expect_tensor(expert_index, op, "expert_index", DType::kI32, {scores.size(0), -1});
+  expect_tensor(combine, op, "combine", scores.dtype(), {scores.size(0), expert_index.size(1)});
+  do_router_combine(params, scores, expert_index, combine);
+}
+
+void Backend::router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
+                                         const Tensor& freq) const {
+  constexpr const char* op = "router_balance_frequencies";
+  expect_tensor(expert_index, op, "expert_index", DType::kI32, {-1, -1});
+  expect_sequences(sequences, expert_index.size(0), op);
+  expect_tensor(freq, op, "freq", DType::kF64, {sequences.size(0), -1});
+  do_router_balance_frequencies(expert_index, sequences, freq);
+}
+
+double Backend::router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
+                                    const Tensor& sequences) const {
+  constexpr const char* op = "router_balance_loss";
+  expect_float(scores, op, "scores");
+  expect_tensor(scores, op, "scores", scores.dtype(), {-1, -1});
+  expect_sequences(sequences, scores.size(0), op);
+  expect_tensor(freq, op, "freq", DType::kF64, {sequences.size(0), scores.size(1)});
+  return do_router_balance_loss(weight, scores, freq, sequences);
+}
+
+void Backend::router_backward(const RouterCombineParams& params, const RouterBalanceGrad& balance,
+                              const Tensor& logits, const Tensor& scores,
+                              const Tensor& expert_index, const Tensor& combine,
+                              const Tensor& d_combine, int64_t begin, int64_t end,
+                              const Tensor& dlogits) const {
+  constexpr const char* op = "router_backward";
+  expect_float(scores, op, "scores");
+  const DType dt = scores.dtype();
+  expect_tensor(scores, op, "scores", dt, {-1, -1});
+  const int64_t N = scores.size(0), E = scores.size(1);
+  expect_tensor(logits, op, "logits", dt, {N, E});
+  expect_tensor(expert_index, op, "expert_index", DType::kI32, {N, -1});
+  const int64_t K = expert_index.size(1);
+  expect_tensor(combine, op, "combine", dt, {N, K});
+  expect_tensor(d_combine, op, "d_combine", dt, {N, K});
+  expect_tensor(dlogits, op, "dlogits", dt, {N, E});
+  if (begin < 0 || begin > end || end > N)
+    throw Error(std::string(op) + ": tokens [" + std::to_string(begin) + ", " +
+                std::to_string(end) + ") are not inside the " + std::to_string(N) + " tokens")
+        .field("tokens");
+  if (balance.sequences.defined()) {
+    expect_sequences(balance.sequences, N, op);
+    expect_tensor(balance.freq, op, "freq", DType::kF64, {balance.sequences.size(0), E});
+    expect_tensor(balance.sequence_of, op, "sequence_of", DType::kI64, {N});
+  } else if (balance.freq.defined() || balance.sequence_of.defined()) {
+    throw Error(std::string(op) + ": balance-loss tensors without their sequences")
+        .field("sequences");
+  }
+  do_router_backward(params, balance, logits, scores, expert_index, combine, d_combine, begin, end,
+                     dlogits);
+}
+
+void Backend::router_bias_update(const Tensor& bias, const Tensor& load, double speed) const {
+  constexpr const char* op = "router_bias_update";
+  expect_float(bias, op, "bias");
+  expect_tensor(bias, op, "bias", bias.dtype(), {-1});
+  expect_tensor(load, op, "load", DType::kI64, {bias.size(0)});
+  do_router_bias_update(bias, load, speed);
+}
+
+void Backend::swiglu_forward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                             double limit, const Tensor& h) const {
+  constexpr const char* op = "swiglu_forward";
+  expect_float(gate_pre, op, "gate_pre");
+  const DType dt = gate_pre.dtype();
+  expect_tensor(gate_pre, op, "gate_pre", dt, {-1, -1});
+  const int64_t R = gate_pre.size(0), I = gate_pre.size(1);
+  expect_tensor(up_pre, op, "up_pre", dt, {R, I});
+  expect_optional(row_scale, op, "row_scale", dt, {R});
+  expect_tensor(h, op, "h", dt, {R, I});
+  do_swiglu_forward(gate_pre, up_pre, row_scale, limit, h);
+}
+
+void Backend::swiglu_backward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                              const Tensor& dh, double limit, const Tensor& dg, const Tensor& dv,
+                              const Tensor& d_row_scale) const {
+  constexpr const char* op = "swiglu_backward";
+  expect_float(gate_pre, op, "gate_pre");
+  const DType dt = gate_pre.dtype();
+  expect_tensor(gate_pre, op, "gate_pre", dt, {-1, -1});
+  const int64_t R = gate_pre.size(0), I = gate_pre.size(1);
+  expect_tensor(up_pre, op, "up_pre", dt, {R, I});
+  expect_optional(row_scale, op, "row_scale", dt, {R});
+  expect_tensor(dh, op, "dh", dt, {R, I});
+  expect_tensor(dg, op, "dg", dt, {R, I});
+  expect_tensor(dv, op, "dv", dt, {R, I});
+  expect_optional(d_row_scale, op, "d_row_scale", dt, {R});
+  do_swiglu_backward(gate_pre, up_pre, row_scale, dh, limit, dg, dv, d_row_scale);
+}
+
+namespace {
+
+// offsets I64 [G+1] ascending from 0 to rows; each group with rows has a
+// weight [N, K] (the others may leave theirs undefined). Returns G.
+int64_t expect_row_groups(const Tensor& offsets, int64_t rows, std::span<const Tensor> w, DType dt,
+                          int64_t N, int64_t K, const char* op) {
+  expect_tensor(offsets, op, "offsets", DType::kI64, {-1});
+  const int64_t G = offsets.size(0) - 1;
+  const int64_t* o = offsets.data<int64_t>();
+  bool ascending = G >= 0 && o[0] == 0 && o[G] == rows;
+  for (int64_t g = 0; ascending && g < G; ++g) ascending = o[g] <= o[g + 1];
+  if (!ascending)
+    throw Error(std::string(op) + ": offsets " + offsets.shape_string() +
+                " do not ascend from 0 to the " + std::to_string(rows) + " rows of x")
+        .field("offsets");
+  if (static_cast<int64_t>(w.size()) != G)
+    throw Error(std::string(op) + ": " + std::to_string(w.size()) + " weights for " +
+                std::to_string(G) + " groups")
+        .field("w");
+  for (int64_t g = 0; g < G; ++g) {
+    const std::string name = "w[" + std::to_string(g) + "]";
+    if (o[g + 1] > o[g])
+      expect_tensor(w[static_cast<size_t>(g)], op, name.c_str(), dt, {N, K});
+    else
+      expect_optional(w[static_cast<size_t>(g)], op, name.c_str(), dt, {N, K});
+  }
+  return G;
+}
+
+}  // namespace
+
+void Backend::grouped_linear_forward(const Tensor& offsets, const Tensor& x,
+                                     std::span<const Tensor> w, const Tensor& y,
+                                     Precision precision) const {
+  constexpr const char* op = "grouped_linear_forward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  expect_tensor(y, op, "y", dt, {x.size(0), -1});
+  expect_row_groups(offsets, x.size(0), w, dt, y.size(1), x.size(1), op);
+  do_grouped_rows_linear_forward(offsets, x, w, y, precision);
+}
+
+void Backend::grouped_linear_backward(const Tensor& offsets, const Tensor& x,
+                                      std::span<const Tensor> w, const Tensor& dy, const Tensor& dx,
+                                      std::span<const Tensor> dw,
+                                      const LinearOptions& options) const {
+  constexpr const char* op = "grouped_linear_backward";
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  const int64_t R = x.size(0), K = x.size(1);
+  expect_tensor(dy, op, "dy", dt, {R, -1});
+  const int64_t N = dy.size(1);
+  const int64_t G = expect_row_groups(offsets, R, w, dt, N, K, op);
+  expect_optional(dx, op, "dx", dt, {R, K});
+  if (!dw.empty() && static_cast<int64_t>(dw.size()) != G)
+    throw Error(std::string(op) + ": " + std::to_string(dw.size()) + " weight gradients for " +
+                std::to_string(G) + " groups")
+        .field("dw");
+  for (size_t g = 0; g < dw.size(); ++g) {
+    const std::string name = "dw[" + std::to_string(g) + "]";
+    expect_optional(dw[g], op, name.c_str(), dt, {N, K});
+  }
+  do_grouped_rows_linear_backward(offsets, x, w, dy, dx, dw, options);
+}
+
+void Backend::moe_permute(int64_t top_k, const Tensor& x, const Tensor& pair_order,
+                          const Tensor& combine, const Tensor& rows,
+                          const Tensor& row_combine) const {
+  constexpr const char* op = "moe_permute";
+  if (top_k <= 0) throw Error(std::string(op) + ": top_k must be positive").field("top_k");
+  expect_float(x, op, "x");
+  const DType dt = x.dtype();
+  expect_tensor(x, op, "x", dt, {-1, -1});
+  const int64_t N = x.size(0), d = x.size(1), P = N * top_k;
+  expect_tensor(pair_order, op, "pair_order", DType::kI64, {P});
+  expect_optional(combine, op, "combine", dt, {N, top_k});
+  const bool with_weight_column = rows.defined() && rows.rank() == 2 && rows.size(1) == d + 1;
+  expect_tensor(rows, op, "rows", dt, {P, with_weight_column ? d + 1 : d});
+  expect_optional(row_combine, op, "row_combine", dt, {P});
+  if (combine.defined() != (with_weight_column || row_combine.defined()) ||
+      (with_weight_column && row_combine.defined()))
+    throw Error(std::string(op) +
+                ": combine needs exactly one destination (row_combine, or rows of d+1 columns)")
+        .field("combine");
+  do_moe_permute(top_k, x, pair_order, combine, rows, row_combine);
+}
+
+void Backend::moe_unpermute(const Tensor& rows, const Tensor& pair_row, const Tensor& y) const {
+  constexpr const char* op = "moe_unpermute";
+  expect_float(rows, op, "rows");
+  expect_tensor(rows, op, "rows", rows.dtype(), {-1, -1});
+  expect_tensor(pair_row, op, "pair_row", DType::kI64, {-1, -1});
+  expect_tensor(y, op, "y", rows.dtype(), {pair_row.size(0), rows.size(1)});
+  do_moe_unpermute(rows, pair_row, y);
+}
+
+namespace {
+
+// packed [M, d] or [M, d+1] against rows [R, d]; weights [R] exactly with d+1 columns.
+void expect_packed(const Tensor& rows, const Tensor& weights, const Tensor& packed, int64_t M,
+                   const char* op) {
+  const DType dt = rows.dtype();
+  const int64_t d = rows.size(1);
+  const bool with_weight_column = packed.defined() && packed.rank() == 2 && packed.size(1) == d + 1;
+  expect_tensor(packed, op, "packed", dt, {M, with_weight_column ? d + 1 : d});
+  if (with_weight_column)
+    expect_tensor(weights, op, "weights", dt, {rows.size(0)});
+  else if (weights.defined())
+    throw Error(std::string(op) + ": weights need packed rows of d+1 columns").field("weights");
+}
+
+}  // namespace
+
+void Backend::pack_rows(const Tensor& rows, const Tensor& weights, const Tensor& index,
+                        const Tensor& packed) const {
+  constexpr const char* op = "pack_rows";
+  expect_float(rows, op, "rows");
+  expect_tensor(rows, op, "rows", rows.dtype(), {-1, -1});
+  expect_tensor(index, op, "index", DType::kI64, {-1});
+  expect_packed(rows, weights, packed, index.size(0), op);
+  do_pack_rows(rows, weights, index, packed);
+}
+
+void Backend::unpack_rows(const Tensor& packed, const Tensor& index, const Tensor& rows,
+                          const Tensor& weights) const {
+  constexpr const char* op = "unpack_rows";
+  expect_float(rows, op, "rows");
+  expect_tensor(rows, op, "rows", rows.dtype(), {-1, -1});
+  expect_tensor(packed, op, "packed", rows.dtype(), {-1, -1});
+  const int64_t M = packed.size(0);
+  if (index.defined())
+    expect_tensor(index, op, "index", DType::kI64, {M});
+  else if (M > rows.size(0))
+    throw Error(std::string(op) + ": " + std::to_string(M) + " packed rows for rows " +
+                rows.shape_string())
+        .field("rows");
+  expect_packed(rows, weights, packed, M, op);
+  do_unpack_rows(packed, index, rows, weights);
+}
+
+void Backend::decode_indexer_select(const Tensor& q, const Tensor& head_weights, const Tensor& keys,
+                                    const Tensor& selected) const {
+  constexpr const char* op = "decode_indexer_select";
+  expect_float(q, op, "q");
+  const DType dt = q.dtype();
+  expect_tensor(q, op, "q", dt, {-1, -1});
+  expect_tensor(head_weights, op, "head_weights", dt, {q.size(0)});
+  expect_tensor(keys, op, "keys", dt, {-1, q.size(1)});
+  expect_tensor(selected, op, "selected", DType::kI64, {-1});
+  if (selected.size(0) > keys.size(0))
+    throw Error(std::string(op) + ": " + std::to_string(selected.size(0)) + " selected of " +
+                std::to_string(keys.size(0)) + " keys")
+        .field("selected");
+  do_decode_indexer_select(q, head_weights, keys, selected);
+}
+
+void Backend::decode_attention(const Tensor& q, const Tensor& keys, const Tensor& sink,
+                               const Tensor& o) const {
+  constexpr const char* op = "decode_attention";
+  expect_float(q, op, "q");
+  const DType dt = q.dtype();
+  expect_tensor(q, op, "q", dt, {-1, -1});
+  const int64_t H = q.size(0), c = q.size(1);
+  expect_tensor(keys, op, "keys", dt, {-1, c});
+  expect_tensor(sink, op, "sink", dt, {H});
+  expect_tensor(o, op, "o", dt, {H, c});
+  do_decode_attention(q, keys, sink, o);
+}
+
 void Backend::adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
                            const Tensor& exp_avg_sq, const AdamWCoefficients& c) const {
   constexpr const char* op = "adamw_update";

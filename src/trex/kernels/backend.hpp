@@ -9,7 +9,9 @@
 //
 // Conventions:
 // - Tensors are contiguous, row-major, F32 (training) or F64 (finite-difference
-//   checks); indices are I64. All float operands of one call share one dtype.
+//   checks); indices are I64, the router's expert indices I32. All float
+//   operands of one call share one dtype (except the balance-loss frequencies,
+//   always F64).
 // - Each op is a public non-virtual function that checks its operands' dtypes
 //   and shapes (a trex::Error naming the op and operand) and then calls the
 //   backend's private virtual. A backend implements only the virtuals.
@@ -18,6 +20,7 @@
 // - "written" outputs are overwritten; "+=" outputs accumulate.
 // - Ops run in the order they are called on the backend's stream.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "trex/kernels/cpu/rope.hpp"
@@ -61,6 +64,17 @@ struct AttentionKeyTensors {
 // head_weights [T, n_I] (scale included), keys [B·blocks, c_I].
 struct IndexerScoreTensors {
   Tensor q, head_weights, keys;
+};
+
+// The sequence-wise balance loss's part of the router backward (spec §3.3):
+// sequences I64 [B, 2] (first row, length), freq F64 [B, E]
+// (router_balance_frequencies), sequence_of I64 [N] (each token's sequence,
+// −1: in none), weight α and d_loss = dLoss/dL_bal. Tensors undefined: the
+// backward has no balance-loss term.
+struct RouterBalanceGrad {
+  Tensor sequences, freq, sequence_of;
+  double weight = 0.0;
+  double d_loss = 0.0;
 };
 
 class Backend {
@@ -213,6 +227,95 @@ class Backend {
                                double loss_scale, const LmHeadOutputs& outputs, int64_t chunk_rows,
                                Precision precision) const;
 
+  // ---- MoE router (spec §2.7, §3.3; model/moe_router.hpp) -------------------
+  // The logits GEMM is linear_forward (in fp32). logits [N, E] -> scores
+  // [N, E] = sqrt(softplus(logits)) (written; evaluated in double).
+  void router_scores(const Tensor& logits, const Tensor& scores) const;
+  // expert_index I32 [N, K] (written). Score layers: per token the top K of
+  // scores [N, E] + bias? [E] (the bias steers the selection only),
+  // descending, equal values to the lower expert (kernels/top_k.hpp). Hash
+  // layers (tid2eid given): row token_ids[t] of tid2eid I64 [V, K] (token_ids
+  // I64 [N]; the caller has checked ids and entries).
+  void router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
+                     const Tensor& tid2eid, const Tensor& expert_index) const;
+  // combine [N, K] (written) from the unbiased scores [N, E] of the selected
+  // experts expert_index I32 [N, K].
+  void router_combine(const RouterCombineParams& params, const Tensor& scores,
+                      const Tensor& expert_index, const Tensor& combine) const;
+  // freq F64 [B, E] (written): f_{b,e} = E/(K·T_b)·#{t in sequence b : e ∈
+  // idx_t} over the balance sequences I64 [B, 2] (first row, length).
+  void router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
+                                  const Tensor& freq) const;
+  // Returns L_bal = (1/B)·Σ_b weight·Σ_e f_{b,e}·P_{b,e} of scores [N, E].
+  double router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
+                             const Tensor& sequences) const;
+  // Tokens [begin, end): d_combine [N, K] = dLoss/dcombine (and the balance
+  // loss, when given) -> dlogits [N, E] (written where the score gradient is
+  // non-zero; other entries untouched).
+  void router_backward(const RouterCombineParams& params, const RouterBalanceGrad& balance,
+                       const Tensor& logits, const Tensor& scores, const Tensor& expert_index,
+                       const Tensor& combine, const Tensor& d_combine, int64_t begin, int64_t end,
+                       const Tensor& dlogits) const;
+  // Aux-loss-free bias update: bias [E] −= speed where load I64 [E] is above
+  // the mean, += speed where below (compared exactly in integers).
+  void router_bias_update(const Tensor& bias, const Tensor& load, double speed) const;
+
+  // ---- MoE experts (spec §2.7, §3.6; model/moe_experts.hpp) -----------------
+  // h [R, I] (written) = row_scale? [R] ⊙ SiLU(min(g, L))·clamp(v, −L, L) of
+  // gate_pre, up_pre [R, I]; limit L <= 0: no clamp.
+  void swiglu_forward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                      double limit, const Tensor& h) const;
+  // dh [R, I] (gradient of the scaled h) -> dg, dv [R, I] (written),
+  // d_row_scale? [R] (written).
+  void swiglu_backward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                       const Tensor& dh, double limit, const Tensor& dg, const Tensor& dv,
+                       const Tensor& d_row_scale) const;
+  // Grouped expert GEMM, one call over G groups of rows (a device backend:
+  // one grouped GEMM with device-side offsets): rows [offsets[g],
+  // offsets[g+1]) of x [R, K] times w[g] [N, K]ᵀ into the same rows of y
+  // [R, N] (written). offsets I64 [G+1] ascend from 0 to R; w has G entries,
+  // undefined for groups without rows.
+  void grouped_linear_forward(const Tensor& offsets, const Tensor& x, std::span<const Tensor> w,
+                              const Tensor& y, Precision precision) const;
+  // dy [R, N] -> dx? [R, K] (written, or += with options.accumulate), dw[g]
+  // [N, K] += dyᵀ·x per group (dw empty, or G entries that may be undefined).
+  void grouped_linear_backward(const Tensor& offsets, const Tensor& x, std::span<const Tensor> w,
+                               const Tensor& dy, const Tensor& dx, std::span<const Tensor> dw,
+                               const LinearOptions& options) const;
+
+  // ---- MoE token dispatch (model/token_dispatcher.hpp) ----------------------
+  // Permute: pair p = t·top_k + k. Row i of rows [P, d] or [P, d+1]
+  // (P = N·top_k; written) is x [N, d] row pair_order[i] / top_k; with combine
+  // [N, top_k], the pair's weight goes to row_combine [P] or, when rows has
+  // d+1 columns, to the row's last column (a row and its weight sent together).
+  void moe_permute(int64_t top_k, const Tensor& x, const Tensor& pair_order, const Tensor& combine,
+                   const Tensor& rows, const Tensor& row_combine) const;
+  // Unpermute: y [M, d] += rows [P, d] at pair_row I64 [M, K] per token,
+  // k = 0..K−1 in slot order.
+  void moe_unpermute(const Tensor& rows, const Tensor& pair_row, const Tensor& y) const;
+  // packed [M, d] or [M, d+1] (written): row i = rows [R, d] row index[i]
+  // (index I64 [M]), then weights [R] entry index[i] when packed has d+1
+  // columns (weights given exactly then).
+  void pack_rows(const Tensor& rows, const Tensor& weights, const Tensor& index,
+                 const Tensor& packed) const;
+  // The inverse: rows row index[i] (index? I64 [M]; absent: i) = packed row i
+  // [:d], weights entry index[i] = packed[i, d] when packed has d+1 columns.
+  void unpack_rows(const Tensor& packed, const Tensor& index, const Tensor& rows,
+                   const Tensor& weights) const;
+
+  // ---- Incremental decoding (infer/decoder.hpp): one query token -----------
+  // The lightning indexer: score_i = Σ_h w_h·ReLU(q_h·key_i) of q [n_I, c_I],
+  // head_weights [n_I] over keys [visible, c_I]; selected I64 [take] (written,
+  // take <= visible) = the best in ranks_before order.
+  void decode_indexer_select(const Tensor& q, const Tensor& head_weights, const Tensor& keys,
+                             const Tensor& selected) const;
+  // q [H, c], keys [n, c] (K = V: the window oldest first, then the compressed
+  // entries), sink [H] -> o [H, c] (written): softmax over q_h·key / sqrt(c)
+  // with the sink logit, then Σ p·key. The decoder's own order of operations
+  // (scalar dot products), not attention_core_forward's.
+  void decode_attention(const Tensor& q, const Tensor& keys, const Tensor& sink,
+                        const Tensor& o) const;
+
   // ---- Optimizer (spec §6; train/adamw.hpp, train/muon.hpp) ------------------
   // AdamW on weights, grads, exp_avg, exp_avg_sq [n] (F32; all but grads updated).
   void adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
@@ -318,6 +421,48 @@ class Backend {
                                           const Tensor& targets, double loss_scale,
                                           const LmHeadOutputs& outputs, int64_t chunk_rows,
                                           Precision precision) const = 0;
+  virtual void do_router_scores(const Tensor& logits, const Tensor& scores) const = 0;
+  virtual void do_router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
+                                const Tensor& tid2eid, const Tensor& expert_index) const = 0;
+  virtual void do_router_combine(const RouterCombineParams& params, const Tensor& scores,
+                                 const Tensor& expert_index, const Tensor& combine) const = 0;
+  virtual void do_router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
+                                             const Tensor& freq) const = 0;
+  virtual double do_router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
+                                        const Tensor& sequences) const = 0;
+  virtual void do_router_backward(const RouterCombineParams& params,
+                                  const RouterBalanceGrad& balance, const Tensor& logits,
+                                  const Tensor& scores, const Tensor& expert_index,
+                                  const Tensor& combine, const Tensor& d_combine, int64_t begin,
+                                  int64_t end, const Tensor& dlogits) const = 0;
+  virtual void do_router_bias_update(const Tensor& bias, const Tensor& load,
+                                     double speed) const = 0;
+  virtual void do_swiglu_forward(const Tensor& gate_pre, const Tensor& up_pre,
+                                 const Tensor& row_scale, double limit, const Tensor& h) const = 0;
+  virtual void do_swiglu_backward(const Tensor& gate_pre, const Tensor& up_pre,
+                                  const Tensor& row_scale, const Tensor& dh, double limit,
+                                  const Tensor& dg, const Tensor& dv,
+                                  const Tensor& d_row_scale) const = 0;
+  virtual void do_grouped_rows_linear_forward(const Tensor& offsets, const Tensor& x,
+                                              std::span<const Tensor> w, const Tensor& y,
+                                              Precision precision) const = 0;
+  virtual void do_grouped_rows_linear_backward(const Tensor& offsets, const Tensor& x,
+                                               std::span<const Tensor> w, const Tensor& dy,
+                                               const Tensor& dx, std::span<const Tensor> dw,
+                                               const LinearOptions& options) const = 0;
+  virtual void do_moe_permute(int64_t top_k, const Tensor& x, const Tensor& pair_order,
+                              const Tensor& combine, const Tensor& rows,
+                              const Tensor& row_combine) const = 0;
+  virtual void do_moe_unpermute(const Tensor& rows, const Tensor& pair_row,
+                                const Tensor& y) const = 0;
+  virtual void do_pack_rows(const Tensor& rows, const Tensor& weights, const Tensor& index,
+                            const Tensor& packed) const = 0;
+  virtual void do_unpack_rows(const Tensor& packed, const Tensor& index, const Tensor& rows,
+                              const Tensor& weights) const = 0;
+  virtual void do_decode_indexer_select(const Tensor& q, const Tensor& head_weights,
+                                        const Tensor& keys, const Tensor& selected) const = 0;
+  virtual void do_decode_attention(const Tensor& q, const Tensor& keys, const Tensor& sink,
+                                   const Tensor& o) const = 0;
   virtual void do_adamw_update(const Tensor& weights, const Tensor& grads, const Tensor& exp_avg,
                                const Tensor& exp_avg_sq, const AdamWCoefficients& c) const = 0;
   virtual void do_newton_schulz(const Tensor& X, const Tensor& out,

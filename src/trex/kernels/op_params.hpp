@@ -80,6 +80,13 @@ struct SelectionBoundary {
   double zero_relu = std::numeric_limits<double>::infinity();
 };
 
+// The router's combine weights (spec §2.7): w_k = γ·s_{idx_k} / Σ_j s_{idx_j}
+// with norm_topk_prob, else γ·s_{idx_k} (γ = routed_scaling).
+struct RouterCombineParams {
+  double routed_scaling = 1.0;
+  bool norm_topk_prob = true;
+};
+
 // Per-step constants of the AdamW update (train/adamw.cpp computes them).
 struct AdamWCoefficients {
   double beta1, beta2;

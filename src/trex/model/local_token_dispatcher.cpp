@@ -1,6 +1,5 @@
 #include "trex/model/local_token_dispatcher.hpp"
 
-#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -9,6 +8,8 @@
 
 namespace trex::model {
 namespace {
+
+using kernels::Tensor;
 
 // The pairs of one call, counting-sorted by expert.
 struct LocalDispatchState final : DispatchState {
@@ -43,19 +44,18 @@ void LocalTokenDispatcher<T>::forward(const RoutedTokens<T>& tokens,
   }
 
   // Gather rows and combine weights in sorted order.
+  const kernels::Backend& ops = tokens.ops();
   std::vector<T> xs(static_cast<size_t>(P * d)), scale(static_cast<size_t>(P));
-#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
-  for (int64_t row = 0; row < P; ++row) {
-    const int64_t p = sort.sorted_pair[row];
-    std::copy_n(tokens.x + (p / K) * d, d, xs.data() + row * d);
-    scale[row] = tokens.combine[p];
-  }
+  ops.moe_permute(K, Tensor::of(tokens.x, {N, d}), Tensor::of(sort.sorted_pair.data(), {P}),
+                  Tensor::of(tokens.combine, {N, K}), Tensor::of(xs.data(), {P, d}),
+                  Tensor::of(scale.data(), {P}));
   // outs: the w-scaled output of pair p's expert at row sort.pair_row[p].
   std::vector<T> outs(static_cast<size_t>(P * d));
   section.reset();
   compute.experts(0, {sort.offsets, xs.data(), scale.data()}, outs.data());
   compute.local();
-  combine_pair_rows(K, d, sort.pair_row.data(), outs.data(), 0, N, y);
+  ops.moe_unpermute(Tensor::of(outs.data(), {P, d}), Tensor::of(sort.pair_row.data(), {N, K}),
+                    Tensor::of(y, {N, d}));
 }
 
 template <class T>
@@ -72,23 +72,25 @@ void LocalTokenDispatcher<T>::backward(const RoutedTokens<T>& tokens, const Disp
 
   // Routed experts, grouped: gather x and dy rows in sorted order.
   std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
+  const kernels::Backend& ops = tokens.ops();
+  const Tensor sorted_pair = Tensor::of(sort->sorted_pair.data(), {P});
   std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
       scale(static_cast<size_t>(P));
-#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
-  for (int64_t row = 0; row < P; ++row) {
-    const int64_t p = sort->sorted_pair[row];
-    std::copy_n(tokens.x + (p / K) * d, d, xs.data() + row * d);
-    std::copy_n(dy + (p / K) * d, d, dys.data() + row * d);
-    scale[row] = tokens.combine[p];
-  }
+  ops.moe_permute(K, Tensor::of(tokens.x, {N, d}), sorted_pair, Tensor::of(tokens.combine, {N, K}),
+                  Tensor::of(xs.data(), {P, d}), Tensor::of(scale.data(), {P}));
+  ops.moe_permute(K, Tensor::of(dy, {N, d}), sorted_pair, Tensor(), Tensor::of(dys.data(), {P, d}),
+                  Tensor());
   section.reset();
   // dxs [P, d] / dscale [P]: gradients w.r.t. each sorted row and its combine weight.
   std::vector<T> dxs(dx ? static_cast<size_t>(P * d) : 0, T(0)), dscale(static_cast<size_t>(P));
   compute.experts(0, {sort->offsets, xs.data(), scale.data()}, dys.data(),
                   dx ? dxs.data() : nullptr, dscale.data());
   compute.local();
-  if (dx) combine_pair_rows(K, d, sort->pair_row.data(), dxs.data(), 0, N, dx);
-  for (int64_t p = 0; p < P; ++p) d_combine[p] = dscale[sort->pair_row[p]];
+  if (dx)
+    ops.moe_unpermute(Tensor::of(dxs.data(), {P, d}), Tensor::of(sort->pair_row.data(), {N, K}),
+                      Tensor::of(dx, {N, d}));
+  ops.gather_rows(Tensor::of(dscale.data(), {P, 1}), Tensor::of(sort->pair_row.data(), {P}),
+                  Tensor::of(d_combine, {P, 1}));
   compute.tokens_done(0, N);
 }
 

@@ -2,10 +2,11 @@
 // The token dispatcher that runs every routed expert in this process
 // (token_dispatcher.hpp): the (token, slot) pairs are counting-sorted by
 // expert (stable), each expert's rows gathered into one contiguous block with
-// their combine weights, the experts run as one group over all blocks, and the
-// outputs are added per token in slot order. Its state keeps the sorted order;
-// the backward gathers x and dy again in that order. Every loop has a fixed
-// order, so results do not depend on the OpenMP thread count.
+// their combine weights (the backend's moe_permute), the experts run as one
+// group over all blocks, and the outputs are added per token in slot order
+// (moe_unpermute). Its state keeps the sorted order; the backward gathers x and
+// dy again in that order. Every loop has a fixed order, so results do not
+// depend on the OpenMP thread count.
 #include "trex/model/token_dispatcher.hpp"
 
 namespace trex::model {

@@ -137,9 +137,8 @@ namespace {
 
 MoeDims block_moe_dims(const ModelConfig& c, int64_t layer, const SeqShape& shape,
                        const LossOptions& loss, bool packed,
-                       const std::vector<Segment>& balance_segments, kernels::Precision precision) {
+                       const std::vector<Segment>& balance_segments) {
   MoeDims d = moe_dims(c, layer, shape.B, shape.S, loss.balance_loss_weight);
-  d.precision = precision;
   d.balance_loss_on_hash_layers = loss.balance_loss_on_hash_layers;
   for (const Segment& seg : balance_segments) d.balance_sequences.push_back({seg.row, seg.len});
   // A packed MTP block whose documents all have one token has no sequence to balance.
@@ -334,10 +333,9 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
     TREX_PROFILE(profile::Op::kMoeOther);
     const std::unique_ptr<TokenDispatcher<T>> dispatcher =
         dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
-    moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments,
-                               ctx.precision),
+    moe_forward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
                 w.moe, bc.x_ffn.data(), token_ids, bc.moe, bc.y_ffn.data(), step.fixed_selection,
-                dispatcher.get());
+                dispatcher.get(), ctx);
   }
   TREX_PROFILE(profile::Op::kMhcPost);
   mhc_post_forward(md, bc.ffn_mhc, bc.x_mid.data(), bc.y_ffn.data(), x_out, ctx);
@@ -363,10 +361,9 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
     TREX_PROFILE(profile::Op::kMoeOther);
     const std::unique_ptr<TokenDispatcher<T>> dispatcher =
         dispatchers ? dispatchers->for_block(layer, c.n_routed_experts) : nullptr;
-    moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments,
-                                ctx.precision),
+    moe_backward(block_moe_dims(c, layer, shape, loss, !bc.segments.empty(), bc.balance_segments),
                  w.moe, bc.moe, dy.data(), static_cast<T>(bc.gradient_weight), w.moe_g,
-                 dnormed.data(), dispatcher.get());
+                 dnormed.data(), dispatcher.get(), ctx);
   }
   rmsnorm_backward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.inv_ffn.data(), dnormed.data(), du.data(),
                    w.ffn_norm_g, N, d);
@@ -954,7 +951,7 @@ void Model<T>::update_router_biases(const LossBreakdown& last, double speed) {
     const std::string name = block_prefix(config_, static_cast<int64_t>(l)) + "ffn.gate.bias";
     T* bias = params_.value_or_null(name);
     if (!bias) continue;  // hash-routed layer
-    update_router_bias(bias, last.expert_load[l].data(), config_.n_routed_experts, speed);
+    update_router_bias(bias, last.expert_load[l].data(), config_.n_routed_experts, speed, ops_);
   }
 }
 

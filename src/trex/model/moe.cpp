@@ -75,8 +75,10 @@ void validate_weights(const MoeDims& dims, const MoeWeights<T>& w,
 }
 
 template <class T>
-RoutedTokens<T> routed_tokens(const MoeDims& dims, const MoeCache<T>& cache) {
+RoutedTokens<T> routed_tokens(const MoeDims& dims, const MoeCache<T>& cache,
+                              const kernels::OpContext& ctx) {
   RoutedTokens<T> tokens;
+  tokens.backend = &ctx.ops();
   tokens.tokens = dims.tokens();
   tokens.hidden = dims.hidden;
   tokens.n_experts = dims.n_experts;
@@ -92,17 +94,19 @@ RoutedTokens<T> routed_tokens(const MoeDims& dims, const MoeCache<T>& cache) {
 template <class T>
 class LayerForward final : public ExpertForwardCompute<T> {
  public:
-  LayerForward(const MoeDims& dims, const MoeWeights<T>& weights, MoeCache<T>& cache, T* y)
-      : dims_(dims), weights_(weights), cache_(cache), y_(y) {}
+  LayerForward(const MoeDims& dims, const MoeWeights<T>& weights, MoeCache<T>& cache, T* y,
+               const kernels::OpContext& ctx)
+      : dims_(dims), weights_(weights), cache_(cache), y_(y), ctx_(ctx) {}
   void experts(int64_t group, const GroupedRows<T>& rows, T* out) override {
     groups_ = std::max(groups_, group + 1);
     if (static_cast<int64_t>(cache_.routed.size()) < groups_)
       cache_.routed.resize(static_cast<size_t>(groups_));
-    grouped_experts_forward(dims_, weights_, rows, cache_.routed[static_cast<size_t>(group)], out);
+    grouped_experts_forward(dims_, weights_, rows, cache_.routed[static_cast<size_t>(group)], out,
+                            ctx_);
   }
   void local() override {
     shared_expert_forward(dims_, weights_, cache_.x.data(), cache_.shared_gate_pre,
-                          cache_.shared_up_pre, y_);
+                          cache_.shared_up_pre, y_, ctx_);
   }
   int64_t groups() const { return groups_; }
 
@@ -111,6 +115,7 @@ class LayerForward final : public ExpertForwardCompute<T> {
   const MoeWeights<T>& weights_;
   MoeCache<T>& cache_;
   T* y_;
+  const kernels::OpContext& ctx_;
   int64_t groups_ = 0;
 };
 
@@ -121,7 +126,7 @@ class LayerBackward final : public ExpertBackwardCompute<T> {
  public:
   LayerBackward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeGrads<T>& grads,
                 const MoeCache<T>& cache, const BalanceLossBackward& balance, const T* dy, T* dx,
-                const T* d_combine, T* dlogits)
+                const T* d_combine, T* dlogits, const kernels::OpContext& ctx)
       : dims_(dims),
         weights_(weights),
         grads_(grads),
@@ -130,7 +135,8 @@ class LayerBackward final : public ExpertBackwardCompute<T> {
         dy_(dy),
         dx_(dx),
         d_combine_(d_combine),
-        dlogits_(dlogits) {}
+        dlogits_(dlogits),
+        ctx_(ctx) {}
   void experts(int64_t group, const GroupedRows<T>& rows, const T* dout, T* dx,
                T* dscale) override {
     if (group < 0 || group >= static_cast<int64_t>(cache_.routed.size()) ||
@@ -139,16 +145,16 @@ class LayerBackward final : public ExpertBackwardCompute<T> {
       throw moe_error("cache does not match the dispatcher's rows (run moe_forward first)",
                       "moe.cache");
     grouped_experts_backward(dims_, weights_, grads_, rows,
-                             cache_.routed[static_cast<size_t>(group)], dout, dx, dscale);
+                             cache_.routed[static_cast<size_t>(group)], dout, dx, dscale, ctx_);
   }
   void local() override {
     shared_expert_backward(dims_, weights_, grads_, cache_.x.data(), cache_.shared_gate_pre,
-                           cache_.shared_up_pre, dy_, dx_);
+                           cache_.shared_up_pre, dy_, dx_, ctx_);
   }
   void tokens_done(int64_t begin, int64_t end) override {
     router_tokens_backward(dims_, balance_, cache_.logits.data(), cache_.scores.data(),
                            cache_.expert_index.data(), cache_.combine.data(), d_combine_, begin,
-                           end, dlogits_);
+                           end, dlogits_, ctx_);
   }
 
  private:
@@ -161,6 +167,7 @@ class LayerBackward final : public ExpertBackwardCompute<T> {
   T* dx_;
   const T* d_combine_;
   T* dlogits_;
+  const kernels::OpContext& ctx_;
 };
 
 }  // namespace
@@ -193,7 +200,7 @@ MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_
 template <class T>
 void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
                  const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection,
-                 TokenDispatcher<T>* dispatcher) {
+                 TokenDispatcher<T>* dispatcher, const kernels::OpContext& ctx) {
   LocalTokenDispatcher<T> local;
   TokenDispatcher<T>& dispatch = dispatcher ? *dispatcher : local;
   validate_dims(dims);
@@ -209,16 +216,16 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   std::optional<profile::Scope> section(std::in_place, profile::Op::kRouter);
   cache.logits.assign(static_cast<size_t>(N * E), T(0));
   cache.scores.assign(static_cast<size_t>(N * E), T(0));
-  router_scores_forward(dims, weights.gate, x, cache.logits.data(), cache.scores.data());
+  router_scores_forward(dims, weights.gate, x, cache.logits.data(), cache.scores.data(), ctx);
   if (fixed_selection) {
     check_expert_index(dims, cache.expert_index);
   } else {
     cache.expert_index.assign(static_cast<size_t>(P), 0);
-    select_experts(dims, weights, cache.scores.data(), token_ids, cache.expert_index.data());
+    select_experts(dims, weights, cache.scores.data(), token_ids, cache.expert_index.data(), ctx);
   }
   cache.combine.assign(static_cast<size_t>(P), T(0));
   combine_weights_forward(dims, cache.scores.data(), cache.expert_index.data(),
-                          cache.combine.data());
+                          cache.combine.data(), ctx);
 
   // Tokens routed to each expert by this call's routing (summed by the trainer).
   section.emplace(profile::Op::kDispatch);
@@ -227,22 +234,23 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   section.reset();
 
   // y = Shared(x), then the routed outputs added per token in slot order.
-  LayerForward<T> compute(dims, weights, cache, y);
-  dispatch.forward(routed_tokens(dims, cache), compute, cache.dispatch, y);
+  LayerForward<T> compute(dims, weights, cache, y, ctx);
+  dispatch.forward(routed_tokens(dims, cache, ctx), compute, cache.dispatch, y);
   cache.routed.resize(static_cast<size_t>(compute.groups()));
 
   // Sequence-wise balance loss (mean over the B sequences).
   section.emplace(profile::Op::kRouter);
   cache.balance_loss_active = balance_loss_active(dims);
-  cache.balance_loss = cache.balance_loss_active ? balance_loss_forward(dims, cache.scores.data(),
-                                                                        cache.expert_index.data())
-                                                 : 0.0;
+  cache.balance_loss =
+      cache.balance_loss_active
+          ? balance_loss_forward(dims, cache.scores.data(), cache.expert_index.data(), ctx)
+          : 0.0;
 }
 
 template <class T>
 void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCache<T>& cache,
                   const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx,
-                  TokenDispatcher<T>* dispatcher) {
+                  TokenDispatcher<T>* dispatcher, const kernels::OpContext& ctx) {
   LocalTokenDispatcher<T> local;
   TokenDispatcher<T>& dispatch = dispatcher ? *dispatcher : local;
   validate_dims(dims);
@@ -261,23 +269,26 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   // Router gradient inputs: the balance-loss frequencies and every token's sequence.
   const BalanceLossBackward balance = balance_loss_backward_inputs(
       dims, cache.expert_index.data(), cache.balance_loss_active && d_balance_loss != T(0),
-      static_cast<double>(d_balance_loss));
+      static_cast<double>(d_balance_loss), ctx);
   std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
   std::vector<T> d_combine(static_cast<size_t>(P), T(0));  // dLoss/dw of each pair
 
   // dx = the shared expert's, then the routed rows per token in slot order;
   // the router backward of each token range once its rows are back.
   LayerBackward<T> compute(dims, weights, grads, cache, balance, dy, dx, d_combine.data(),
-                           dlogits.data());
-  dispatch.backward(routed_tokens(dims, cache), *cache.dispatch, dy, compute, dx, d_combine.data());
-  router_scores_backward(dims, weights.gate, cache.x.data(), dlogits.data(), dx, grads.gate);
+                           dlogits.data(), ctx);
+  dispatch.backward(routed_tokens(dims, cache, ctx), *cache.dispatch, dy, compute, dx,
+                    d_combine.data());
+  router_scores_backward(dims, weights.gate, cache.x.data(), dlogits.data(), dx, grads.gate, ctx);
 }
 
 #define TREX_MOE_INSTANTIATE(T)                                                                \
   template void moe_forward<T>(const MoeDims&, const MoeWeights<T>&, const T*, const int64_t*, \
-                               MoeCache<T>&, T*, bool, TokenDispatcher<T>*);                   \
+                               MoeCache<T>&, T*, bool, TokenDispatcher<T>*,                    \
+                               const kernels::OpContext&);                                     \
   template void moe_backward<T>(const MoeDims&, const MoeWeights<T>&, const MoeCache<T>&,      \
-                                const T*, T, MoeGrads<T>&, T*, TokenDispatcher<T>*);
+                                const T*, T, MoeGrads<T>&, T*, TokenDispatcher<T>*,            \
+                                const kernels::OpContext&);
 
 TREX_MOE_INSTANTIATE(float)
 TREX_MOE_INSTANTIATE(double)

@@ -61,11 +61,12 @@ struct MoeCache {
 // in cache.expert_index are reused (finite-difference checks, anticipatory
 // routing); they must have the shape [N, K] and valid values.
 // dispatcher (nullable: a LocalTokenDispatcher) runs the routed experts; the
-// call is collective where it is (expert parallel: over its EP group).
+// call is collective where it is (expert parallel: over its EP group). The ops
+// run on ctx's backend; the experts multiply in ctx.precision, the router in fp32.
 template <class T>
 void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
                  const int64_t* token_ids, MoeCache<T>& cache, T* y, bool fixed_selection = false,
-                 TokenDispatcher<T>* dispatcher = nullptr);
+                 TokenDispatcher<T>* dispatcher = nullptr, const kernels::OpContext& ctx = {});
 
 // dy [N, d]; d_balance_loss = dLoss/dL_bal (normally 1; ignored when the
 // forward did not compute the balance loss). dx [N, d] written (nullable).
@@ -75,6 +76,6 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
 template <class T>
 void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCache<T>& cache,
                   const T* dy, T d_balance_loss, MoeGrads<T>& grads, T* dx,
-                  TokenDispatcher<T>* dispatcher = nullptr);
+                  TokenDispatcher<T>* dispatcher = nullptr, const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

@@ -4,14 +4,16 @@
 //   Expert(x) = (SiLU(min(x W1ᵀ, L)) ⊙ clamp(x W3ᵀ, −L, L)) W2ᵀ   (L ≤ 0: no clamp).
 //
 // Routed experts run grouped: the rows of every expert lie in one contiguous
-// block and its W1/W3/W2 run as GEMMs over that block (kernels::linear_forward
-// / linear_backward); a row's output is scaled by its combine weight before W2.
-// The shared expert runs over all N tokens, unscaled. Expert GEMMs multiply in
-// MoeDims::precision (bf16 operands when kBF16).
+// block, and W1, W3 and W2 each run as one grouped GEMM over all blocks
+// (Backend::grouped_linear_* with the blocks' offsets); a row's output is
+// scaled by its combine weight before W2 (Backend::swiglu_*). The shared
+// expert runs over all N tokens, unscaled. Expert GEMMs multiply in the
+// OpContext's precision (bf16 operands when kBF16).
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/model/moe_types.hpp"
 
 namespace trex::model {
@@ -41,24 +43,28 @@ bool has_shared_expert(const MoeWeights<T>& weights);
 // saved is resized to the rows.
 template <class T>
 void grouped_experts_forward(const MoeDims& dims, const MoeWeights<T>& weights,
-                             const GroupedRows<T>& rows, ExpertActivations<T>& saved, T* out);
+                             const GroupedRows<T>& rows, ExpertActivations<T>& saved, T* out,
+                             const kernels::OpContext& ctx = {});
 // dout [rows, d] -> dx [rows, d] (written; nullable), dscale [rows] (written);
 // the weight gradients of every expert with rows accumulate into grads (its
 // expert vectors empty or of size E).
 template <class T>
 void grouped_experts_backward(const MoeDims& dims, const MoeWeights<T>& weights,
                               const MoeGrads<T>& grads, const GroupedRows<T>& rows,
-                              const ExpertActivations<T>& saved, const T* dout, T* dx, T* dscale);
+                              const ExpertActivations<T>& saved, const T* dout, T* dx, T* dscale,
+                              const kernels::OpContext& ctx = {});
 
 // y [N, d] (written) = Shared(x), zeros without a shared expert; gate_pre and
 // up_pre [N, I] are kept for the backward (emptied without one).
 template <class T>
 void shared_expert_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
-                           std::vector<T>& gate_pre, std::vector<T>& up_pre, T* y);
+                           std::vector<T>& gate_pre, std::vector<T>& up_pre, T* y,
+                           const kernels::OpContext& ctx = {});
 // dy [N, d] -> dx [N, d] (written; nullable), shared weight gradients accumulated.
 template <class T>
 void shared_expert_backward(const MoeDims& dims, const MoeWeights<T>& weights,
                             const MoeGrads<T>& grads, const T* x, const std::vector<T>& gate_pre,
-                            const std::vector<T>& up_pre, const T* dy, T* dx);
+                            const std::vector<T>& up_pre, const T* dy, T* dx,
+                            const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

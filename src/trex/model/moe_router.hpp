@@ -4,7 +4,7 @@
 // and the aux-loss-free bias update.
 //
 //   ℓ = x·W_gᵀ (always an fp32 GEMM, even under bf16 GEMM precision),
-//   s = sqrt(softplus(ℓ)) (stable for any ℓ, see sqrt_softplus),
+//   s = sqrt(softplus(ℓ)) (stable for any ℓ, see kernels::sqrt_softplus),
 //   score layers: idx = TopK_K(s + b)  (b = aux-loss-free bias, selection only;
 //                 ties broken towards the lower expert index, slots ordered by
 //                 descending biased score),
@@ -12,8 +12,8 @@
 //   w_k = γ·s_{idx_k} / Σ_j s_{idx_j}   (norm_topk_prob; else w_k = γ·s_{idx_k}).
 //
 // Precision: the router GEMMs (forward and backward) always run in fp32 (spec:
-// router in FP32), whatever MoeDims::precision says for the experts. The
-// scalar router maths (sqrt-softplus, normalisation, balance loss) is
+// router in FP32), whatever the OpContext's precision says for the experts.
+// The scalar router maths (sqrt-softplus, normalisation, balance loss) is
 // evaluated in double and stored as T.
 //
 // Sequence-wise balance loss (spec §3.3), per sequence b of T = seq tokens:
@@ -30,32 +30,31 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/model/moe_types.hpp"
 
 namespace trex::model {
 
-// s = sqrt(softplus(ℓ)) and ds/dℓ = σ(ℓ)/(2s), evaluated in double without
-// overflow or 0/0: for ℓ < 0, with z = e^ℓ, s = e^{ℓ/2}·sqrt(log1p(z)/z) and
-// ds/dℓ = e^{ℓ/2} / (2(1+z)·sqrt(log1p(z)/z)) (→ e^{ℓ/2}/2 as ℓ → −∞).
-struct SqrtSoftplus {
-  double value;
-  double derivative;
-};
-SqrtSoftplus sqrt_softplus(double logit);
+// The router's ops run on ctx's backend (backend.hpp: router_scores,
+// router_select, router_combine, router_balance_*, router_backward,
+// router_bias_update); this file is their orchestration: shapes, checks of
+// token ids and selections, the balance sequences.
 
 // x [N, d] -> logits ℓ [N, E], scores s [N, E] (both written).
 template <class T>
-void router_scores_forward(const MoeDims& dims, const T* gate, const T* x, T* logits, T* scores);
+void router_scores_forward(const MoeDims& dims, const T* gate, const T* x, T* logits, T* scores,
+                           const kernels::OpContext& ctx = {});
 // dlogits [N, E] -> dx [N, d], dgate [E, d] (both accumulated; nullable).
 template <class T>
 void router_scores_backward(const MoeDims& dims, const T* gate, const T* x, const T* dlogits, T* dx,
-                            T* dgate);
+                            T* dgate, const kernels::OpContext& ctx = {});
 
 // expert_index [N, K] (written): TopK(s + b) on score layers, the tid2eid rows
 // of token_ids [N] on hash layers (token ids and table entries are checked).
 template <class T>
 void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* scores,
-                    const int64_t* token_ids, int32_t* expert_index);
+                    const int64_t* token_ids, int32_t* expert_index,
+                    const kernels::OpContext& ctx = {});
 // Throws trex::Error (field "moe.expert_index") unless expert_index, a selection
 // given from outside, has the shape [N, K] and values in [0, E).
 void check_expert_index(const MoeDims& dims, const std::vector<int32_t>& expert_index);
@@ -63,25 +62,27 @@ void check_expert_index(const MoeDims& dims, const std::vector<int32_t>& expert_
 // combine [N, K] (written) from the unbiased scores of the selected experts.
 template <class T>
 void combine_weights_forward(const MoeDims& dims, const T* scores, const int32_t* expert_index,
-                             T* combine);
+                             T* combine, const kernels::OpContext& ctx = {});
 
 // Whether the block computes the balance loss (see above).
 bool balance_loss_active(const MoeDims& dims);
 // L_bal of the selection (mean over the balance sequences).
 template <class T>
-double balance_loss_forward(const MoeDims& dims, const T* scores, const int32_t* expert_index);
+double balance_loss_forward(const MoeDims& dims, const T* scores, const int32_t* expert_index,
+                            const kernels::OpContext& ctx = {});
 
 // What the balance loss contributes to the router backward, computed once per
 // backward: frequencies f [sequences, E] and each token's sequence.
 struct BalanceLossBackward {
-  bool active = false;  // computed in the forward and d_loss ≠ 0
-  double d_loss = 0.0;  // dLoss/dL_bal
-  std::vector<MoeSequence> sequences;
+  bool active = false;               // computed in the forward and d_loss ≠ 0
+  double d_loss = 0.0;               // dLoss/dL_bal
+  std::vector<int64_t> sequences;    // [sequences, 2] first row, length
   std::vector<double> freq;          // [sequences, E]
   std::vector<int64_t> sequence_of;  // [N] −1: in none
 };
 BalanceLossBackward balance_loss_backward_inputs(const MoeDims& dims, const int32_t* expert_index,
-                                                 bool active, double d_loss);
+                                                 bool active, double d_loss,
+                                                 const kernels::OpContext& ctx = {});
 
 // Tokens [begin, end): d_combine [N, K] (dLoss/dw of each pair) -> ds through
 // the normalisation (selected experts), plus the balance loss -> ds (all
@@ -91,12 +92,13 @@ template <class T>
 void router_tokens_backward(const MoeDims& dims, const BalanceLossBackward& balance,
                             const T* logits, const T* scores, const int32_t* expert_index,
                             const T* combine, const T* d_combine, int64_t begin, int64_t end,
-                            T* dlogits);
+                            T* dlogits, const kernels::OpContext& ctx = {});
 
 // Aux-loss-free bias update (DeepSeek-V3 rule, spec §3.3): with mean load
 // m = Σ load / E, b_e −= speed if load_e > m, b_e += speed if load_e < m,
 // unchanged if equal (compared exactly in integers).
 template <class T>
-void update_router_bias(T* bias, const int64_t* load, int64_t n_experts, double speed);
+void update_router_bias(T* bias, const int64_t* load, int64_t n_experts, double speed,
+                        const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "trex/core/error.hpp"
-#include "trex/kernels/precision.hpp"
 
 namespace trex::model {
 
@@ -34,7 +33,6 @@ struct MoeDims {
   // Sequences of the balance loss when they are not the B rows (packed documents):
   // disjoint, in [0, B·S). Empty: the B rows of S tokens.
   std::vector<MoeSequence> balance_sequences;
-  kernels::Precision precision = kernels::Precision::kF32;  // of the expert GEMMs
 
   int64_t tokens() const { return batch * seq; }
 };

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "trex/kernels/backend.hpp"
 #include "trex/model/moe_experts.hpp"
 
 namespace trex::model {
@@ -37,7 +38,11 @@ struct RoutedTokens {
   const T* x = nullptr;                   // [N, d]
   const int32_t* expert_index = nullptr;  // [N, K], values in [0, E)
   const T* combine = nullptr;             // [N, K]
+  // The layer's backend: the dispatcher moves the rows with its ops
+  // (moe_permute, moe_unpermute, pack_rows, unpack_rows).
+  const kernels::Backend* backend = nullptr;  // null: kernels::default_backend()
   int64_t pairs() const { return tokens * top_k; }
+  const kernels::Backend& ops() const { return backend ? *backend : kernels::default_backend(); }
 };
 
 // What the layer computes for a dispatcher's forward.
@@ -108,12 +113,6 @@ class TokenDispatchers {
   // The dispatcher of MoE block `block`, whose layer has n_experts routed experts.
   virtual std::unique_ptr<TokenDispatcher<T>> for_block(int64_t block, int64_t n_experts) = 0;
 };
-
-// For implementations: y[t] += rows[pair_row[t·K + k]] for k = 0..K−1 (slot
-// order), for the tokens t in [begin, end); rows [P, d].
-template <class T>
-void combine_pair_rows(int64_t top_k, int64_t hidden, const int64_t* pair_row, const T* rows,
-                       int64_t begin, int64_t end, T* y);
 
 // For implementations: the state of kind S in `slot`, made there unless it
 // already holds one.

@@ -11,6 +11,7 @@
 namespace trex::parallel {
 namespace {
 
+using kernels::Tensor;
 using model::moe_error;
 
 // What the backward needs from the forward: the send order and, per chunk,
@@ -149,13 +150,11 @@ void EpTokenDispatcher<T>::forward(const model::RoutedTokens<T>& tokens,
   }
 
   // Token rows in send order: x, then the combine weight.
+  const kernels::Backend& ops = tokens.ops();
   std::vector<T> send(static_cast<size_t>(N * K * wx));
-#pragma omp parallel for schedule(static) if (N * K * d > (1 << 14))
-  for (int64_t row = 0; row < N * K; ++row) {
-    const int64_t p = s.sorted_pair[row];
-    std::copy_n(tokens.x + (p / K) * d, d, send.data() + row * wx);
-    send[row * wx + d] = tokens.combine[p];
-  }
+  ops.moe_permute(K, Tensor::of(tokens.x, {N, d}), Tensor::of(s.sorted_pair.data(), {N * K}),
+                  Tensor::of(tokens.combine, {N, K}), Tensor::of(send.data(), {N * K, wx}),
+                  Tensor());
   // outs: the w-scaled output of pair p's expert at row s.pair_row[p].
   std::vector<T> outs(static_cast<size_t>(N * K * d));
   std::vector<std::vector<T>> recv(static_cast<size_t>(C)), back(static_cast<size_t>(C));
@@ -196,17 +195,15 @@ void EpTokenDispatcher<T>::forward(const model::RoutedTokens<T>& tokens,
     const int64_t n = rp.total();
     ch.xs.resize(static_cast<size_t>(n * d));
     ch.scale.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = rp.grouped_row[i];
-      std::copy_n(recv[c].data() + i * wx, d, ch.xs.data() + g * d);
-      ch.scale[g] = recv[c][i * wx + d];
-    }
+    const Tensor grouped_row = Tensor::of(rp.grouped_row.data(), {n});
+    ops.unpack_rows(Tensor::of(recv[c].data(), {n, wx}), grouped_row,
+                    Tensor::of(ch.xs.data(), {n, d}), Tensor::of(ch.scale.data(), {n}));
     section.reset();
     std::vector<T> out(static_cast<size_t>(n * d));
     compute.experts(c, {rp.offsets, ch.xs.data(), ch.scale.data()}, out.data());
     section.emplace(profile::Op::kCombine);
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(out.data() + rp.grouped_row[i] * d, d, back[c].data() + i * d);
+    ops.pack_rows(Tensor::of(out.data(), {n, d}), Tensor(), grouped_row,
+                  Tensor::of(back[c].data(), {n, d}));
     returned[c] = flight.add(comm.iall_to_all(back[c].data(), recv_d[c],
                                               outs.data() + s.chunk_row[c] * d, send_d[c], type),
                              !par.overlap);
@@ -216,7 +213,10 @@ void EpTokenDispatcher<T>::forward(const model::RoutedTokens<T>& tokens,
   for (int64_t c = 0; c < C; ++c) {
     TREX_PROFILE(profile::Op::kCombine);
     flight.wait(returned[c]);
-    model::combine_pair_rows(K, d, s.pair_row.data(), outs.data(), s.bounds[c], s.bounds[c + 1], y);
+    const int64_t first = s.bounds[c], count = s.bounds[c + 1] - first;
+    ops.moe_unpermute(Tensor::of(outs.data(), {N * K, d}),
+                      Tensor::of(s.pair_row.data() + first * K, {count, K}),
+                      Tensor::of(y + first * d, {count, d}));
   }
   if (par.row_exchange_seconds)
     *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_rows;
@@ -237,7 +237,7 @@ void EpTokenDispatcher<T>::backward(const model::RoutedTokens<T>& tokens,
   if (!par.comm) throw moe_error("expert-parallel call without a communicator", "moe.parallel");
   Communicator& comm = *par.comm;
   const int R = comm.size();
-  const int64_t d = tokens.hidden, K = tokens.top_k;
+  const int64_t N = tokens.tokens, d = tokens.hidden, K = tokens.top_k;
   const int64_t P = tokens.pairs(), wx = d + 1;
   const parallel::DType type = parallel::dtype_of<T>();
   const int64_t C = static_cast<int64_t>(s->chunks.size());
@@ -247,15 +247,16 @@ void EpTokenDispatcher<T>::backward(const model::RoutedTokens<T>& tokens,
                     "moe.parallel");
   if (static_cast<int64_t>(s->pair_row.size()) != P)
     throw moe_error("cache does not match the dims (run moe_forward first)", "moe.cache");
-  // dxs [P, d]: the input gradient of each pair's row, at its send row.
-  std::vector<T> dxs(static_cast<size_t>(P * d), T(0));
+  // dxs [P, d], d_sent [P]: the input gradient of each pair's row and of its
+  // combine weight, at its send row.
+  std::vector<T> dxs(static_cast<size_t>(P * d), T(0)), d_sent(static_cast<size_t>(P), T(0));
 
   std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
   const double exposed_before = comm.stats().exposed_seconds;
+  const kernels::Backend& ops = tokens.ops();
   std::vector<T> send(static_cast<size_t>(P * d));
-#pragma omp parallel for schedule(static) if (P * d > (1 << 14))
-  for (int64_t row = 0; row < P; ++row)
-    std::copy_n(dy + (s->sorted_pair[row] / K) * d, d, send.data() + row * d);
+  ops.moe_permute(K, Tensor::of(dy, {N, d}), Tensor::of(s->sorted_pair.data(), {P}), Tensor(),
+                  Tensor::of(send.data(), {P, d}), Tensor());
   std::vector<T> result(static_cast<size_t>(P * wx));
   std::vector<std::vector<T>> recv(static_cast<size_t>(C)), back(static_cast<size_t>(C));
   std::vector<std::vector<int64_t>> send_wx(C), recv_wx(C), send_d(C), recv_d(C);
@@ -289,18 +290,16 @@ void EpTokenDispatcher<T>::backward(const model::RoutedTokens<T>& tokens,
     const ReceivePlan& rp = ch.recv;
     const int64_t n = rp.total();
     std::vector<T> dys(static_cast<size_t>(n * d));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(recv[c].data() + i * d, d, dys.data() + rp.grouped_row[i] * d);
+    const Tensor grouped_row = Tensor::of(rp.grouped_row.data(), {n});
+    ops.unpack_rows(Tensor::of(recv[c].data(), {n, d}), grouped_row, Tensor::of(dys.data(), {n, d}),
+                    Tensor());
     section.reset();
     std::vector<T> dxg(static_cast<size_t>(n * d)), dsg(static_cast<size_t>(n), T(0));
     compute.experts(c, {rp.offsets, ch.xs.data(), ch.scale.data()}, dys.data(), dxg.data(),
                     dsg.data());
     section.emplace(profile::Op::kCombine);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = rp.grouped_row[i];
-      std::copy_n(dxg.data() + g * d, d, back[c].data() + i * wx);
-      back[c][i * wx + d] = dsg[g];
-    }
+    ops.pack_rows(Tensor::of(dxg.data(), {n, d}), Tensor::of(dsg.data(), {n}), grouped_row,
+                  Tensor::of(back[c].data(), {n, wx}));
     returned[c] =
         flight.add(comm.iall_to_all(back[c].data(), recv_wx[c],
                                     result.data() + s->chunk_row[c] * wx, send_wx[c], type),
@@ -309,15 +308,21 @@ void EpTokenDispatcher<T>::backward(const model::RoutedTokens<T>& tokens,
   for (int64_t c = 0; c < C; ++c) {
     section.emplace(profile::Op::kCombine);
     flight.wait(returned[c]);
-    for (int64_t row = s->chunk_row[c]; row < s->chunk_row[c + 1]; ++row) {
-      std::copy_n(result.data() + row * wx, d, dxs.data() + row * d);
-      d_combine[s->sorted_pair[row]] = result[row * wx + d];
-    }
+    // The chunk's send rows back: dx rows to dxs, each weight gradient to its pair.
+    const int64_t row = s->chunk_row[c], rows = s->chunk_row[c + 1] - row;
+    const int64_t first = s->bounds[c], count = s->bounds[c + 1] - first;
+    ops.unpack_rows(Tensor::of(result.data() + row * wx, {rows, wx}), Tensor(),
+                    Tensor::of(dxs.data() + row * d, {rows, d}),
+                    Tensor::of(d_sent.data() + row, {rows}));
+    ops.gather_rows(Tensor::of(d_sent.data(), {P, 1}),
+                    Tensor::of(s->pair_row.data() + first * K, {count * K}),
+                    Tensor::of(d_combine + first * K, {count * K, 1}));
     section.reset();
     if (dx)
-      model::combine_pair_rows(K, d, s->pair_row.data(), dxs.data(), s->bounds[c], s->bounds[c + 1],
-                               dx);
-    compute.tokens_done(s->bounds[c], s->bounds[c + 1]);
+      ops.moe_unpermute(Tensor::of(dxs.data(), {P, d}),
+                        Tensor::of(s->pair_row.data() + first * K, {count, K}),
+                        Tensor::of(dx + first * d, {count, d}));
+    compute.tokens_done(first, s->bounds[c + 1]);
   }
   if (par.row_exchange_seconds)
     *par.row_exchange_seconds += comm.stats().exposed_seconds - exposed_before;

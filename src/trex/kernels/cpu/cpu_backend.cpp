@@ -4,13 +4,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
+#include <vector>
 
 #include "trex/kernels/cpu/attention.hpp"
 #include "trex/kernels/cpu/compressor.hpp"
+#include "trex/kernels/cpu/decode.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/indexer.hpp"
 #include "trex/kernels/cpu/lm_loss.hpp"
 #include "trex/kernels/cpu/mhc.hpp"
+#include "trex/kernels/cpu/moe.hpp"
 #include "trex/kernels/cpu/norms.hpp"
 #include "trex/kernels/cpu/optimizer.hpp"
 #include "trex/kernels/cpu/rope.hpp"
@@ -373,6 +377,193 @@ class CpuBackend final : public Backend {
       kernels::indexer_score_backward(dims, scoring<T>(in), in.q.size(0), selected.data<int64_t>(),
                                       dscores.data<T>(), static_cast<T>(scale), dq.data<T>(),
                                       dweights.data<T>(), dkeys.data<T>());
+    });
+  }
+
+  void do_router_scores(const Tensor& logits, const Tensor& scores) const override {
+    with_float_type(logits.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::router_scores(logits.data<T>(), logits.numel(), scores.data<T>());
+    });
+  }
+
+  void do_router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
+                        const Tensor& tid2eid, const Tensor& expert_index) const override {
+    const int64_t N = scores.size(0), E = scores.size(1), K = expert_index.size(1);
+    if (tid2eid.defined()) {
+      kernels::router_hash(token_ids.data<int64_t>(), tid2eid.data<int64_t>(), N, K,
+                           expert_index.data<int32_t>());
+      return;
+    }
+    with_float_type(scores.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::router_top_k(scores.data<T>(), bias.data<T>(), N, E, K,
+                            expert_index.data<int32_t>());
+    });
+  }
+
+  void do_router_combine(const RouterCombineParams& params, const Tensor& scores,
+                         const Tensor& expert_index, const Tensor& combine) const override {
+    with_float_type(scores.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::router_combine(params, scores.data<T>(), expert_index.data<int32_t>(),
+                              scores.size(0), scores.size(1), expert_index.size(1),
+                              combine.data<T>());
+    });
+  }
+
+  void do_router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
+                                     const Tensor& freq) const override {
+    kernels::router_balance_frequencies(expert_index.data<int32_t>(), expert_index.size(1),
+                                        freq.size(1), sequences.data<int64_t>(), sequences.size(0),
+                                        freq.data<double>());
+  }
+
+  double do_router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
+                                const Tensor& sequences) const override {
+    double loss = 0.0;
+    with_float_type(scores.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      loss = kernels::router_balance_loss(weight, scores.data<T>(), scores.size(0), scores.size(1),
+                                          freq.data<double>(), sequences.data<int64_t>(),
+                                          sequences.size(0));
+    });
+    return loss;
+  }
+
+  void do_router_backward(const RouterCombineParams& params, const RouterBalanceGrad& balance,
+                          const Tensor& logits, const Tensor& scores, const Tensor& expert_index,
+                          const Tensor& combine, const Tensor& d_combine, int64_t begin,
+                          int64_t end, const Tensor& dlogits) const override {
+    RouterBalance cpu_balance;
+    if (balance.sequences.defined())
+      cpu_balance = {balance.sequences.data<int64_t>(),
+                     balance.sequences.size(0),
+                     balance.freq.data<double>(),
+                     balance.sequence_of.data<int64_t>(),
+                     balance.weight,
+                     balance.d_loss};
+    with_float_type(scores.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::router_backward(params, cpu_balance, logits.data<T>(), scores.data<T>(),
+                               expert_index.data<int32_t>(), combine.data<T>(), d_combine.data<T>(),
+                               scores.size(1), expert_index.size(1), begin, end, dlogits.data<T>());
+    });
+  }
+
+  void do_router_bias_update(const Tensor& bias, const Tensor& load, double speed) const override {
+    with_float_type(bias.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::router_bias_update(bias.data<T>(), load.data<int64_t>(), bias.size(0), speed);
+    });
+  }
+
+  void do_swiglu_forward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                         double limit, const Tensor& h) const override {
+    with_float_type(gate_pre.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_forward(gate_pre.data<T>(), up_pre.data<T>(), row_scale.data<T>(),
+                              gate_pre.size(0), gate_pre.size(1), limit, h.data<T>());
+    });
+  }
+
+  void do_swiglu_backward(const Tensor& gate_pre, const Tensor& up_pre, const Tensor& row_scale,
+                          const Tensor& dh, double limit, const Tensor& dg, const Tensor& dv,
+                          const Tensor& d_row_scale) const override {
+    with_float_type(gate_pre.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_backward(gate_pre.data<T>(), up_pre.data<T>(), row_scale.data<T>(),
+                               dh.data<T>(), gate_pre.size(0), gate_pre.size(1), limit,
+                               dg.data<T>(), dv.data<T>(), d_row_scale.data<T>());
+    });
+  }
+
+  // One GEMM per group of rows: the weights' pointers in one array, as a
+  // grouped GEMM takes them.
+  void do_grouped_rows_linear_forward(const Tensor& offsets, const Tensor& x,
+                                      std::span<const Tensor> w, const Tensor& y,
+                                      Precision precision) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<const T*> weights(w.size());
+      for (size_t g = 0; g < w.size(); ++g) weights[g] = w[g].data<T>();
+      kernels::grouped_rows_linear_forward(offsets.data<int64_t>(), offsets.size(0) - 1,
+                                           x.data<T>(), weights.data(), y.size(1), x.size(1),
+                                           y.data<T>(), precision);
+    });
+  }
+
+  void do_grouped_rows_linear_backward(const Tensor& offsets, const Tensor& x,
+                                       std::span<const Tensor> w, const Tensor& dy,
+                                       const Tensor& dx, std::span<const Tensor> dw,
+                                       const LinearOptions& options) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<const T*> weights(w.size());
+      for (size_t g = 0; g < w.size(); ++g) weights[g] = w[g].data<T>();
+      std::vector<T*> grads(dw.size());
+      for (size_t g = 0; g < dw.size(); ++g) grads[g] = dw[g].data<T>();
+      kernels::grouped_rows_linear_backward(offsets.data<int64_t>(), offsets.size(0) - 1,
+                                            x.data<T>(), weights.data(), dy.data<T>(), dx.data<T>(),
+                                            grads.empty() ? nullptr : grads.data(), dy.size(1),
+                                            x.size(1), options.precision, options.accumulate);
+    });
+  }
+
+  void do_moe_permute(int64_t top_k, const Tensor& x, const Tensor& pair_order,
+                      const Tensor& combine, const Tensor& rows,
+                      const Tensor& row_combine) const override {
+    with_float_type(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::moe_permute(x.data<T>(), x.size(1), top_k, pair_order.data<int64_t>(),
+                           pair_order.size(0), combine.data<T>(), rows.size(1), rows.data<T>(),
+                           row_combine.data<T>());
+    });
+  }
+
+  void do_moe_unpermute(const Tensor& rows, const Tensor& pair_row,
+                        const Tensor& y) const override {
+    with_float_type(rows.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::moe_unpermute(rows.data<T>(), rows.size(1), pair_row.data<int64_t>(),
+                             pair_row.size(0), pair_row.size(1), y.data<T>());
+    });
+  }
+
+  void do_pack_rows(const Tensor& rows, const Tensor& weights, const Tensor& index,
+                    const Tensor& packed) const override {
+    with_float_type(rows.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::pack_rows(rows.data<T>(), weights.data<T>(), rows.size(1), index.data<int64_t>(),
+                         index.size(0), packed.size(1), packed.data<T>());
+    });
+  }
+
+  void do_unpack_rows(const Tensor& packed, const Tensor& index, const Tensor& rows,
+                      const Tensor& weights) const override {
+    with_float_type(rows.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::unpack_rows(packed.data<T>(), packed.size(1), index.data<int64_t>(), packed.size(0),
+                           rows.size(1), rows.data<T>(), weights.data<T>());
+    });
+  }
+
+  void do_decode_indexer_select(const Tensor& q, const Tensor& head_weights, const Tensor& keys,
+                                const Tensor& selected) const override {
+    with_float_type(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::decode_indexer_select(q.data<T>(), head_weights.data<T>(), q.size(0), q.size(1),
+                                     keys.data<T>(), keys.size(0), selected.size(0),
+                                     selected.data<int64_t>());
+    });
+  }
+
+  void do_decode_attention(const Tensor& q, const Tensor& keys, const Tensor& sink,
+                           const Tensor& o) const override {
+    with_float_type(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::decode_attention(q.data<T>(), q.size(0), q.size(1), keys.data<T>(), keys.size(0),
+                                sink.data<T>(), o.data<T>());
     });
   }
 
