@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <map>
 #include <numbers>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "attention_fixture.hpp"
 #include "gradcheck.hpp"
 #include "trex/core/error.hpp"
 
@@ -50,94 +50,8 @@ ModelConfig tiny_config() {
 
 constexpr int64_t kSwa = 0, kCsa = 1, kHca = 2;
 
-// Parameters by checkpoint-like name; vectors never reallocate after construction.
-struct Params {
-  AttentionDims dims;
-  std::map<std::string, std::vector<double>> t;
-
-  explicit Params(const AttentionDims& d, uint64_t seed = 100) : dims(d) {
-    const int64_t hd = d.hidden, c = d.head_dim, H = d.heads, dc = d.q_lora;
-    auto lin = [&](const std::string& name, int64_t out, int64_t in, double gain = 1.0) {
-      t[name] = random_vector(out * in, seed++, gain * std::sqrt(3.0 / static_cast<double>(in)));
-    };
-    auto norm = [&](const std::string& name, int64_t n) {
-      t[name] = random_vector(n, seed++, 0.2);
-      for (auto& v : t[name]) v += 1.0;
-    };
-    lin("wq_a", dc, hd);
-    norm("q_norm", dc);
-    lin("wq_b", H * c, dc);
-    lin("wkv", c, hd);
-    norm("kv_norm", c);
-    lin("wo_a", d.o_groups * d.o_lora, H * c / d.o_groups);
-    lin("wo_b", hd, d.o_groups * d.o_lora);
-    t["attn_sink"] = random_vector(H, seed++, 1.0);
-    if (d.ratio > 0) {
-      const int64_t coff = d.ratio == 4 ? 2 : 1;
-      lin("comp.wkv", coff * c, hd);
-      lin("comp.wgate", coff * c, hd, 2.0);
-      t["comp.ape"] = random_vector(d.ratio * coff * c, seed++, 0.5);
-      norm("comp.norm", c);
-    }
-    if (d.ratio == 4) {
-      lin("idx.wq_b", d.index_heads * d.index_head_dim, dc);
-      lin("idx.weights_proj", d.index_heads, hd, 3.0);
-      lin("idx.comp.wkv", 2 * d.index_head_dim, hd);
-      lin("idx.comp.wgate", 2 * d.index_head_dim, hd, 2.0);
-      t["idx.comp.ape"] = random_vector(4 * 2 * d.index_head_dim, seed++, 0.5);
-      norm("idx.comp.norm", d.index_head_dim);
-    }
-  }
-  const double* p(const std::string& name) const {
-    auto it = t.find(name);
-    return it == t.end() ? nullptr : it->second.data();
-  }
-  AttentionWeights<double> weights() const {
-    AttentionWeights<double> w;
-    w.wq_a = p("wq_a");
-    w.q_norm = p("q_norm");
-    w.wq_b = p("wq_b");
-    w.wkv = p("wkv");
-    w.kv_norm = p("kv_norm");
-    w.wo_a = p("wo_a");
-    w.wo_b = p("wo_b");
-    w.attn_sink = p("attn_sink");
-    w.compressor = {p("comp.wkv"), p("comp.wgate"), p("comp.ape"), p("comp.norm")};
-    w.indexer.wq_b = p("idx.wq_b");
-    w.indexer.weights_proj = p("idx.weights_proj");
-    w.indexer.compressor = {p("idx.comp.wkv"), p("idx.comp.wgate"), p("idx.comp.ape"),
-                            p("idx.comp.norm")};
-    return w;
-  }
-};
-
-struct Grads {
-  std::map<std::string, std::vector<double>> t;
-  explicit Grads(const Params& params) {
-    for (const auto& [name, v] : params.t) t[name].assign(v.size(), 0.0);
-  }
-  double* p(const std::string& name) {
-    auto it = t.find(name);
-    return it == t.end() ? nullptr : it->second.data();
-  }
-  AttentionGrads<double> grads() {
-    AttentionGrads<double> g;
-    g.wq_a = p("wq_a");
-    g.q_norm = p("q_norm");
-    g.wq_b = p("wq_b");
-    g.wkv = p("wkv");
-    g.kv_norm = p("kv_norm");
-    g.wo_a = p("wo_a");
-    g.wo_b = p("wo_b");
-    g.attn_sink = p("attn_sink");
-    g.compressor = {p("comp.wkv"), p("comp.wgate"), p("comp.ape"), p("comp.norm")};
-    g.indexer.wq_b = p("idx.wq_b");
-    g.indexer.weights_proj = p("idx.weights_proj");
-    g.indexer.compressor = {p("idx.comp.wkv"), p("idx.comp.wgate"), p("idx.comp.ape"),
-                            p("idx.comp.norm")};
-    return g;
-  }
-};
+using Params = trex::testing::AttentionParams<double>;
+using Grads = trex::testing::AttentionGradBuffers<double>;
 
 // ------------------------- naive dense reference -------------------------
 // Written from the spec without sharing code with the engine: dense [S, S+N]
@@ -694,21 +608,8 @@ TEST(AttentionTest, FloatMatchesDouble) {
     AttentionCache<double> cd;
     Mat od(a.size());
     attention_forward(d, prm.weights(), SeqShape{B, S}, a.data(), cd, od.data());
-    std::map<std::string, std::vector<float>> pf;
-    for (const auto& [name, v] : prm.t) pf[name].assign(v.begin(), v.end());
-    auto fp = [&](const std::string& n) -> const float* {
-      auto it = pf.find(n);
-      return it == pf.end() ? nullptr : it->second.data();
-    };
-    AttentionWeights<float> w;
-    w.wq_a = fp("wq_a"), w.q_norm = fp("q_norm"), w.wq_b = fp("wq_b"), w.wkv = fp("wkv");
-    w.kv_norm = fp("kv_norm"), w.wo_a = fp("wo_a"), w.wo_b = fp("wo_b");
-    w.attn_sink = fp("attn_sink");
-    w.compressor = {fp("comp.wkv"), fp("comp.wgate"), fp("comp.ape"), fp("comp.norm")};
-    w.indexer.wq_b = fp("idx.wq_b");
-    w.indexer.weights_proj = fp("idx.weights_proj");
-    w.indexer.compressor = {fp("idx.comp.wkv"), fp("idx.comp.wgate"), fp("idx.comp.ape"),
-                            fp("idx.comp.norm")};
+    const trex::testing::AttentionParams<float> prm_float(prm);
+    const AttentionWeights<float> w = prm_float.weights();
     AttentionCache<float> cf;
     cf.indexer.selected = cd.indexer.selected;  // avoid near-tie flips
     std::vector<float> af(a.begin(), a.end()), of(a.size());

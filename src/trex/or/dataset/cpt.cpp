@@ -19,6 +19,8 @@
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
+#include "trex/or/dataset/real_fault.hpp"
+#include "trex/or/dataset/summary_file.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -399,50 +401,41 @@ std::pair<std::string, std::string> changed_lines(const std::string& a, const st
 // An error -> fix narrative for problem `p`; "!" + reason when the fault is not real.
 std::string narrative(const Problem& p, uint64_t seed, int64_t index, double time_limit) {
   Rng rng(seed, {0xC97, static_cast<uint64_t>(index)});
-  std::vector<FaultKind> kinds = all_fault_kinds();
-  rng.shuffle(kinds);
-  for (FaultKind kind : kinds) {
-    auto fault = inject_fault(p.gmpl, kind, rng);
-    if (!fault) continue;
-    std::string observed;
-    try {
-      LinearModel model = LinearModel::from_mathprog(fault->model, "model.mod",
-                                                     LinearModel::Translator::checked_in_child);
-      SolveOptions options;
-      options.time_limit_seconds = time_limit;
-      SolveResult r = model.solve_glpk(options);
-      if (r.status == SolveStatus::time_limit || r.status == SolveStatus::error) continue;
-      if (r.status != SolveStatus::optimal)
-        observed = "GLPK reports the model " + std::string(to_string(r.status)) + ".";
-      else if (!objectives_agree(r.objective, p.objective))
-        observed = "The model solves, but the optimum is " + num(r.objective) +
-                   " instead of the "
-                   "expected " +
-                   num(p.objective) + ".";
-      else
-        continue;
-    } catch (const ModelError& e) {
-      if (!may_fail_translation(kind)) continue;
-      observed = "GLPK stops while translating the model:\n\n```\n" + trim(e.message()) + "\n```";
-    }
-    auto [bad, good] = changed_lines(fault->model, p.gmpl);
-    std::string t = "# Debugging a " + to_lower(std::string(find_family(p.family).title())) +
-                    " model: " + replace_all(to_string(kind), "_", " ") + "\n\n";
-    t += "A modeller wrote a GNU MathProg model for this problem:\n\n" +
-         first_paragraphs(p.nl, 1200) + "\n\n## Symptom\n\n" + observed + "\n\n## Diagnosis\n\n" +
-         fault->diagnosis + "\n\n";
-    const bool deletion =
-        kind == FaultKind::dropped_constraint || kind == FaultKind::missing_big_m_link;
-    if (!deletion && (!bad.empty() || !good.empty()))
-      t += "The faulty line:\n\n```\n" + bad + "\n```\n\nThe correct line:\n\n```\n" + good +
-           "\n```\n\n";
-    t += "## Fixed model\n\n" + fence("mathprog", p.gmpl) +
-         "\nAfter the fix the model solves to "
-         "optimality with objective " +
-         num(p.objective) + ".\n";
-    return json{{"text", t}, {"kind", to_string(kind)}}.dump();
+  const auto real = first_real_fault(p.gmpl, p.objective, time_limit, rng);
+  if (!real) return "!no_real_fault";
+  const Fault& fault = real->fault;
+  const FaultKind kind = fault.kind;
+  const FaultSymptom& symptom = real->symptom;
+  std::string observed;
+  switch (symptom.kind) {
+    case FaultSymptom::Kind::status:
+      observed = "GLPK reports the model " + std::string(to_string(symptom.status)) + ".";
+      break;
+    case FaultSymptom::Kind::objective:
+      observed = "The model solves, but the optimum is " + num(symptom.objective) +
+                 " instead of the expected " + num(p.objective) + ".";
+      break;
+    case FaultSymptom::Kind::translation_error:
+      observed =
+          "GLPK stops while translating the model:\n\n```\n" + symptom.translation_error + "\n```";
+      break;
   }
-  return "!no_real_fault";
+  auto [bad, good] = changed_lines(fault.model, p.gmpl);
+  std::string t = "# Debugging a " + to_lower(std::string(find_family(p.family).title())) +
+                  " model: " + replace_all(to_string(kind), "_", " ") + "\n\n";
+  t += "A modeller wrote a GNU MathProg model for this problem:\n\n" +
+       first_paragraphs(p.nl, 1200) + "\n\n## Symptom\n\n" + observed + "\n\n## Diagnosis\n\n" +
+       fault.diagnosis + "\n\n";
+  const bool deletion =
+      kind == FaultKind::dropped_constraint || kind == FaultKind::missing_big_m_link;
+  if (!deletion && (!bad.empty() || !good.empty()))
+    t += "The faulty line:\n\n```\n" + bad + "\n```\n\nThe correct line:\n\n```\n" + good +
+         "\n```\n\n";
+  t += "## Fixed model\n\n" + fence("mathprog", p.gmpl) +
+       "\nAfter the fix the model solves to "
+       "optimality with objective " +
+       num(p.objective) + ".\n";
+  return json{{"text", t}, {"kind", to_string(kind)}}.dump();
 }
 
 std::vector<CptDocument> glpk_example_documents(const std::string& dir) {
@@ -582,13 +575,9 @@ CptSummary build_cpt(const CptOptions& options) {
           {"exact_duplicates_removed", summary.exact_duplicates},
           {"near_duplicates_removed", summary.near_duplicates},
           {"near_duplicate_jaccard", options.near_duplicate_jaccard},
-          {"narratives_rejected", summary.narratives_rejected},
-          {"seconds", summary.seconds},
-          {"problems", options.problems_path},
-          {"input", summary.input.to_json()},
-          {"skipped_lines", summary.input.skipped}};
-  write_file_atomic((std::filesystem::path(options.out_dir) / "summary.json").string(),
-                    sj.dump(2) + "\n");
+          {"narratives_rejected", summary.narratives_rejected}};
+  write_summary_file(options.out_dir, std::move(sj), summary.seconds, options.problems_path,
+                     summary.input);
   return summary;
 }
 

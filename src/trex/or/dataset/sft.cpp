@@ -19,6 +19,8 @@
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
+#include "trex/or/dataset/real_fault.hpp"
+#include "trex/or/dataset/summary_file.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -313,56 +315,47 @@ std::string make_sample(const std::vector<Problem>& problems, const std::string&
   }
 
   if (task == "repair") {
-    std::vector<FaultKind> kinds = all_fault_kinds();
-    rng.shuffle(kinds);
-    for (FaultKind kind : kinds) {
-      auto fault = inject_fault(p.gmpl, kind, rng);
-      if (!fault) continue;
-      std::string feedback;
-      std::string fault_status;
-      double fault_objective = std::nan("");
-      try {
-        LinearModel model = LinearModel::from_mathprog(fault->model, "model.mod",
-                                                       LinearModel::Translator::checked_in_child);
-        SolveOptions options;
-        options.time_limit_seconds = time_limit;
-        SolveResult r = model.solve_glpk(options);
-        if (r.status == SolveStatus::time_limit || r.status == SolveStatus::error) continue;
-        fault_status = to_string(r.status);
-        if (r.status != SolveStatus::optimal) {
-          feedback = "GLPK reports that the model is " + fault_status + ".";
-        } else if (!objectives_agree(r.objective, base.objective)) {
-          fault_objective = r.objective;
-          feedback = "The model solves, but its optimal objective " + fmt(r.objective) +
-                     " disagrees with the expected " + fmt(base.objective) + ".";
-        } else {
-          continue;  // not a real fault: same status and optimum
-        }
-      } catch (const ModelError& e) {
-        if (!may_fail_translation(kind)) continue;  // the diagnosis would not match
+    const auto real = first_real_fault(p.gmpl, base.objective, time_limit, rng);
+    if (!real) return reject("no_real_fault", p.id);
+    const Fault& fault = real->fault;
+    const FaultKind kind = fault.kind;
+    const FaultSymptom& symptom = real->symptom;
+    std::string feedback;
+    std::string fault_status;
+    double fault_objective = std::nan("");
+    switch (symptom.kind) {
+      case FaultSymptom::Kind::status:
+        fault_status = to_string(symptom.status);
+        feedback = "GLPK reports that the model is " + fault_status + ".";
+        break;
+      case FaultSymptom::Kind::objective:
+        fault_status = to_string(symptom.status);
+        fault_objective = symptom.objective;
+        feedback = "The model solves, but its optimal objective " + fmt(symptom.objective) +
+                   " disagrees with the expected " + fmt(base.objective) + ".";
+        break;
+      case FaultSymptom::Kind::translation_error:
         fault_status = "translation_error";
-        feedback = "GLPK cannot translate the model:\n\n" + trim(e.message());
-      }
-      json meta = base_meta(p, task, "gmpl", "gmpl");
-      meta["also_input"] = json::array({"nl"});
-      meta["fault"] = {{"kind", to_string(kind)},
-                       {"location", fault->location},
-                       {"faulty_status", fault_status}};
-      if (!std::isnan(fault_objective)) meta["fault"]["faulty_objective"] = fault_objective;
-      meta["status"] = "optimal";
-      meta["objective"] = base.objective;
-      meta["verified"] = {{"models_solved", 2}, {"fault_real", true}, {"fix_matches", true}};
-      std::string user = p.nl +
-                         "\n\nThis GNU MathProg model is supposed to solve the problem "
-                         "above, but something is wrong.\n\n" +
-                         fence(fault->model) + "\n\n" + feedback +
-                         "\n\nDiagnose the error and give the corrected model.";
-      std::string assistant = "**Diagnosis** (" + fault->location + "). " + fault->diagnosis +
-                              "\n\n**Corrected model.**\n\n" + fence(p.gmpl) + "\n\n" +
-                              final_line(base);
-      return dump_compact(chat(user, assistant, meta));
+        feedback = "GLPK cannot translate the model:\n\n" + symptom.translation_error;
+        break;
     }
-    return reject("no_real_fault", p.id);
+    json meta = base_meta(p, task, "gmpl", "gmpl");
+    meta["also_input"] = json::array({"nl"});
+    meta["fault"] = {
+        {"kind", to_string(kind)}, {"location", fault.location}, {"faulty_status", fault_status}};
+    if (!std::isnan(fault_objective)) meta["fault"]["faulty_objective"] = fault_objective;
+    meta["status"] = "optimal";
+    meta["objective"] = base.objective;
+    meta["verified"] = {{"models_solved", 2}, {"fault_real", true}, {"fix_matches", true}};
+    std::string user = p.nl +
+                       "\n\nThis GNU MathProg model is supposed to solve the problem "
+                       "above, but something is wrong.\n\n" +
+                       fence(fault.model) + "\n\n" + feedback +
+                       "\n\nDiagnose the error and give the corrected model.";
+    std::string assistant = "**Diagnosis** (" + fault.location + "). " + fault.diagnosis +
+                            "\n\n**Corrected model.**\n\n" + fence(p.gmpl) + "\n\n" +
+                            final_line(base);
+    return dump_compact(chat(user, assistant, meta));
   }
 
   if (task == "interpret") {
@@ -785,13 +778,9 @@ SftSummary build_sft(const SftOptions& options) {
           {"decontam_threshold", options.decontam_threshold},
           {"decontam_ngram", kDecontamNgram},
           {"bench_questions", summary.bench_questions},
-          {"seed", options.seed},
-          {"seconds", summary.seconds},
-          {"problems", options.problems_path},
-          {"input", summary.input.to_json()},
-          {"skipped_lines", summary.input.skipped}};
-  write_file_atomic((std::filesystem::path(options.out_dir) / "summary.json").string(),
-                    sj.dump(2) + "\n");
+          {"seed", options.seed}};
+  write_summary_file(options.out_dir, std::move(sj), summary.seconds, options.problems_path,
+                     summary.input);
   SftSummary card_summary = summary;
   write_file_atomic((std::filesystem::path(options.out_dir) / "README.md").string(),
                     dataset_card(splits, card_summary, options, overlaps));

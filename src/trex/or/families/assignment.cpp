@@ -12,9 +12,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -154,10 +156,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class AssignmentInstance : public Instance {
+class AssignmentInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> agent_names, agent_keys, task_names, task_keys;
   std::vector<std::vector<double>> value;  // value[a][t]: cost or score
   std::vector<std::vector<double>> use;    // GAP: use[a][t]
@@ -170,7 +170,6 @@ class AssignmentInstance : public Instance {
   std::vector<Pair> together;     // GAP: tasks a and b on the same agent
   std::vector<Pair> apart;        // GAP: tasks a and b on different agents
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   bool gap() const { return theme().gap; }
   size_t m() const { return agent_keys.size(); }
   size_t n() const { return task_keys.size(); }
@@ -192,7 +191,6 @@ class AssignmentInstance : public Instance {
     if (!apart.empty()) v.push_back("different_agents");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string value_text(double v) const {
     const Theme& th = theme();
@@ -400,14 +398,13 @@ class AssignmentInstance : public Instance {
   }
 };
 
-class AssignmentFamily : public Family {
+class AssignmentFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "assignment"; }
   std::string_view title() const override {
     return "Assignment (classic and generalised, with pairing side constraints)";
   }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<AssignmentInstance>();
@@ -483,21 +480,19 @@ class AssignmentFamily : public Family {
       inst->must_work.push_back(owner[t]);
     }
     if (th.gap && rng.bernoulli(options.side_constraint_rate)) {
-      for (int attempt = 0; attempt < 30; ++attempt) {
-        size_t a = rng.index(n), b = rng.index(n);
-        if (a != b && owner[a] == owner[b]) {
-          inst->together.push_back({std::min(a, b), std::max(a, b)});
-          break;
-        }
+      const auto pair =
+          draw_distinct_pair(rng, n, 30, [&](size_t a, size_t b) { return owner[a] == owner[b]; });
+      if (pair) {
+        const auto [a, b] = in_order(*pair);
+        inst->together.push_back({a, b});
       }
     }
     if (th.gap && rng.bernoulli(options.side_constraint_rate)) {
-      for (int attempt = 0; attempt < 30; ++attempt) {
-        size_t a = rng.index(n), b = rng.index(n);
-        if (a != b && owner[a] != owner[b]) {
-          inst->apart.push_back({std::min(a, b), std::max(a, b)});
-          break;
-        }
+      const auto pair =
+          draw_distinct_pair(rng, n, 30, [&](size_t a, size_t b) { return owner[a] != owner[b]; });
+      if (pair) {
+        const auto [a, b] = in_order(*pair);
+        inst->apart.push_back({a, b});
       }
     }
     return inst;

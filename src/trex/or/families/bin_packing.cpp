@@ -12,9 +12,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -192,10 +194,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class BinPackingInstance : public Instance {
+class BinPackingInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names;              // display names
   std::vector<std::string> keys;               // MathProg symbols
   std::vector<double> size_of;                 // w_i
@@ -205,7 +205,6 @@ class BinPackingInstance : public Instance {
   std::vector<std::pair<int, int>> together;   // always in the same bin
   int max_items = 0;                           // per bin; 0 = no limit
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return size_of.size(); }
   std::vector<std::string> bin_keys() const { return numbered("", bins); }
 
@@ -220,7 +219,6 @@ class BinPackingInstance : public Instance {
     if (max_items > 0) v.push_back("max_items_per_bin");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
@@ -234,12 +232,11 @@ class BinPackingInstance : public Instance {
     } else {
       for (size_t i = 0; i < n(); ++i)
         out +=
-            replace_all(replace_all(th.line, "{name}", names[i]), "{size}", text::num(size_of[i])) +
-            "\n";
+            text::fill(th.line, {{"{name}", names[i]}, {"{size}", text::num(size_of[i])}}) + "\n";
     }
     out += "\n";
-    out += replace_all(replace_all(th.cap_sentence, "{cap}", text::num(capacity)), "{bins}",
-                       std::to_string(bins));
+    out += text::fill(th.cap_sentence,
+                      {{"{cap}", text::num(capacity)}, {"{bins}", std::to_string(bins)}});
     out += " ";
     for (auto [a, b] : conflicts)
       out += "The " + names[a] + " and the " + names[b] + " must not be put " + th.prep +
@@ -363,14 +360,13 @@ std::vector<int> first_fit_decreasing(const std::vector<double>& sizes, double c
   return bin_of;
 }
 
-class BinPackingFamily : public Family {
+class BinPackingFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "bin_packing"; }
   std::string_view title() const override {
     return "Bin packing (identical bins, side conditions)";
   }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<BinPackingInstance>();
@@ -403,21 +399,16 @@ class BinPackingFamily : public Family {
     inst->bins = used + rng.uniform_int(0, 1);
 
     // Optional side constraints, each satisfied by the planted packing.
-    auto try_pair = [&](bool same) -> std::pair<int, int> {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        int a = rng.uniform_int(0, n - 1), b = rng.uniform_int(0, n - 1);
-        if (a != b && (planted[static_cast<size_t>(a)] == planted[static_cast<size_t>(b)]) == same)
-          return {std::min(a, b), std::max(a, b)};
-      }
-      return {-1, -1};
+    auto try_pair = [&](bool same) {
+      return draw_distinct_pair(rng, n, 50, [&](int a, int b) {
+        return (planted[static_cast<size_t>(a)] == planted[static_cast<size_t>(b)]) == same;
+      });
     };
     if (rng.bernoulli(options.side_constraint_rate)) {
-      auto p = try_pair(false);
-      if (p.first >= 0) inst->conflicts.push_back(p);
+      if (auto p = try_pair(false)) inst->conflicts.push_back(in_order(*p));
     }
     if (rng.bernoulli(options.side_constraint_rate)) {
-      auto p = try_pair(true);
-      if (p.first >= 0) inst->together.push_back(p);
+      if (auto p = try_pair(true)) inst->together.push_back(in_order(*p));
     }
     if (rng.bernoulli(options.side_constraint_rate)) {
       std::vector<int> count(static_cast<size_t>(used));

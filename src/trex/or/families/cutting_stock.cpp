@@ -16,6 +16,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -130,10 +131,8 @@ std::vector<Pattern> maximal_patterns(const std::vector<double>& sizes, double s
   return out;
 }
 
-class CuttingStockInstance : public Instance {
+class CuttingStockInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   double stock = 0;               // W
   std::vector<double> sizes;      // w_i
   std::vector<double> demand;     // q_i
@@ -142,7 +141,6 @@ class CuttingStockInstance : public Instance {
   int max_pieces = 0;             // 0 = no knife limit
   int max_setups = 0;             // 0 = no limit on distinct patterns
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return sizes.size(); }
   size_t np() const { return patterns.size(); }
   std::vector<std::string> pattern_keys() const { return numbered("P", static_cast<int>(np())); }
@@ -179,7 +177,6 @@ class CuttingStockInstance : public Instance {
     if (max_setups > 0) v.push_back("max_patterns");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
@@ -356,12 +353,11 @@ std::vector<int> greedy_plan(const CuttingStockInstance& inst) {
   return rolls;
 }
 
-class CuttingStockFamily : public Family {
+class CuttingStockFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "cutting_stock"; }
   std::string_view title() const override { return "Cutting stock (enumerated patterns)"; }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<CuttingStockInstance>();

@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
+#include "trex/or/families/geometry.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -95,10 +98,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class CvrpInstance : public Instance {
+class CvrpInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names, keys;   // index 0 is the depot
   std::vector<double> demand;             // index 0 unused (0)
   std::vector<std::vector<double>> dist;  // distances, or travel times with windows
@@ -110,7 +111,6 @@ class CvrpInstance : public Instance {
   int closed_a = -1, closed_b = -1;  // customers without a direct road between them
   int first_stop = -1;               // customer that must be the first stop of its route
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t nodes() const { return keys.size(); }
   size_t customers() const { return keys.size() - 1; }
   int side_count() const { return (closed_a >= 0) + (first_stop >= 0); }
@@ -141,11 +141,10 @@ class CvrpInstance : public Instance {
     if (first_stop >= 0) v.push_back("first_stop");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{depot}", names[0]) + " ";
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{depot}", names[0]}}) + " ";
     out += "Today " + std::to_string(customers()) + " " + th.customer + "s must be served. Up to " +
            std::to_string(vehicles) + " identical " + th.vehicle +
            "s are available, each able to "
@@ -177,15 +176,7 @@ class CvrpInstance : public Instance {
       out += "The " + measure() + "s (" + tu +
              ") between locations are the same in both "
              "directions:\n\n";
-      std::vector<std::string> dh = {""};
-      for (const auto& nm : names) dh.push_back(nm);
-      std::vector<std::vector<std::string>> drows;
-      for (size_t i = 0; i < nodes(); ++i) {
-        std::vector<std::string> r = {names[i]};
-        for (size_t j = 0; j < nodes(); ++j) r.push_back(i == j ? "-" : text::num(dist[i][j]));
-        drows.push_back(r);
-      }
-      out += text::markdown_table(dh, drows) + "\n";
+      out += text::markdown_matrix(names, dist) + "\n";
     } else {
       out += "\n\n";
       for (size_t i = 1; i < nodes(); ++i) {
@@ -405,18 +396,13 @@ class CvrpInstance : public Instance {
   }
 };
 
-double round_up_to(double v, double step) {
-  return std::ceil(v / step - 1e-9) * step;
-}
-
-class CvrpFamily : public Family {
+class CvrpFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "cvrp"; }
   std::string_view title() const override {
     return "Capacitated vehicle routing (optionally with time windows)";
   }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<CvrpInstance>();
@@ -438,21 +424,10 @@ class CvrpFamily : public Family {
     inst->keys = text::symbols(inst->names);
 
     // Depot near the middle, customers around it; rounded Euclidean distances.
-    std::vector<std::pair<double, double>> pts = {
+    std::vector<geometry::Point> pts = {
         {th.scale * rng.uniform(0.35, 0.65), th.scale * rng.uniform(0.35, 0.65)}};
-    while (pts.size() < n) {
-      std::pair<double, double> p{rng.uniform(0, th.scale), rng.uniform(0, th.scale)};
-      bool far = std::all_of(pts.begin(), pts.end(), [&](const auto& q) {
-        return std::hypot(p.first - q.first, p.second - q.second) >= 1.5;
-      });
-      if (far) pts.push_back(p);
-    }
-    inst->dist.assign(n, std::vector<double>(n, 0.0));
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < n; ++j)
-        if (i != j)
-          inst->dist[i][j] = std::max(1.0, std::round(std::hypot(pts[i].first - pts[j].first,
-                                                                 pts[i].second - pts[j].second)));
+    geometry::add_spread_points(rng, th.scale, n, pts);
+    inst->dist = geometry::rounded_distances(pts);
     inst->demand.assign(n, 0.0);
     for (size_t i = 1; i < n; ++i) inst->demand[i] = rng.uniform_int(2, 12);
 
@@ -482,7 +457,7 @@ class CvrpFamily : public Family {
     }
     // Capacity at or slightly above the heaviest planted route, but below the total
     // demand so that one vehicle cannot serve everyone.
-    inst->capacity = std::min(round_up_to(heaviest * rng.uniform(1.0, 1.2), 5.0), total - 1);
+    inst->capacity = std::min(round_up(heaviest * rng.uniform(1.0, 1.2), 5.0), total - 1);
     inst->capacity = std::max(inst->capacity, heaviest);
     inst->vehicles = static_cast<int>(routes.size()) + rng.uniform_int(0, 1);
 
@@ -498,7 +473,7 @@ class CvrpFamily : public Family {
         for (size_t i : r) {
           clock += inst->dist[prev][i];
           inst->open[i] = std::max(0.0, 5.0 * std::floor((clock - rng.uniform(0, 20)) / 5.0));
-          inst->close[i] = round_up_to(clock + rng.uniform(5, 30), 5.0);
+          inst->close[i] = round_up(clock + rng.uniform(5, 30), 5.0);
           clock += inst->service[i];
           prev = i;
         }
@@ -508,7 +483,7 @@ class CvrpFamily : public Family {
       double horizon = latest_return + rng.uniform(0, 30);
       for (size_t i = 1; i < n; ++i)
         horizon = std::max(horizon, inst->close[i] + inst->service[i] + inst->dist[i][0]);
-      inst->horizon = round_up_to(horizon, 10.0);
+      inst->horizon = round_up(horizon, 10.0);
     }
 
     const double rate = options.side_constraint_rate;
@@ -523,12 +498,13 @@ class CvrpFamily : public Family {
             if ((r[k] == a && r[k + 1] == b) || (r[k] == b && r[k + 1] == a)) return true;
         return false;
       };
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        size_t a = 1 + rng.index(m), b = 1 + rng.index(m);
-        if (a == b || adjacent(a, b)) continue;
-        inst->closed_a = static_cast<int>(std::min(a, b));
-        inst->closed_b = static_cast<int>(std::max(a, b));
-        break;
+      // Customers are nodes 1..m.
+      const auto apart = draw_distinct_pair(
+          rng, m, 50, [&](size_t a, size_t b) { return !adjacent(a + 1, b + 1); });
+      if (apart) {
+        const auto [a, b] = in_order(*apart);
+        inst->closed_a = static_cast<int>(1 + a);
+        inst->closed_b = static_cast<int>(1 + b);
       }
     }
     return inst;

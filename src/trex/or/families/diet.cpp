@@ -14,6 +14,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -191,10 +192,8 @@ double ceil_to(double v, int decimals) {
   return std::ceil(v * scale - 1e-9) / scale;
 }
 
-class DietInstance : public Instance {
+class DietInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names, keys;  // foods / ingredients
   std::vector<size_t> attrs;             // indices into theme().attributes
   std::vector<std::string> attr_keys;
@@ -211,7 +210,6 @@ class DietInstance : public Instance {
   std::vector<Limit> availability;  // x_f <= value
   std::vector<Limit> min_use;       // x_f >= value
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   bool blend() const { return theme().blend; }
   size_t n() const { return names.size(); }
   size_t m() const { return attrs.size(); }
@@ -238,7 +236,6 @@ class DietInstance : public Instance {
     if (!min_use.empty()) v.push_back("min_use");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   // Whether some single food / ingredient alone satisfies every nutrient or quality bound.
   bool single_item_suffices() const {
@@ -277,7 +274,7 @@ class DietInstance : public Instance {
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{batch}", text::num(batch));
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{batch}", text::num(batch)}});
     out += " There are " + std::to_string(n()) + " " + th.item_noun + "s to choose from";
     out += blend()
                ? "; their costs and compositions (per " + th.amount_unit + ") are:\n\n"
@@ -497,14 +494,13 @@ class DietInstance : public Instance {
   }
 };
 
-class DietFamily : public Family {
+class DietFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "diet"; }
   std::string_view title() const override {
     return "Diet and blending (min cost, nutrient/quality bounds)";
   }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<DietInstance>();

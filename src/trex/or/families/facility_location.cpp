@@ -12,9 +12,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -136,10 +138,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class FacilityLocationInstance : public Instance {
+class FacilityLocationInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> site_names, site_keys;
   std::vector<std::string> cust_names, cust_keys;
   std::vector<double> fixed;              // f_j
@@ -150,7 +150,6 @@ class FacilityLocationInstance : public Instance {
   std::vector<std::pair<int, int>> exclusive;
   double min_throughput = 0;  // 0 = none
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t m() const { return site_keys.size(); }
   size_t n() const { return cust_keys.size(); }
 
@@ -165,7 +164,6 @@ class FacilityLocationInstance : public Instance {
     if (min_throughput > 0) v.push_back("min_throughput");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string qty(double v) const { return text::num(v) + " " + theme().unit; }
 
@@ -326,12 +324,11 @@ class FacilityLocationInstance : public Instance {
   }
 };
 
-class FacilityLocationFamily : public Family {
+class FacilityLocationFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "facility_location"; }
   std::string_view title() const override { return "Capacitated facility location"; }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<FacilityLocationInstance>();
@@ -399,13 +396,10 @@ class FacilityLocationFamily : public Family {
 
     if (rng.bernoulli(options.side_constraint_rate)) inst->max_open = planted_open;
     if (rng.bernoulli(options.side_constraint_rate)) {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        int a = rng.uniform_int(0, m - 1), b = rng.uniform_int(0, m - 1);
-        if (a != b && !(open[static_cast<size_t>(a)] && open[static_cast<size_t>(b)])) {
-          inst->exclusive.push_back({std::min(a, b), std::max(a, b)});
-          break;
-        }
-      }
+      const auto pair = draw_distinct_pair(rng, m, 50, [&](int a, int b) {
+        return !(open[static_cast<size_t>(a)] && open[static_cast<size_t>(b)]);
+      });
+      if (pair) inst->exclusive.push_back(in_order(*pair));
     }
     if (rng.bernoulli(options.side_constraint_rate)) {
       // The planted split serves d_i * Q_j / Q(S) from each j in S.

@@ -8,14 +8,16 @@
 // those links and gives each a capacity at least its planted load.
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <limits>
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
+#include "trex/or/families/geometry.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/graph.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -109,29 +111,8 @@ struct Commodity {
   double demand = 0;
 };
 
-std::string plural(const std::string& noun) {
-  if (noun.ends_with("y")) return noun.substr(0, noun.size() - 1) + "ies";
-  return noun + "s";
-}
-
-double round_up(double v, double step) {
-  return step * std::ceil(v / step - 1e-9);
-}
-
-// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
-std::string latex_pair(const std::string& a, const std::string& b) {
-  std::string out = "(";
-  out += latex_name(a);
-  out += ", ";
-  out += latex_name(b);
-  out += ")";
-  return out;
-}
-
-class FixedChargeInstance : public Instance {
+class FixedChargeInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names, keys;  // nodes
   std::vector<Arc> arcs;
   std::vector<Commodity> commodities;
@@ -140,7 +121,6 @@ class FixedChargeInstance : public Instance {
   std::pair<int, int> exclusive = {-1, -1};  // arcs that cannot both be opened
   int committed = -1;                        // arc that must be opened
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return names.size(); }
   int side_count() const { return (max_links >= 0) + (exclusive.first >= 0) + (committed >= 0); }
   std::string amount(double v) const {
@@ -161,12 +141,11 @@ class FixedChargeInstance : public Instance {
     if (committed >= 0) v.push_back("committed_link");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
     std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(n()) + " " + plural(th.node_noun) + " (" +
+    out += "There are " + std::to_string(n()) + " " + text::plural(th.node_noun) + " (" +
            text::english_list(names) + ").\n\nThe following flows must be delivered:\n";
     for (const Commodity& k : commodities)
       out += "- " + amount(k.demand) + " of " + k.name + " from " + names[k.origin] + " to " +
@@ -224,33 +203,25 @@ class FixedChargeInstance : public Instance {
 
   std::string alg() const override {
     AlgebraicFormulation f("Fixed-charge multi-commodity network design");
-    std::vector<std::string> pairs, ckeys;
-    std::vector<double> fixed, cost, cap, demand;
-    for (const Arc& a : arcs) {
-      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
-      fixed.push_back(a.fixed);
-      cost.push_back(a.cost);
-      cap.push_back(a.cap);
-    }
-    std::vector<std::string> od;
+    std::vector<std::string> ckeys, od;
+    std::vector<double> demand;
     for (const Commodity& k : commodities) {
       ckeys.push_back(k.key);
       demand.push_back(k.demand);
-      od.push_back(latex_pair(keys[k.origin], keys[k.dest]));
+      od.push_back(graph::latex_pair(keys[k.origin], keys[k.dest]));
     }
-    std::string arc_set = "\\{";
-    arc_set += join(pairs, ", ");
-    arc_set += "\\}";
-    f.set("$N = " + latex_set(keys) + "$", plural(theme().node_noun));
-    f.set("$A = " + arc_set + "$", "candidate one-way " + theme().link_noun + "s");
+    f.set("$N = " + latex_set(keys) + "$", text::plural(theme().node_noun));
+    f.set("$A = " + graph::latex_arc_set(arcs, keys) + "$",
+          "candidate one-way " + theme().link_noun + "s");
     f.set("$K = " + latex_set(ckeys) + "$", "commodities (flows to deliver)");
     f.parameter("$(o_k, t_k)$", "origin and destination of $k$", "$(" + join(od, ", ") + ")$");
     f.parameter("$d_k$", "amount of $k$ to deliver (" + theme().unit + ")", latex_vector(demand));
     f.parameter("$f_{ij}$", "fixed cost of opening $(i,j)$ (dollars, in the order of $A$)",
-                latex_vector(fixed));
+                latex_vector(graph::values(arcs, &Arc::fixed)));
     f.parameter("$c_{ij}$", "cost per " + theme().unit_one + " on $(i,j)$ (dollars)",
-                latex_vector(cost));
-    f.parameter("$u_{ij}$", "capacity of $(i,j)$ (" + theme().unit + ")", latex_vector(cap));
+                latex_vector(graph::values(arcs, &Arc::cost)));
+    f.parameter("$u_{ij}$", "capacity of $(i,j)$ (" + theme().unit + ")",
+                latex_vector(graph::values(arcs, &Arc::cap)));
     f.variable("$x^k_{ij} \\ge 0$", "amount of $k$ routed on $(i,j)$ (continuous)");
     f.variable("$y_{ij} \\in \\{0,1\\}$", "1 if $(i,j)$ is opened");
     f.objective(
@@ -310,15 +281,6 @@ class FixedChargeInstance : public Instance {
                arc_ref(static_cast<size_t>(exclusive.second)) + " <= 1;\n";
     if (committed >= 0)
       model += "s.t. Committed: y" + arc_ref(static_cast<size_t>(committed)) + " = 1;\n";
-    std::vector<std::vector<std::string>> tuples;
-    std::vector<std::pair<std::vector<std::string>, double>> fixed, cost, cap;
-    for (const Arc& a : arcs) {
-      std::vector<std::string> key = {keys[a.from], keys[a.to]};
-      tuples.push_back(key);
-      fixed.push_back({key, a.fixed});
-      cost.push_back({key, a.cost});
-      cap.push_back({key, a.cap});
-    }
     std::vector<std::string> ckeys;
     std::vector<double> demand;
     std::string orig = "param orig :=", dest = "param dest :=";
@@ -329,9 +291,13 @@ class FixedChargeInstance : public Instance {
       dest += " " + k.key + " " + keys[k.dest];
     }
     GmplData data;
-    data.set("NODES", keys).set_of_tuples("ARCS", tuples).set("COMM", ckeys);
+    data.set("NODES", keys)
+        .set_of_tuples("ARCS", graph::gmpl_tuples(arcs, keys))
+        .set("COMM", ckeys);
     data.raw(orig + ";").raw(dest + ";").param("demand", ckeys, demand);
-    data.param_sparse("fixed", fixed).param_sparse("cost", cost).param_sparse("cap", cap);
+    data.param_sparse("fixed", graph::gmpl_values(arcs, keys, &Arc::fixed));
+    data.param_sparse("cost", graph::gmpl_values(arcs, keys, &Arc::cost));
+    data.param_sparse("cap", graph::gmpl_values(arcs, keys, &Arc::cap));
     return compose_gmpl(model, "TotalCost", data);
   }
 
@@ -382,40 +348,11 @@ class FixedChargeInstance : public Instance {
   }
 };
 
-// Shortest path by Dijkstra under the given arc weights; arc indices, or
-// empty if `t` is unreachable.
-std::vector<size_t> route(size_t n, const std::vector<Arc>& arcs, const std::vector<double>& w,
-                          size_t s, size_t t) {
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> dist(n, inf);
-  std::vector<int> via(n, -1);
-  std::vector<bool> done(n, false);
-  dist[s] = 0;
-  for (size_t round = 0; round < n; ++round) {
-    size_t u = n;
-    for (size_t v = 0; v < n; ++v)
-      if (!done[v] && dist[v] < inf && (u == n || dist[v] < dist[u])) u = v;
-    if (u == n) break;
-    done[u] = true;
-    for (size_t k = 0; k < arcs.size(); ++k)
-      if (arcs[k].from == u && dist[u] + w[k] < dist[arcs[k].to]) {
-        dist[arcs[k].to] = dist[u] + w[k];
-        via[arcs[k].to] = static_cast<int>(k);
-      }
-  }
-  std::vector<size_t> path;
-  if (dist[t] == inf) return path;
-  for (size_t v = t; v != s; v = arcs[static_cast<size_t>(via[v])].from)
-    path.push_back(static_cast<size_t>(via[v]));
-  return path;
-}
-
-class FixedChargeFamily : public Family {
+class FixedChargeFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "fixed_charge_network"; }
   std::string_view title() const override { return "Fixed-charge multi-commodity network design"; }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<FixedChargeInstance>();
@@ -429,11 +366,8 @@ class FixedChargeFamily : public Family {
     inst->keys = text::symbols(inst->names);
 
     // Corridors between near neighbours, connected through a chain over all nodes.
-    std::vector<std::pair<double, double>> pos(n);
-    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 70.0)};
-    auto dist = [&](size_t a, size_t b) {
-      return std::hypot(pos[a].first - pos[b].first, pos[a].second - pos[b].second);
-    };
+    const std::vector<geometry::Point> pos = geometry::random_points(rng, n, 100.0, 70.0);
+    auto dist = [&](size_t a, size_t b) { return geometry::distance(pos[a], pos[b]); };
     std::vector<std::vector<bool>> corridor(n, std::vector<bool>(n, false));
     std::vector<size_t> order(n);
     for (size_t v = 0; v < n; ++v) order[v] = v;
@@ -441,12 +375,9 @@ class FixedChargeFamily : public Family {
     for (size_t i = 0; i + 1 < n; ++i)
       corridor[order[i]][order[i + 1]] = corridor[order[i + 1]][order[i]] = true;
     for (size_t v = 0; v < n; ++v) {
-      std::vector<std::pair<double, size_t>> near;
-      for (size_t w = 0; w < n; ++w)
-        if (w != v) near.push_back({dist(v, w), w});
-      std::sort(near.begin(), near.end());
+      const std::vector<size_t> near = geometry::nearest_first(pos, v);
       for (size_t i = 0; i < std::min<size_t>(2, near.size()); ++i)
-        corridor[v][near[i].second] = corridor[near[i].second][v] = true;
+        corridor[v][near[i]] = corridor[near[i]][v] = true;
     }
     // Each corridor gives two one-way candidates; some directions are dropped,
     // but never along the connecting chain (that keeps every pair reachable).
@@ -469,10 +400,9 @@ class FixedChargeFamily : public Family {
           inst->arcs.push_back(arc);
         }
       }
-    std::sort(inst->arcs.begin(), inst->arcs.end(), [](const Arc& x, const Arc& y) {
-      return x.from != y.from ? x.from < y.from : x.to < y.to;
-    });
+    graph::sort_by_ends(inst->arcs);
     auto& arcs = inst->arcs;
+    const std::vector<graph::Ends> ends = graph::ends(arcs);
 
     // Commodities with distinct origin-destination pairs, routed on randomly
     // weighted shortest paths (the planted design).
@@ -498,7 +428,7 @@ class FixedChargeFamily : public Family {
       std::vector<double> w(arcs.size());
       for (size_t a = 0; a < arcs.size(); ++a)
         w[a] = dist(arcs[a].from, arcs[a].to) * rng.uniform(0.7, 1.5);
-      for (size_t a : route(n, arcs, w, c.origin, c.dest)) load[a] += c.demand;
+      for (size_t a : graph::shortest_path(n, ends, w, c.origin, c.dest)) load[a] += c.demand;
       inst->commodities.push_back(c);
     }
     int opened = 0;

@@ -14,6 +14,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -104,10 +105,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class JobShopInstance : public Instance {
+class JobShopInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   bool flow_shop = false;
   bool weighted = false;  // weighted completion time instead of makespan
   std::vector<std::string> job_names, job_keys, machine_names, machine_keys;
@@ -121,7 +120,6 @@ class JobShopInstance : public Instance {
   int order_machine = -1;
   size_t order_first = 0, order_second = 0;  // on order_machine: first before second
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t jobs() const { return job_keys.size(); }
   size_t machines() const { return machine_keys.size(); }
   int side_count() const { return (release_job >= 0) + (due_job >= 0) + (order_machine >= 0); }
@@ -142,7 +140,6 @@ class JobShopInstance : public Instance {
     if (order_machine >= 0) v.push_back("forced_order");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string route_text(size_t j) const {
     std::vector<std::string> steps;
@@ -424,14 +421,13 @@ class JobShopInstance : public Instance {
   }
 };
 
-class JobShopFamily : public Family {
+class JobShopFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "job_shop"; }
   std::string_view title() const override {
     return "Job shop / flow shop scheduling (makespan or weighted completion)";
   }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<JobShopInstance>();

@@ -8,9 +8,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -90,10 +92,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class KnapsackInstance : public Instance {
+class KnapsackInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names;              // display names
   std::vector<std::string> keys;               // MathProg symbols
   std::vector<double> value;                   // v_i
@@ -102,7 +102,6 @@ class KnapsackInstance : public Instance {
   std::vector<std::pair<int, int>> exclusive;  // not both
   std::vector<std::pair<int, int>> implies;    // first chosen => second chosen
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return value.size(); }
   size_t dims() const { return capacity.size(); }
 
@@ -117,7 +116,6 @@ class KnapsackInstance : public Instance {
     if (!implies.empty()) v.push_back("if_then");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string res_name(size_t d) const { return theme().resources[d].first; }
   std::string res_unit(size_t d) const { return theme().resources[d].second; }
@@ -227,14 +225,13 @@ class KnapsackInstance : public Instance {
   }
 };
 
-class KnapsackFamily : public Family {
+class KnapsackFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "knapsack"; }
   std::string_view title() const override {
     return "Knapsack (multi-dimensional, with logical side constraints)";
   }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<KnapsackInstance>();
@@ -276,21 +273,18 @@ class KnapsackFamily : public Family {
       inst->capacity.push_back(std::min(cap, total - 1));
     }
     // Optional side constraints, each consistent with the planted subset.
-    auto try_pair = [&](auto ok) -> std::pair<int, int> {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        int a = rng.uniform_int(0, n - 1), b = rng.uniform_int(0, n - 1);
-        if (a != b && ok(planted[static_cast<size_t>(a)], planted[static_cast<size_t>(b)]))
-          return {a, b};
-      }
-      return {-1, -1};
+    auto try_pair = [&](auto ok) {
+      return draw_distinct_pair(rng, n, 50, [&](int a, int b) {
+        return ok(planted[static_cast<size_t>(a)], planted[static_cast<size_t>(b)]);
+      });
     };
     if (rng.bernoulli(options.side_constraint_rate)) {
-      auto p = try_pair([](int pa, int pb) { return !(pa && pb); });
-      if (p.first >= 0) inst->exclusive.push_back(p);
+      if (auto p = try_pair([](int pa, int pb) { return !(pa && pb); }))
+        inst->exclusive.push_back(*p);
     }
     if (rng.bernoulli(options.side_constraint_rate)) {
-      auto p = try_pair([](int pa, int pb) { return !(pa && !pb); });
-      if (p.first >= 0) inst->implies.push_back(p);
+      if (auto p = try_pair([](int pa, int pb) { return !(pa && !pb); }))
+        inst->implies.push_back(*p);
     }
     return inst;
   }

@@ -13,9 +13,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -134,10 +136,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class LogicalTransportInstance : public Instance {
+class LogicalTransportInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<size_t> mode_ids;  // indices into theme().modes
   std::vector<std::string> mode_keys;
   std::vector<std::string> dest_names, dest_keys;
@@ -152,7 +152,6 @@ class LogicalTransportInstance : public Instance {
   std::vector<std::pair<int, double>> min_load;  // (mode, volume if used)
   int optional_rules = 0;                        // rules beyond the two every instance carries
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t nm() const { return mode_keys.size(); }
   size_t nr() const { return dest_keys.size(); }
   const std::string& mode_name(size_t m) const { return theme().modes[mode_ids[m]].name; }
@@ -178,7 +177,6 @@ class LogicalTransportInstance : public Instance {
     if (!min_load.empty()) v.push_back("min_volume_if_used");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
@@ -370,14 +368,13 @@ class LogicalTransportInstance : public Instance {
   }
 };
 
-class LogicalTransportFamily : public Family {
+class LogicalTransportFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "logical_transport"; }
   std::string_view title() const override {
     return "Transport mode selection with logical (either-or, if-then, k-of-n) constraints";
   }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<LogicalTransportInstance>();
@@ -436,12 +433,10 @@ class LogicalTransportFamily : public Family {
     enum Rule { kEitherOr, kIfThen, kAtLeast, kAtMost, kMinVolume };
     std::vector<Rule> kinds = {kEitherOr, kIfThen, kAtLeast, kAtMost, kMinVolume};
     rng.shuffle(kinds);
-    auto pick_pair = [&](auto ok) -> std::pair<int, int> {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        int a = rng.uniform_int(0, nm - 1), b = rng.uniform_int(0, nm - 1);
-        if (a != b && ok(used[static_cast<size_t>(a)], used[static_cast<size_t>(b)])) return {a, b};
-      }
-      return {-1, -1};
+    auto pick_pair = [&](auto ok) {
+      return draw_distinct_pair(rng, nm, 50, [&](int a, int b) {
+        return ok(used[static_cast<size_t>(a)], used[static_cast<size_t>(b)]);
+      });
     };
     for (size_t k = 0; k < kinds.size(); ++k) {
       if (k >= 2 && !rng.bernoulli(options.side_constraint_rate)) continue;
@@ -449,13 +444,13 @@ class LogicalTransportFamily : public Family {
       switch (kinds[k]) {
         case kEitherOr: {
           // Prefer a used mode against an unused one, so the rule matters.
-          auto p = pick_pair([](bool ua, bool ub) { return ua != ub; });
-          if (p.first >= 0) inst->exclusive.push_back(p);
+          if (auto p = pick_pair([](bool ua, bool ub) { return ua != ub; }))
+            inst->exclusive.push_back(*p);
           break;
         }
         case kIfThen: {
-          auto p = pick_pair([](bool ua, bool ub) { return !ua || ub; });
-          if (p.first >= 0) inst->implies.push_back(p);
+          if (auto p = pick_pair([](bool ua, bool ub) { return !ua || ub; }))
+            inst->implies.push_back(*p);
           break;
         }
         case kAtLeast:

@@ -13,7 +13,9 @@
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -71,14 +73,8 @@ bool all_equal(const std::vector<double>& v) {
   return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
 }
 
-double round_up_to(double v, double step) {
-  return std::ceil(v / step - 1e-9) * step;
-}
-
-class LotSizingInstance : public Instance {
+class LotSizingInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<double> demand;     // d_t
   std::vector<double> setup;      // f_t
   std::vector<double> unit_cost;  // c_t
@@ -92,7 +88,6 @@ class LotSizingInstance : public Instance {
   int max_setups = 0;       // K; 0 = none
   int shutdown = 0;         // 1-based period without production; 0 = none
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return demand.size(); }
   std::vector<std::string> keys() const { return numbered("", static_cast<int>(n())); }
   int side_count() const {
@@ -129,7 +124,6 @@ class LotSizingInstance : public Instance {
     if (shutdown > 0) v.push_back("shutdown");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   // Preposition for a single period: "in week 3", "on day 3".
   std::string in() const { return theme().period == "day" ? "on" : "in"; }
@@ -189,7 +183,7 @@ class LotSizingInstance : public Instance {
   std::string nl() const override {
     const Theme& th = theme();
     const std::string N = std::to_string(n());
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{n}", N);
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{n}", N}});
     out += data_text() + "\n\n";
     if (initial_stock > 0)
       out += "At the start of " + th.period + " 1 there are " + qty(initial_stock) + " in stock. ";
@@ -354,14 +348,13 @@ class LotSizingInstance : public Instance {
   }
 };
 
-class LotSizingFamily : public Family {
+class LotSizingFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "lot_sizing"; }
   std::string_view title() const override {
     return "Lot sizing (capacitated or uncapacitated, with optional backorders)";
   }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<LotSizingInstance>();
@@ -408,11 +401,11 @@ class LotSizingFamily : public Family {
       stock[t] = level;
     }
     const double max_lot = *std::max_element(lot.begin(), lot.end());
-    if (rng.bernoulli(0.6)) inst->capacity = round_up_to(max_lot * rng.uniform(1.0, 1.3), 5.0);
+    if (rng.bernoulli(0.6)) inst->capacity = round_up(max_lot * rng.uniform(1.0, 1.3), 5.0);
 
     if (rng.bernoulli(rate)) {
       const double max_stock = *std::max_element(stock.begin(), stock.end());
-      if (max_stock > 0) inst->warehouse = round_up_to(max_stock * rng.uniform(1.0, 1.25), 5.0);
+      if (max_stock > 0) inst->warehouse = round_up(max_stock * rng.uniform(1.0, 1.25), 5.0);
     }
     if (rng.bernoulli(rate)) {
       int runs = static_cast<int>(std::count(run.begin(), run.end(), true));

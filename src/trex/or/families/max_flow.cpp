@@ -7,14 +7,16 @@
 // flow (Edmonds-Karp) to place side constraints where they bind while a
 // positive flow stays feasible.
 #include <algorithm>
-#include <cmath>
 #include <deque>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
+#include "trex/or/families/geometry.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/graph.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -51,24 +53,10 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
-std::string latex_pair(const std::string& a, const std::string& b) {
-  std::string out = "(";
-  out += latex_name(a);
-  out += ", ";
-  out += latex_name(b);
-  out += ")";
-  return out;
-}
-
 struct Arc {
   size_t from = 0, to = 0;
   double cap = 0;
 };
-
-double round_down(double v, double step) {
-  return step * std::floor(v / step + 1e-9);
-}
 
 // Edmonds-Karp max flow on a small graph; returns the flow value and the flow
 // per arc. Nodes in `removed` carry no flow.
@@ -115,10 +103,8 @@ double max_flow(size_t n, const std::vector<Arc>& arcs, size_t s, size_t t,
   return total;
 }
 
-class MaxFlowInstance : public Instance {
+class MaxFlowInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names;  // display names
   std::vector<std::string> keys;   // MathProg symbols
   std::vector<Arc> arcs;
@@ -131,7 +117,6 @@ class MaxFlowInstance : public Instance {
   int share_node = -1;  // inflow of this node <= share * total flow
   double share = 0;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return names.size(); }
   int side_count() const { return (limited_node >= 0) + (reduced_arc >= 0) + (share_node >= 0); }
   std::string rate(double v) const { return text::num(v) + " " + theme().unit; }
@@ -150,13 +135,11 @@ class MaxFlowInstance : public Instance {
     if (share_node >= 0) v.push_back("max_share_through_node");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
     std::string out =
-        replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}", names[source]),
-                    "{to}", names[sink]) +
+        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}) +
         " ";
     std::vector<std::string> middle;
     for (size_t v = 0; v < n(); ++v)
@@ -208,19 +191,10 @@ class MaxFlowInstance : public Instance {
 
   std::string alg() const override {
     AlgebraicFormulation f("Maximum flow");
-    std::vector<std::string> pairs;
-    std::vector<double> caps;
-    for (const Arc& a : arcs) {
-      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
-      caps.push_back(a.cap);
-    }
-    std::string arc_set = "\\{";
-    arc_set += join(pairs, ", ");
-    arc_set += "\\}";
     f.set("$N = " + latex_set(keys) + "$", "nodes");
-    f.set("$A = " + arc_set + "$", "one-way " + theme().link_noun + "s");
+    f.set("$A = " + graph::latex_arc_set(arcs, keys) + "$", "one-way " + theme().link_noun + "s");
     f.parameter("$u_{ij}$", "capacity of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
-                latex_vector(caps));
+                latex_vector(graph::values(arcs, &Arc::cap)));
     f.parameter("$s = " + latex_name(keys[source]) + ", t = " + latex_name(keys[sink]) + "$",
                 "source and sink");
     f.variable("$x_{ij} \\ge 0$", "flow on arc $(i,j)$ (continuous)");
@@ -272,14 +246,9 @@ class MaxFlowInstance : public Instance {
     if (share_node >= 0)
       model += "s.t. MaxShare: sum{(i, j) in ARCS: j = '" + keys[static_cast<size_t>(share_node)] +
                "'} x[i, j] <= " + text::num(share) + " * flow;\n";
-    std::vector<std::vector<std::string>> tuples;
-    std::vector<std::pair<std::vector<std::string>, double>> caps;
-    for (const Arc& a : arcs) {
-      tuples.push_back({keys[a.from], keys[a.to]});
-      caps.push_back({{keys[a.from], keys[a.to]}, a.cap});
-    }
     GmplData data;
-    data.set("NODES", keys).set_of_tuples("ARCS", tuples).param_sparse("cap", caps);
+    data.set("NODES", keys).set_of_tuples("ARCS", graph::gmpl_tuples(arcs, keys));
+    data.param_sparse("cap", graph::gmpl_values(arcs, keys, &Arc::cap));
     data.raw("param source := " + keys[source] + ";").raw("param sink := " + keys[sink] + ";");
     return compose_gmpl(model, "TotalFlow", data);
   }
@@ -311,12 +280,11 @@ class MaxFlowInstance : public Instance {
   }
 };
 
-class MaxFlowFamily : public Family {
+class MaxFlowFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "max_flow"; }
   std::string_view title() const override { return "Maximum flow"; }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<MaxFlowInstance>();
@@ -328,8 +296,7 @@ class MaxFlowFamily : public Family {
     inst->keys = text::symbols(inst->names);
 
     // Positions sorted west to east: the source is node 0, the sink node n-1.
-    std::vector<std::pair<double, double>> pos(n);
-    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 60.0)};
+    std::vector<geometry::Point> pos = geometry::random_points(rng, n, 100.0, 60.0);
     std::sort(pos.begin(), pos.end());
     std::vector<std::vector<bool>> linked(n, std::vector<bool>(n, false));
     auto link = [&](size_t a, size_t b) {
@@ -337,21 +304,12 @@ class MaxFlowFamily : public Family {
       linked[a][b] = true;
       inst->arcs.push_back({a, b, 0});
     };
-    std::vector<size_t> chain = {0};
-    for (size_t v = 1; v + 1 < n; ++v)
-      if (rng.bernoulli(0.4)) chain.push_back(v);
-    if (chain.size() == 1) chain.push_back(1 + rng.index(n - 2));
-    chain.push_back(n - 1);
+    const std::vector<size_t> chain = graph::planted_chain(rng, n);
     for (size_t i = 0; i + 1 < chain.size(); ++i) link(chain[i], chain[i + 1]);
     for (size_t v = 0; v + 1 < n; ++v) {
-      std::vector<std::pair<double, size_t>> near;
-      for (size_t w = 0; w < n; ++w)
-        if (w != v)
-          near.push_back(
-              {std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
-      std::sort(near.begin(), near.end());
+      const std::vector<size_t> near = geometry::nearest_first(pos, v);
       for (size_t i = 0; i < std::min<size_t>(3, near.size()); ++i) {
-        const size_t w = near[i].second;
+        const size_t w = near[i];
         // Mostly eastwards; an occasional westward link adds a cycle.
         if (w > v && (i < 2 || rng.bernoulli(0.6)))
           link(v, w);
@@ -365,7 +323,7 @@ class MaxFlowFamily : public Family {
       double best_d = 1e18;
       for (size_t w = 0; w < n; ++w) {
         if (east ? w <= v : w >= v) continue;
-        double d = std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second);
+        double d = geometry::distance(pos[v], pos[w]);
         if (d < best_d) {
           best_d = d;
           best = w;
@@ -382,9 +340,7 @@ class MaxFlowFamily : public Family {
       if (!has_in) link(nearest(v, false), v);
       if (!has_out) link(v, nearest(v, true));
     }
-    std::sort(inst->arcs.begin(), inst->arcs.end(), [](const Arc& a, const Arc& b) {
-      return a.from != b.from ? a.from < b.from : a.to < b.to;
-    });
+    graph::sort_by_ends(inst->arcs);
     for (Arc& a : inst->arcs) {
       // Links at the ends are wider so the bottleneck lies inside the network.
       const bool end = a.from == 0 || a.to == n - 1;

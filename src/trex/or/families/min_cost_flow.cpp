@@ -5,13 +5,15 @@
 // demand along random paths first (the planted flow), then sets supplies and
 // arc capacities with slack above that flow, so the planted flow stays feasible.
 #include <algorithm>
-#include <cmath>
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/graph.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -52,38 +54,13 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
-std::string latex_pair(const std::string& a, const std::string& b) {
-  std::string out = "(";
-  out += latex_name(a);
-  out += ", ";
-  out += latex_name(b);
-  out += ")";
-  return out;
-}
-
 struct Arc {
   size_t from = 0, to = 0;
   double cost = 0, cap = 0;
 };
 
-double round_up(double v, double step) {
-  return step * std::ceil(v / step - 1e-9);
-}
-double round_down(double v, double step) {
-  return step * std::floor(v / step + 1e-9);
-}
-
-std::string plural(const std::string& noun) {
-  if (noun.ends_with("y")) return noun.substr(0, noun.size() - 1) + "ies";
-  if (noun.ends_with("s") || noun.ends_with("h")) return noun + "es";
-  return noun + "s";
-}
-
-class MinCostFlowInstance : public Instance {
+class MinCostFlowInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> cities;                // display name of each node
   std::vector<std::string> keys;                  // MathProg symbols
   size_t n_sources = 0, n_hubs = 0, n_sinks = 0;  // nodes ordered sources, hubs, sinks
@@ -98,7 +75,6 @@ class MinCostFlowInstance : public Instance {
   int limited_arc = -1;
   double limited_fraction = 0;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t nodes() const { return n_sources + n_hubs + n_sinks; }
   bool is_source(size_t v) const { return v < n_sources; }
   bool is_hub(size_t v) const { return v >= n_sources && v < n_sources + n_hubs; }
@@ -129,7 +105,6 @@ class MinCostFlowInstance : public Instance {
     if (limited_arc >= 0) v.push_back("lane_fraction_limit");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::vector<std::string> labels(size_t first, size_t count) const {
     std::vector<std::string> out;
@@ -140,12 +115,12 @@ class MinCostFlowInstance : public Instance {
   std::string nl() const override {
     const Theme& th = theme();
     std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "The network has " + std::to_string(n_sources) + " " + plural(th.source) + " (" +
+    out += "The network has " + std::to_string(n_sources) + " " + text::plural(th.source) + " (" +
            text::english_list(labels(0, n_sources)) + "), " + std::to_string(n_hubs) + " " +
-           (n_hubs == 1 ? th.hub : plural(th.hub)) + " (" +
+           (n_hubs == 1 ? th.hub : text::plural(th.hub)) + " (" +
            text::english_list(labels(n_sources, n_hubs)) + ") and " + std::to_string(n_sinks) +
-           " " + plural(th.sink) + " (" + text::english_list(labels(n_sources + n_hubs, n_sinks)) +
-           ").\n\n";
+           " " + text::plural(th.sink) + " (" +
+           text::english_list(labels(n_sources + n_hubs, n_sinks)) + ").\n\n";
     if (th.layout == Layout::table) {
       std::vector<std::vector<std::string>> rows;
       for (size_t v = 0; v < nodes(); ++v) {
@@ -161,7 +136,7 @@ class MinCostFlowInstance : public Instance {
       rows.clear();
       for (const Arc& a : arcs)
         rows.push_back({cities[a.from], cities[a.to], text::num(a.cap), text::money(a.cost)});
-      out += "Only the following one-way " + plural(th.lane) + " can be used:\n\n" +
+      out += "Only the following one-way " + text::plural(th.lane) + " can be used:\n\n" +
              text::markdown_table(
                  {"From", "To", "Capacity (" + th.unit + ")", "Cost per " + th.unit_one}, rows) +
              "\n";
@@ -171,7 +146,8 @@ class MinCostFlowInstance : public Instance {
       for (size_t c = 0; c < n_sinks; ++c)
         out +=
             "The " + label(n_sources + n_hubs + c) + " needs exactly " + amount(demand[c]) + ". ";
-      out += "\n\nThe available " + plural(th.lane) + ", with their capacity and cost, are:\n";
+      out +=
+          "\n\nThe available " + text::plural(th.lane) + ", with their capacity and cost, are:\n";
       for (size_t v = 0; v < nodes(); ++v) {
         std::vector<std::string> legs;
         for (const Arc& a : arcs)
@@ -216,39 +192,27 @@ class MinCostFlowInstance : public Instance {
     return out;
   }
 
-  std::string arc_list_latex() const {
-    std::vector<std::string> parts;
-    for (const Arc& a : arcs) parts.push_back(latex_pair(keys[a.from], keys[a.to]));
-    std::string out = "\\{";
-    out += join(parts, ", ");
-    return out + "\\}";
-  }
-
   std::string alg() const override {
     AlgebraicFormulation f("Minimum-cost flow (transshipment)");
     std::vector<std::string> src(keys.begin(), keys.begin() + static_cast<long>(n_sources));
     std::vector<std::string> hub(keys.begin() + static_cast<long>(n_sources),
                                  keys.begin() + static_cast<long>(n_sources + n_hubs));
     std::vector<std::string> snk(keys.begin() + static_cast<long>(n_sources + n_hubs), keys.end());
-    std::vector<double> cap, cost;
-    for (const Arc& a : arcs) {
-      cap.push_back(a.cap);
-      cost.push_back(a.cost);
-    }
-    f.set("$P = " + latex_set(src) + "$", plural(theme().source) + " (supply nodes)");
-    f.set("$H = " + latex_set(hub) + "$", plural(theme().hub) + " (transshipment nodes)");
-    f.set("$C = " + latex_set(snk) + "$", plural(theme().sink) + " (demand nodes)");
-    f.set("$A = " + arc_list_latex() + "$", "one-way " + plural(theme().lane) + " $(i,j)$");
+    f.set("$P = " + latex_set(src) + "$", text::plural(theme().source) + " (supply nodes)");
+    f.set("$H = " + latex_set(hub) + "$", text::plural(theme().hub) + " (transshipment nodes)");
+    f.set("$C = " + latex_set(snk) + "$", text::plural(theme().sink) + " (demand nodes)");
+    f.set("$A = " + graph::latex_arc_set(arcs, keys) + "$",
+          "one-way " + text::plural(theme().lane) + " $(i,j)$");
     f.parameter("$s_p$", "supply of $p \\in P$ (" + theme().unit + ")", latex_vector(supply));
     f.parameter("$d_c$", "required delivery to $c \\in C$ (" + theme().unit + ")",
                 latex_vector(demand));
     f.parameter("$u_{ij}$", "capacity of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
-                latex_vector(cap));
+                latex_vector(graph::values(arcs, &Arc::cap)));
     f.parameter("$c_{ij}$",
                 "cost per " + theme().unit_one +
                     " on arc $(i,j)$ (dollars, in the "
                     "order of $A$)",
-                latex_vector(cost));
+                latex_vector(graph::values(arcs, &Arc::cost)));
     f.variable("$x_{ij} \\ge 0$", "amount sent along arc $(i,j)$ (continuous)");
     f.objective("\\min \\sum_{(i,j) \\in A} c_{ij} x_{ij}", "Minimise the total transport cost");
     f.constraint("supply",
@@ -308,21 +272,18 @@ class MinCostFlowInstance : public Instance {
       model +=
           "s.t. LaneLimit: x" + idx + " <= " + text::num(limited_fraction) + " * cap" + idx + ";\n";
     }
-    std::vector<std::vector<std::string>> tuples;
-    std::vector<std::pair<std::vector<std::string>, double>> caps, costs;
-    for (const Arc& a : arcs) {
-      tuples.push_back({keys[a.from], keys[a.to]});
-      caps.push_back({{keys[a.from], keys[a.to]}, a.cap});
-      costs.push_back({{keys[a.from], keys[a.to]}, a.cost});
-    }
     std::vector<std::string> src(keys.begin(), keys.begin() + static_cast<long>(n_sources));
     std::vector<std::string> hub(keys.begin() + static_cast<long>(n_sources),
                                  keys.begin() + static_cast<long>(n_sources + n_hubs));
     std::vector<std::string> snk(keys.begin() + static_cast<long>(n_sources + n_hubs), keys.end());
     GmplData data;
-    data.set("SOURCES", src).set("HUBS", hub).set("SINKS", snk).set_of_tuples("ARCS", tuples);
+    data.set("SOURCES", src)
+        .set("HUBS", hub)
+        .set("SINKS", snk)
+        .set_of_tuples("ARCS", graph::gmpl_tuples(arcs, keys));
     data.param("supply", src, supply).param("demand", snk, demand);
-    data.param_sparse("cap", caps).param_sparse("cost", costs);
+    data.param_sparse("cap", graph::gmpl_values(arcs, keys, &Arc::cap));
+    data.param_sparse("cost", graph::gmpl_values(arcs, keys, &Arc::cost));
     return compose_gmpl(model, "TotalCost", data);
   }
 
@@ -361,12 +322,11 @@ class MinCostFlowInstance : public Instance {
   }
 };
 
-class MinCostFlowFamily : public Family {
+class MinCostFlowFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "min_cost_flow"; }
   std::string_view title() const override { return "Minimum-cost flow (transshipment network)"; }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<MinCostFlowInstance>();

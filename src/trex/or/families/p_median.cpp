@@ -10,11 +10,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -135,10 +136,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class PMedianInstance : public Instance {
+class PMedianInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> site_names, site_keys;
   std::vector<std::string> point_names, point_keys;
   std::vector<double> weight;             // w_i (p-median only)
@@ -149,7 +148,6 @@ class PMedianInstance : public Instance {
   int forced = -1;      // site that must be opened
   double max_dist = 0;  // 0 = no limit
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t m() const { return site_keys.size(); }
   size_t n() const { return point_keys.size(); }
 
@@ -164,11 +162,10 @@ class PMedianInstance : public Instance {
     if (max_dist > 0) v.push_back("max_distance");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{p}", std::to_string(p));
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{p}", std::to_string(p)}});
     out += " There are " + std::to_string(m()) + " candidate locations for a " + th.site + " (" +
            text::english_list(site_names) + ") and " + std::to_string(n()) + " " + th.point +
            "s to serve. ";
@@ -335,12 +332,11 @@ class PMedianInstance : public Instance {
   }
 };
 
-class PMedianFamily : public Family {
+class PMedianFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "p_median"; }
   std::string_view title() const override { return "p-median / p-center location"; }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<PMedianInstance>();
@@ -391,13 +387,10 @@ class PMedianFamily : public Family {
     std::vector<bool> open(static_cast<size_t>(m), false);
     for (size_t j : open_idx) open[j] = true;
     if (rng.bernoulli(options.side_constraint_rate)) {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        int a = rng.uniform_int(0, m - 1), b = rng.uniform_int(0, m - 1);
-        if (a != b && !(open[static_cast<size_t>(a)] && open[static_cast<size_t>(b)])) {
-          inst->exclusive.push_back({std::min(a, b), std::max(a, b)});
-          break;
-        }
-      }
+      const auto pair = draw_distinct_pair(rng, m, 50, [&](int a, int b) {
+        return !(open[static_cast<size_t>(a)] && open[static_cast<size_t>(b)]);
+      });
+      if (pair) inst->exclusive.push_back(in_order(*pair));
     }
     if (rng.bernoulli(options.side_constraint_rate))
       inst->forced = static_cast<int>(rng.pick(open_idx));

@@ -18,6 +18,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -93,10 +94,8 @@ double round2(double v) {
   return std::round(v * 100.0) / 100.0;
 }
 
-class PortfolioInstance : public Instance {
+class PortfolioInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> asset_names, asset_keys;
   std::vector<std::string> period_names, period_keys;
   std::vector<std::vector<double>> ret;  // ret[s][i], percent
@@ -116,7 +115,6 @@ class PortfolioInstance : public Instance {
   };
   std::vector<Holding> min_holdings;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   bool dollars() const { return theme().dollars; }
   size_t n() const { return asset_keys.size(); }
   size_t periods() const { return period_keys.size(); }
@@ -138,7 +136,6 @@ class PortfolioInstance : public Instance {
     if (!min_holdings.empty()) v.push_back("min_holding");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   // A budget share in the story's unit: "35%" or "$35,000".
   std::string share(double v) const {
@@ -160,7 +157,7 @@ class PortfolioInstance : public Instance {
   std::string nl() const override {
     const Theme& th = theme();
     std::string out =
-        replace_all(replace_all(th.intro, "{org}", org), "{budget}", text::money(budget)) + " ";
+        text::fill(th.intro, {{"{org}", org}, {"{budget}", text::money(budget)}}) + " ";
     out += "The candidate assets are " + text::english_list(asset_names) + ". ";
     if (th.periods == Periods::months)
       out += "Their returns (in percent) over the last " + std::to_string(periods()) +
@@ -460,14 +457,13 @@ class PortfolioInstance : public Instance {
   }
 };
 
-class PortfolioFamily : public Family {
+class PortfolioFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "portfolio"; }
   std::string_view title() const override {
     return "Portfolio selection (linear risk: MAD, CVaR, minimax)";
   }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<PortfolioInstance>();

@@ -15,6 +15,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -172,10 +173,8 @@ std::string product_key(const std::string& name) {
   return text::symbol(s);
 }
 
-class ProductMixInstance : public Instance {
+class ProductMixInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names, keys;  // products
   std::vector<size_t> res;               // indices into theme().resources
   std::vector<std::string> res_keys;
@@ -194,7 +193,6 @@ class ProductMixInstance : public Instance {
   std::vector<Ratio> ratios;
   std::vector<JointCap> joint_caps;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return names.size(); }
   size_t m() const { return res.size(); }
   const Resource& resource(size_t r) const { return theme().resources[res[r]]; }
@@ -222,7 +220,6 @@ class ProductMixInstance : public Instance {
     if (!joint_caps.empty()) v.push_back("joint_cap");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string qty(double v) const {
     const Theme& th = theme();
@@ -250,7 +247,7 @@ class ProductMixInstance : public Instance {
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{period}", th.period) + " ";
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{period}", th.period}}) + " ";
     std::vector<std::string> product_list;
     for (const auto& nm : names) product_list.push_back(nm);
     out += "Its range consists of " + std::to_string(n()) + " " + th.product_noun +
@@ -444,14 +441,13 @@ class ProductMixInstance : public Instance {
   }
 };
 
-class ProductMixFamily : public Family {
+class ProductMixFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "product_mix"; }
   std::string_view title() const override {
     return "Product mix (resource capacities, demand bounds, ratio and joint caps)";
   }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<ProductMixInstance>();

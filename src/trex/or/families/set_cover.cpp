@@ -11,9 +11,11 @@
 
 #include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -170,10 +172,8 @@ const std::vector<std::string>& pool(Pool p) {
   return streets;
 }
 
-class SetCoverInstance : public Instance {
+class SetCoverInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> set_names, set_keys;
   std::vector<std::string> elem_names, elem_keys;
   std::vector<double> cost;               // per set
@@ -184,7 +184,6 @@ class SetCoverInstance : public Instance {
   int max_sets = -1;
   int mandatory = -1;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n_sets() const { return set_names.size(); }
   size_t n_elems() const { return elem_names.size(); }
   int side_count() const { return (exclusive.first >= 0) + (max_sets >= 0) + (mandatory >= 0); }
@@ -221,7 +220,6 @@ class SetCoverInstance : public Instance {
     if (mandatory >= 0) v.push_back("mandatory_set");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
@@ -374,12 +372,11 @@ class SetCoverInstance : public Instance {
   }
 };
 
-class SetCoverFamily : public Family {
+class SetCoverFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "set_cover"; }
   std::string_view title() const override { return "Weighted set cover / multi-cover"; }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<SetCoverInstance>();
@@ -444,12 +441,11 @@ class SetCoverFamily : public Family {
 
     // Optional side constraints, consistent with the planted choice.
     if (rng.bernoulli(options.side_constraint_rate)) {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        size_t a = rng.index(ns), b = rng.index(ns);
-        if (a != b && !(chosen[a] && chosen[b])) {
-          inst->exclusive = {static_cast<int>(std::min(a, b)), static_cast<int>(std::max(a, b))};
-          break;
-        }
+      const auto pair = draw_distinct_pair(
+          rng, ns, 50, [&](size_t a, size_t b) { return !(chosen[a] && chosen[b]); });
+      if (pair) {
+        const auto [a, b] = in_order(*pair);
+        inst->exclusive = {static_cast<int>(a), static_cast<int>(b)};
       }
     }
     if (rng.bernoulli(options.side_constraint_rate))

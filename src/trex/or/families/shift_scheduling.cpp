@@ -10,11 +10,11 @@
 #include <cmath>
 #include <cstdio>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -89,10 +89,9 @@ struct Shift {
   double cost = 0;
 };
 
-class ShiftInstance : public Instance {
+class ShiftInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org, city;
+  std::string city;
   int block_hours = 1;           // hours per period (daily mode)
   std::vector<double> required;  // r_t
   std::vector<Shift> shifts;
@@ -103,7 +102,6 @@ class ShiftInstance : public Instance {
   int min_shift = -1, min_count = 0;  // shift index and its minimum head count
   int max_shift = -1, max_count = 0;  // shift index and its maximum head count
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t periods() const { return required.size(); }
   bool weekly() const { return theme().weekly; }
   int side_count() const { return (part_time_max >= 0) + (min_shift >= 0) + (max_shift >= 0); }
@@ -126,7 +124,6 @@ class ShiftInstance : public Instance {
     if (max_shift >= 0) v.push_back("max_on_shift");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string period_label(size_t t) const {
     if (weekly()) return day_names()[t];
@@ -153,7 +150,7 @@ class ShiftInstance : public Instance {
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{city}", city) + " ";
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{city}", city}}) + " ";
     const std::string unit = weekly() ? "day" : "block";
     if (weekly())
       out += "The number of " + th.staff + " needed on duty differs by day of the week. ";
@@ -331,14 +328,13 @@ class ShiftInstance : public Instance {
   }
 };
 
-class ShiftSchedulingFamily : public Family {
+class ShiftSchedulingFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "shift_scheduling"; }
   std::string_view title() const override {
     return "Shift scheduling (cyclic daily shifts or weekly rosters)";
   }
   ProblemClass problem_class() const override { return ProblemClass::ip; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<ShiftInstance>();

@@ -11,13 +11,14 @@
 // through the node.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
+#include "trex/or/families/geometry.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/graph.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -80,63 +81,13 @@ const std::vector<std::string>& stops() {
   return v;
 }
 
-// "(a, b)" in LaTeX, built by appending (GCC 12 flags `"(" + f()` with a bogus -Wrestrict).
-std::string latex_pair(const std::string& a, const std::string& b) {
-  std::string out = "(";
-  out += latex_name(a);
-  out += ", ";
-  out += latex_name(b);
-  out += ")";
-  return out;
-}
-
 struct Arc {
   size_t from = 0, to = 0;
   double length = 0;
 };
 
-std::string plural(const std::string& noun) {
-  if (noun.ends_with("s") || noun.ends_with("x")) return noun + "es";
-  return noun + "s";
-}
-
-// Shortest path by Dijkstra over arcs that are not blocked; returns the arc
-// indices from s to t, or an empty vector when t is unreachable.
-std::vector<size_t> dijkstra(size_t n, const std::vector<Arc>& arcs,
-                             const std::vector<bool>& arc_blocked,
-                             const std::vector<bool>& node_blocked, size_t s, size_t t) {
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> dist(n, inf);
-  std::vector<int> via(n, -1);
-  std::vector<bool> done(n, false);
-  dist[s] = 0;
-  for (size_t round = 0; round < n; ++round) {
-    size_t u = n;
-    for (size_t v = 0; v < n; ++v)
-      if (!done[v] && dist[v] < inf && (u == n || dist[v] < dist[u])) u = v;
-    if (u == n) break;
-    done[u] = true;
-    for (size_t k = 0; k < arcs.size(); ++k) {
-      const Arc& a = arcs[k];
-      if (a.from != u || arc_blocked[k] || node_blocked[a.to]) continue;
-      if (dist[u] + a.length < dist[a.to]) {
-        dist[a.to] = dist[u] + a.length;
-        via[a.to] = static_cast<int>(k);
-      }
-    }
-  }
-  std::vector<size_t> path;
-  if (dist[t] == inf) return path;
-  for (size_t v = t; v != s; v = arcs[static_cast<size_t>(via[v])].from)
-    path.push_back(static_cast<size_t>(via[v]));
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
-class ShortestPathInstance : public Instance {
+class ShortestPathInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names;  // display names
   std::vector<std::string> keys;   // MathProg symbols
   std::vector<Arc> arcs;           // two-way themes: arcs 2k and 2k+1 are the same road
@@ -146,7 +97,6 @@ class ShortestPathInstance : public Instance {
   int closed_node = -1;  // node that cannot be entered
   int via_node = -1;     // node the route must pass (one-way themes only)
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return names.size(); }
   int side_count() const { return (closed_arc >= 0) + (closed_node >= 0) + (via_node >= 0); }
   std::string len(double v) const { return text::num(v) + " " + theme().unit; }
@@ -177,18 +127,16 @@ class ShortestPathInstance : public Instance {
     if (via_node >= 0) v.push_back("must_visit");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
     std::string out =
-        replace_all(replace_all(replace_all(th.intro, "{org}", org), "{from}", names[source]),
-                    "{to}", names[sink]) +
+        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}) +
         " ";
     const size_t step = th.two_way ? 2 : 1;  // two-way roads are described once
     const std::string kind = th.two_way ? "two-way" : "one-way";
-    out += "The network has " + std::to_string(n()) + " " + plural(th.node_noun) + " and " +
-           std::to_string(arcs.size() / step) + " " + kind + " " + plural(th.link_noun) + ".";
+    out += "The network has " + std::to_string(n()) + " " + text::plural(th.node_noun) + " and " +
+           std::to_string(arcs.size() / step) + " " + kind + " " + text::plural(th.link_noun) + ".";
     if (th.layout == Layout::table) {
       out += " The " + th.length_name + " of each " + th.link_noun + " is given in " + th.unit +
              (th.two_way ? " (the same in both directions)" : "") + ":\n\n";
@@ -243,23 +191,14 @@ class ShortestPathInstance : public Instance {
 
   std::string alg() const override {
     AlgebraicFormulation f("Shortest path as a unit flow");
-    std::vector<std::string> pairs;
-    std::vector<double> lengths;
-    for (const Arc& a : arcs) {
-      pairs.push_back(latex_pair(keys[a.from], keys[a.to]));
-      lengths.push_back(a.length);
-    }
-    std::string arc_set = "\\{";
-    arc_set += join(pairs, ", ");
-    arc_set += "\\}";
-    f.set("$N = " + latex_set(keys) + "$", plural(theme().node_noun));
-    f.set("$A = " + arc_set + "$",
+    f.set("$N = " + latex_set(keys) + "$", text::plural(theme().node_noun));
+    f.set("$A = " + graph::latex_arc_set(arcs, keys) + "$",
           theme().two_way
               ? "directed arcs (each two-way " + theme().link_noun + " appears in both directions)"
-              : "one-way " + plural(theme().link_noun));
+              : "one-way " + text::plural(theme().link_noun));
     f.parameter("$\\ell_{ij}$",
                 theme().length_name + " of arc $(i,j)$ (" + theme().unit + ", in the order of $A$)",
-                latex_vector(lengths));
+                latex_vector(graph::values(arcs, &Arc::length)));
     f.parameter("$s = " + latex_name(keys[source]) + ", t = " + latex_name(keys[sink]) + "$",
                 "start and destination");
     f.parameter("$b_i$", "net outflow: $b_s = 1$, $b_t = -1$, $b_i = 0$ otherwise");
@@ -304,14 +243,9 @@ class ShortestPathInstance : public Instance {
     if (via_node >= 0)
       model += "s.t. MustVisit: sum{(i, j) in ARCS: j = '" + keys[static_cast<size_t>(via_node)] +
                "'} x[i, j] >= 1;\n";
-    std::vector<std::vector<std::string>> tuples;
-    std::vector<std::pair<std::vector<std::string>, double>> lengths;
-    for (const Arc& a : arcs) {
-      tuples.push_back({keys[a.from], keys[a.to]});
-      lengths.push_back({{keys[a.from], keys[a.to]}, a.length});
-    }
     GmplData data;
-    data.set("NODES", keys).set_of_tuples("ARCS", tuples).param_sparse("len", lengths);
+    data.set("NODES", keys).set_of_tuples("ARCS", graph::gmpl_tuples(arcs, keys));
+    data.param_sparse("len", graph::gmpl_values(arcs, keys, &Arc::length));
     data.raw("param source := " + keys[source] + ";").raw("param sink := " + keys[sink] + ";");
     return compose_gmpl(model, "TotalLength", data);
   }
@@ -345,12 +279,11 @@ class ShortestPathInstance : public Instance {
   }
 };
 
-class ShortestPathFamily : public Family {
+class ShortestPathFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "shortest_path"; }
   std::string_view title() const override { return "Shortest path (unit-flow LP)"; }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<ShortestPathInstance>();
@@ -366,15 +299,14 @@ class ShortestPathFamily : public Family {
     inst->keys = text::symbols(inst->names);
 
     // Map positions, sorted west to east; the source is the westernmost node.
-    std::vector<std::pair<double, double>> pos(n);
-    for (auto& p : pos) p = {rng.uniform(0.0, 100.0), rng.uniform(0.0, 60.0)};
+    std::vector<geometry::Point> pos = geometry::random_points(rng, n, 100.0, 60.0);
     std::sort(pos.begin(), pos.end());
     // Keep the extremes apart so the route needs several links.
     pos.front().first = rng.uniform(0.0, 5.0);
     pos.back().first = rng.uniform(95.0, 100.0);
     const double scale = th.unit == "metres" ? 20.0 : th.unit == "ms" ? 0.3 : 0.8;
     auto length = [&](size_t a, size_t b) {
-      double d = std::hypot(pos[a].first - pos[b].first, pos[a].second - pos[b].second);
+      double d = geometry::distance(pos[a], pos[b]);
       return std::max(1.0, std::round(d * scale * rng.uniform(1.05, 1.4)));
     };
     std::vector<std::vector<bool>> linked(n, std::vector<bool>(n, false));
@@ -387,23 +319,15 @@ class ShortestPathFamily : public Family {
       if (th.two_way) inst->arcs.push_back({b, a, d});
     };
     // Planted route: an increasing chain from source to sink.
-    std::vector<size_t> chain = {0};
-    for (size_t v = 1; v + 1 < n; ++v)
-      if (rng.bernoulli(0.4)) chain.push_back(v);
-    if (chain.size() == 1) chain.push_back(1 + rng.index(n - 2));
-    chain.push_back(n - 1);
+    const std::vector<size_t> chain = graph::planted_chain(rng, n);
     for (size_t i = 0; i + 1 < chain.size(); ++i) link(chain[i], chain[i + 1]);
     // Near neighbours (eastwards only for one-way networks).
     const size_t degree = options.difficulty == Difficulty::easy ? 2 : 3;
     for (size_t v = 0; v < n; ++v) {
-      std::vector<std::pair<double, size_t>> near;
-      for (size_t w = 0; w < n; ++w)
-        if (w != v && (th.two_way || w > v))
-          near.push_back(
-              {std::hypot(pos[v].first - pos[w].first, pos[v].second - pos[w].second), w});
-      std::sort(near.begin(), near.end());
+      const std::vector<size_t> near =
+          geometry::nearest_first(pos, v, [&](size_t w) { return th.two_way || w > v; });
       for (size_t i = 0; i < std::min(degree, near.size()); ++i)
-        if (i < 2 || rng.bernoulli(0.5)) link(v, near[i].second);
+        if (i < 2 || rng.bernoulli(0.5)) link(v, near[i]);
     }
     inst->source = 0;
     inst->sink = n - 1;
@@ -411,9 +335,7 @@ class ShortestPathFamily : public Family {
     std::vector<Arc> links;
     for (size_t k = 0; k < inst->arcs.size(); k += th.two_way ? 2 : 1)
       links.push_back(inst->arcs[k]);
-    std::sort(links.begin(), links.end(), [](const Arc& a, const Arc& b) {
-      return a.from != b.from ? a.from < b.from : a.to < b.to;
-    });
+    graph::sort_by_ends(links);
     inst->arcs.clear();
     for (const Arc& a : links) {
       inst->arcs.push_back(a);
@@ -422,8 +344,13 @@ class ShortestPathFamily : public Family {
 
     // Side constraints, each kept only if a feasible route remains.
     const auto& arcs = inst->arcs;
+    const std::vector<graph::Ends> ends = graph::ends(arcs);
+    const std::vector<double> lengths = graph::values(arcs, &Arc::length);
     std::vector<bool> arc_blocked(arcs.size(), false), node_blocked(n, false);
-    auto best = [&]() { return dijkstra(n, arcs, arc_blocked, node_blocked, 0, n - 1); };
+    auto route = [&](size_t from, size_t to) {
+      return graph::shortest_path(n, ends, lengths, from, to, arc_blocked, node_blocked);
+    };
+    auto best = [&]() { return route(0, n - 1); };
     if (rng.bernoulli(options.side_constraint_rate)) {
       std::vector<size_t> path = best();
       const size_t k = rng.pick(path);
@@ -453,9 +380,7 @@ class ShortestPathFamily : public Family {
       for (size_t k : path) on_path[arcs[k].to] = true;
       std::vector<size_t> candidates;
       for (size_t v = 1; v + 1 < n; ++v)
-        if (!on_path[v] && !node_blocked[v] &&
-            !dijkstra(n, arcs, arc_blocked, node_blocked, 0, v).empty() &&
-            !dijkstra(n, arcs, arc_blocked, node_blocked, v, n - 1).empty())
+        if (!on_path[v] && !node_blocked[v] && !route(0, v).empty() && !route(v, n - 1).empty())
           candidates.push_back(v);
       if (!candidates.empty()) inst->via_node = static_cast<int>(rng.pick(candidates));
     }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 #include "trex/core/error.hpp"
 #include "trex/core/strings.hpp"
@@ -208,6 +209,19 @@ std::string markdown_table(const std::vector<std::string>& header,
   return out;
 }
 
+std::string markdown_matrix(const std::vector<std::string>& labels,
+                            const std::vector<std::vector<double>>& values) {
+  std::vector<std::string> header = {""};
+  for (const auto& label : labels) header.push_back(label);
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    std::vector<std::string> row = {labels[i]};
+    for (size_t j = 0; j < labels.size(); ++j) row.push_back(i == j ? "-" : num(values[i][j]));
+    rows.push_back(row);
+  }
+  return markdown_table(header, rows);
+}
+
 std::string num(double v) {
   return format_number(v);
 }
@@ -232,6 +246,22 @@ std::string article(const std::string& word) {
   if (word.empty()) return "a";
   char c = static_cast<char>(std::tolower(static_cast<unsigned char>(word[0])));
   return (c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u') ? "an" : "a";
+}
+
+std::string fill(std::string pattern,
+                 std::initializer_list<std::pair<std::string_view, std::string_view>> values) {
+  for (const auto& [placeholder, value] : values)
+    pattern = replace_all(pattern, placeholder, value);
+  return pattern;
+}
+
+std::string plural(const std::string& noun) {
+  if (noun.size() > 1 && noun.back() == 'y' &&
+      std::string_view("aeiou").find(noun[noun.size() - 2]) == std::string_view::npos)
+    return noun.substr(0, noun.size() - 1) + "ies";
+  if (noun.ends_with("s") || noun.ends_with("x") || noun.ends_with("sh") || noun.ends_with("ch"))
+    return noun + "es";
+  return noun + "s";
 }
 
 std::string capitalize(std::string s) {

@@ -2,7 +2,10 @@
 // Helpers for the R-NL representation: realistic name pools, English lists,
 // Markdown tables and number formatting. Names drawn from the pools are also
 // valid MathProg symbols after `symbol()`.
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "trex/core/rng.hpp"
@@ -35,12 +38,23 @@ std::string english_list(const std::vector<std::string>& items, const std::strin
 // Markdown table with a header row.
 std::string markdown_table(const std::vector<std::string>& header,
                            const std::vector<std::vector<std::string>>& rows);
+// Markdown table of a square matrix with `labels` on both axes and "-" on the
+// diagonal (distances between places).
+std::string markdown_matrix(const std::vector<std::string>& labels,
+                            const std::vector<std::vector<double>>& values);
 // Number as text (integers without decimals).
 std::string num(double v);
 // Money: "$1,250" / "$12.50"
 std::string money(double v);
 // "a" or "an" for the word that follows.
 std::string article(const std::string& word);
+// `pattern` with each placeholder replaced in turn by its value:
+// fill("{org} ships to {to}.", {{"{org}", org}, {"{to}", city}}).
+std::string fill(std::string pattern,
+                 std::initializer_list<std::pair<std::string_view, std::string_view>> values);
+// English plural of a noun (of its last word): "plant" -> "plants", "refinery" ->
+// "refineries", "bus" -> "buses", "branch" -> "branches".
+std::string plural(const std::string& noun);
 // Capitalises the first letter.
 std::string capitalize(std::string s);
 

@@ -15,6 +15,7 @@
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -58,18 +59,8 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-// "plant" -> "plants", "refinery" -> "refineries"
-std::string plural(const std::string& noun) {
-  if (noun.size() > 1 && noun.back() == 'y' &&
-      std::string("aeiou").find(noun[noun.size() - 2]) == std::string::npos)
-    return noun.substr(0, noun.size() - 1) + "ies";
-  return noun + "s";
-}
-
-class TransportationInstance : public Instance {
+class TransportationInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> sources, sinks;  // display names (towns), also MathProg symbols
   std::vector<double> supply, demand;
   std::vector<std::vector<double>> cost;  // cost[i][j]
@@ -82,7 +73,6 @@ class TransportationInstance : public Instance {
   std::vector<Route> route_caps;  // x_ij <= value
   std::vector<Route> min_shares;  // x_ij >= value% of demand_j
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t m() const { return sources.size(); }
   size_t n() const { return sinks.size(); }
 
@@ -99,7 +89,6 @@ class TransportationInstance : public Instance {
     if (!min_shares.empty()) v.push_back("min_share");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string qty(double v) const {
     return text::num(v) + " " + (v == 1 ? theme().unit : theme().units);
@@ -111,9 +100,9 @@ class TransportationInstance : public Instance {
   std::string nl() const override {
     const Theme& th = theme();
     std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(m()) + " " + plural(th.supplier_noun) + " (" +
+    out += "There are " + std::to_string(m()) + " " + text::plural(th.supplier_noun) + " (" +
            text::english_list(sources) + ") and " + std::to_string(n()) + " " +
-           plural(th.customer_noun) + " (" + text::english_list(sinks) + ").";
+           text::plural(th.customer_noun) + " (" + text::english_list(sinks) + ").";
     const std::string cost_caption = "Shipping costs in dollars per " + th.unit;
     if (th.layout == Layout::grid) {
       out += " The table gives the shipping cost in dollars per " + th.unit + " of " +
@@ -169,8 +158,8 @@ class TransportationInstance : public Instance {
       }
       std::vector<std::string> needs;
       for (size_t j = 0; j < n(); ++j) needs.push_back(sinks[j] + " " + qty(demand[j]));
-      out +=
-          "\nThe " + plural(th.customer_noun) + " require: " + text::english_list(needs) + ".\n\n";
+      out += "\nThe " + text::plural(th.customer_noun) + " require: " + text::english_list(needs) +
+             ".\n\n";
     }
     if (balanced)
       out += "Total supply equals total demand, so every " + th.supplier_noun +
@@ -199,8 +188,8 @@ class TransportationInstance : public Instance {
     const Theme& th = theme();
     AlgebraicFormulation f(std::string("Transportation problem (") +
                            (balanced ? "balanced" : "unbalanced") + ")");
-    f.set("$S = " + latex_set(sources) + "$", plural(th.supplier_noun));
-    f.set("$C = " + latex_set(sinks) + "$", plural(th.customer_noun));
+    f.set("$S = " + latex_set(sources) + "$", text::plural(th.supplier_noun));
+    f.set("$C = " + latex_set(sinks) + "$", text::plural(th.customer_noun));
     f.parameter("$a_i$", "amount available at $i$ (" + th.units + ")", latex_vector(supply));
     f.parameter("$d_j$", "requirement of $j$ (" + th.units + ")", latex_vector(demand));
     f.parameter("$c_{i,j}$", "shipping cost from $i$ to $j$ (dollars per " + th.unit + ")",
@@ -285,14 +274,13 @@ class TransportationInstance : public Instance {
   }
 };
 
-class TransportationFamily : public Family {
+class TransportationFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "transportation"; }
   std::string_view title() const override {
     return "Transportation (balanced/unbalanced, closed routes, route caps, contract shares)";
   }
   ProblemClass problem_class() const override { return ProblemClass::lp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<TransportationInstance>();

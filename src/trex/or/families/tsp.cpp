@@ -6,13 +6,14 @@
 // chosen among pairs that are not neighbours on that tour, and a forced "next
 // stop" among pairs that are, so the planted tour stays feasible.
 #include <algorithm>
-#include <cmath>
 
-#include "trex/core/strings.hpp"
 #include "trex/or/families/alg_writer.hpp"
+#include "trex/or/families/draws.hpp"
 #include "trex/or/families/family_list.hpp"
+#include "trex/or/families/geometry.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -100,16 +101,13 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class TspInstance : public Instance {
+class TspInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<std::string> names, keys;  // names[0] is the start
   std::vector<std::vector<double>> dist;
   int closed_a = -1, closed_b = -1;  // no direct travel between these two (either way)
   int next_a = -1, next_b = -1;      // next_b must be visited immediately after next_a
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n() const { return keys.size(); }
   int side_count() const { return (closed_a >= 0) + (next_a >= 0); }
   std::string amount(double v) const { return text::num(v) + " " + theme().unit; }
@@ -126,27 +124,17 @@ class TspInstance : public Instance {
     if (next_a >= 0) v.push_back("forced_successor");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
-    std::string out = replace_all(replace_all(th.intro, "{org}", org), "{start}", names[0]);
+    std::string out = text::fill(th.intro, {{"{org}", org}, {"{start}", names[0]}});
     std::vector<std::string> others;
     for (size_t i = 1; i < n(); ++i) others.push_back(names[i]);
     out += " The " + std::to_string(n() - 1) + " " + th.places + " are " +
            text::english_list(others) + ". ";
     out += "The " + th.measure + "s (in " + th.unit + ") are the same in both directions";
     if (th.layout == Layout::matrix) {
-      out += ":\n\n";
-      std::vector<std::string> header = {""};
-      for (const auto& nm : names) header.push_back(nm);
-      std::vector<std::vector<std::string>> rows;
-      for (size_t i = 0; i < n(); ++i) {
-        std::vector<std::string> r = {names[i]};
-        for (size_t j = 0; j < n(); ++j) r.push_back(i == j ? "-" : text::num(dist[i][j]));
-        rows.push_back(r);
-      }
-      out += text::markdown_table(header, rows) + "\n";
+      out += ":\n\n" + text::markdown_matrix(names, dist) + "\n";
     } else if (th.layout == Layout::pairs) {
       out += ": ";
       std::vector<std::string> parts;
@@ -280,14 +268,13 @@ class TspInstance : public Instance {
   }
 };
 
-class TspFamily : public Family {
+class TspFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "tsp"; }
   std::string_view title() const override {
     return "Travelling salesman (MTZ subtour elimination)";
   }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<TspInstance>();
@@ -311,21 +298,9 @@ class TspFamily : public Family {
     }
     inst->keys = text::symbols(inst->names);
 
-    // Points at least one unit apart, rounded Euclidean distances.
-    std::vector<std::pair<double, double>> pts;
-    while (pts.size() < n) {
-      std::pair<double, double> p{rng.uniform(0, th.scale), rng.uniform(0, th.scale)};
-      bool far = std::all_of(pts.begin(), pts.end(), [&](const auto& q) {
-        return std::hypot(p.first - q.first, p.second - q.second) >= 1.5;
-      });
-      if (far) pts.push_back(p);
-    }
-    inst->dist.assign(n, std::vector<double>(n, 0.0));
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < n; ++j)
-        if (i != j)
-          inst->dist[i][j] = std::max(1.0, std::round(std::hypot(pts[i].first - pts[j].first,
-                                                                 pts[i].second - pts[j].second)));
+    std::vector<geometry::Point> pts;
+    geometry::add_spread_points(rng, th.scale, n, pts);
+    inst->dist = geometry::rounded_distances(pts);
 
     // Planted tour: the start followed by the other places in random order.
     std::vector<size_t> tour(n);
@@ -342,12 +317,12 @@ class TspFamily : public Family {
       inst->next_b = static_cast<int>(succ[tour[k]]);
     }
     if (n >= 5 && rng.bernoulli(rate)) {
-      for (int attempt = 0; attempt < 50; ++attempt) {
-        size_t a = rng.index(n), b = rng.index(n);
-        if (a == b || succ[a] == b || succ[b] == a) continue;
-        inst->closed_a = static_cast<int>(std::min(a, b));
-        inst->closed_b = static_cast<int>(std::max(a, b));
-        break;
+      const auto apart = draw_distinct_pair(
+          rng, n, 50, [&](size_t a, size_t b) { return succ[a] != b && succ[b] != a; });
+      if (apart) {
+        const auto [a, b] = in_order(*apart);
+        inst->closed_a = static_cast<int>(a);
+        inst->closed_b = static_cast<int>(b);
       }
     }
     return inst;

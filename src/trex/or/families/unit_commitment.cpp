@@ -13,7 +13,9 @@
 #include "trex/or/families/alg_writer.hpp"
 #include "trex/or/families/family_list.hpp"
 #include "trex/or/families/gmpl_writer.hpp"
+#include "trex/or/families/rounding.hpp"
 #include "trex/or/families/text.hpp"
+#include "trex/or/families/themed.hpp"
 
 namespace trex::orlib {
 namespace {
@@ -107,17 +109,12 @@ struct Unit {
 double round_to(double v, double step) {
   return step * std::round(v / step);
 }
-double round_down(double v, double step) {
-  return step * std::floor(v / step + 1e-9);
-}
 double cents(double v) {
   return std::round(v * 100) / 100;
 }
 
-class UnitCommitmentInstance : public Instance {
+class UnitCommitmentInstance : public ThemedInstance<themes> {
  public:
-  int template_id = 0;
-  std::string org;
   std::vector<Unit> units;
   std::vector<double> demand;   // per period
   std::vector<double> reserve;  // per period; empty = no reserve requirement
@@ -125,7 +122,6 @@ class UnitCommitmentInstance : public Instance {
   int must_run_unit = -1, must_run_period = -1;
   int max_startups = -1;
 
-  const Theme& theme() const { return themes()[static_cast<size_t>(template_id)]; }
   size_t n_units() const { return units.size(); }
   size_t periods() const { return demand.size(); }
   std::string period_key(size_t t) const { return std::to_string(t + 1); }
@@ -142,7 +138,6 @@ class UnitCommitmentInstance : public Instance {
     if (max_startups >= 0) v.push_back("startup_limit");
     return v;
   }
-  int nl_template() const override { return template_id; }
 
   std::string nl() const override {
     const Theme& th = theme();
@@ -354,12 +349,11 @@ class UnitCommitmentInstance : public Instance {
   }
 };
 
-class UnitCommitmentFamily : public Family {
+class UnitCommitmentFamily : public ThemedFamily<themes> {
  public:
   std::string_view name() const override { return "unit_commitment"; }
   std::string_view title() const override { return "Unit commitment"; }
   ProblemClass problem_class() const override { return ProblemClass::milp; }
-  int nl_templates() const override { return static_cast<int>(themes().size()); }
 
   std::unique_ptr<Instance> generate(Rng& rng, const GenOptions& options) const override {
     auto inst = std::make_unique<UnitCommitmentInstance>();
