@@ -365,7 +365,7 @@ TEST(AttentionTest, SelectionShapeAndVisibility) {
   AttentionCache<double> cache;
   Mat out(a.size());
   attention_forward(d, prm.weights(), SeqShape{1, S}, a.data(), cache, out.data());
-  ASSERT_EQ(cache.indexer.selected.size(), static_cast<size_t>(S * 4));
+  ASSERT_EQ(cache.indexer.selected.size(), static_cast<int64_t>(S * 4));
   for (int64_t t = 0; t < S; ++t) {
     const int64_t visible = std::min<int64_t>((t + 1) / 4, 16);
     int64_t valid = 0;
@@ -419,7 +419,7 @@ void gradcheck_variant(int64_t layer, int64_t S, int64_t entries) {
   fixed.fixed_selection = true;
   auto loss = [&] {
     AttentionCache<double> c2;
-    c2.indexer.selected = cache.indexer.selected;
+    trex::testing::copy_into(c2.indexer.selected, cache.indexer.selected);
     Mat o(a.size());
     attention_forward(d, prm.weights(), SeqShape{B, S}, a.data(), c2, o.data(), fixed);
     return dot(o, R);
@@ -514,7 +514,7 @@ TEST(AttentionTest, IndexerLossGradient) {
   opt.fixed_selection = true;
   auto loss = [&] {
     AttentionCache<double> c2;
-    c2.indexer.selected = cache.indexer.selected;
+    trex::testing::copy_into(c2.indexer.selected, cache.indexer.selected);
     Mat o(a.size());
     return opt.indexer_loss_weight *
            attention_forward(d, prm.weights(), SeqShape{B, S}, a.data(), c2, o.data(), opt);
@@ -611,7 +611,7 @@ TEST(AttentionTest, FloatMatchesDouble) {
     const trex::testing::AttentionParams<float> prm_float(prm);
     const AttentionWeights<float> w = prm_float.weights();
     AttentionCache<float> cf;
-    cf.indexer.selected = cd.indexer.selected;  // avoid near-tie flips
+    trex::testing::copy_into(cf.indexer.selected, cd.indexer.selected);  // avoid near-tie flips
     std::vector<float> af(a.begin(), a.end()), of(a.size());
     AttentionOptions opt;
     opt.fixed_selection = layer == kCsa;

@@ -67,6 +67,10 @@ class RecordingBackend final : public Backend {
   }
   const Backend& cpu() const { return trex::kernels::cpu_backend(); }
 
+  void do_fill(const Tensor& x, double value) const override {
+    record("fill");
+    cpu().fill(x, value);
+  }
   void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                          const LinearOptions& o) const override {
     record("linear_forward");
@@ -388,6 +392,7 @@ TEST(BackendDispatch, ModelStepOnARecordingBackendIsBitwiseTheCpuStepAndUsesEver
 
   const std::map<std::string, int> calls = recording.calls();
   for (const char* op : {"allocate",
+                         "fill",
                          "linear_forward",
                          "linear_backward",
                          "grouped_linear_forward",

@@ -11,8 +11,23 @@
 #include <vector>
 
 #include "trex/core/rng.hpp"
+#include "trex/kernels/array.hpp"
+#include "trex/kernels/cpu/cpu_backend.hpp"
 
 namespace trex::testing {
+
+// A cache array's values (the CPU backend's arrays are host memory).
+template <class T>
+std::vector<T> to_vector(const kernels::Array<T>& a) {
+  return std::vector<T>(a.begin(), a.end());
+}
+
+// values into a, from the CPU backend: a fixed selection handed to another cache.
+template <class T, class Values>
+void copy_into(kernels::Array<T>& a, const Values& values) {
+  a.resize(static_cast<int64_t>(values.size()), kernels::cpu_backend());
+  std::copy(values.begin(), values.end(), a.begin());
+}
 
 inline std::vector<double> random_vector(size_t n, uint64_t seed, double scale = 1.0) {
   Rng rng(seed, {0x9e37});

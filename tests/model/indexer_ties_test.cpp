@@ -237,8 +237,11 @@ void expect_thread_count_independent() {
   omp_set_num_threads(saved);
   EXPECT_GT(expect_rule(p, caches[0]), 50);
   for (size_t i = 1; i < caches.size(); ++i) {
-    EXPECT_EQ(caches[i].selected, caches[0].selected) << "threads run " << i;
-    EXPECT_EQ(caches[i].selected_scores, caches[0].selected_scores) << "threads run " << i;
+    EXPECT_EQ(testing::to_vector(caches[i].selected), testing::to_vector(caches[0].selected))
+        << "threads run " << i;
+    EXPECT_EQ(testing::to_vector(caches[i].selected_scores),
+              testing::to_vector(caches[0].selected_scores))
+        << "threads run " << i;
   }
 }
 

@@ -264,9 +264,9 @@ TEST(Mhc, TransposeTrapCombSumsOverFirstIndex) {
   const int64_t N = 1, d = 1, n = 4;
   MhcDims dims{N, d, n, 20, 1e-6, 1e-6};
   MhcCache<double> cache;
-  cache.pre.assign(4, 0.0);
-  cache.post.assign(4, 0.0);
-  cache.comb.assign(16, 0.0);
+  cache.pre.assign(4, 0.0, kernels::cpu_backend());
+  cache.post.assign(4, 0.0, kernels::cpu_backend());
+  cache.comb.assign(16, 0.0, kernels::cpu_backend());
   cache.comb[0 * 4 + 1] = 1.0;  // comb[0][1]: stream 0 feeds output stream 1
   const std::vector<double> X{5, 6, 7, 8}, y{0};
   std::vector<double> Xout(4);
@@ -434,7 +434,7 @@ TEST(Mhc, StaysFp32UnderBf16ComputePrecision) {
   std::vector<float> ua, ya, Xa, ub, yb, Xb;
   f.forward(a, ua, ya, Xa);
   f.forward(b, ub, yb, Xb, kernels::OpContext{nullptr, kernels::Precision::kBF16});
-  EXPECT_EQ(a.mix, b.mix);
+  EXPECT_EQ(testing::to_vector(a.mix), testing::to_vector(b.mix));
   EXPECT_EQ(Xa, Xb);
 }
 

@@ -217,7 +217,7 @@ GradReport gradcheck_moe(Problem<double>& p, double balance_coef, const char* la
   MoeCache<double> cache;
   std::vector<double> y(static_cast<size_t>(N * d));
   moe_forward(p.dims, p.weights(), p.x.data(), p.tokens.data(), cache, y.data());
-  const std::vector<int32_t> selection = cache.expert_index;
+  const std::vector<int32_t> selection = testing::to_vector(cache.expert_index);
   const auto R = random_vector(N * d, 77);
 
   MoeGrads<double> grads;
@@ -242,7 +242,7 @@ GradReport gradcheck_moe(Problem<double>& p, double balance_coef, const char* la
 
   const auto loss = [&]() {
     MoeCache<double> c;
-    c.expert_index = selection;
+    testing::copy_into(c.expert_index, selection);
     std::vector<double> out(static_cast<size_t>(N * d));
     moe_forward(p.dims, p.weights(), p.x.data(), p.tokens.data(), c, out.data(), true);
     return testing::dot(out, R) + balance_coef * c.balance_loss;
@@ -428,14 +428,14 @@ TEST(MoeGrad, BalanceLossGradient) {
   std::vector<double> y(static_cast<size_t>(N * d)), zero(static_cast<size_t>(N * d), 0.0);
   moe_forward(dims, p.weights(), p.x.data(), nullptr, cache, y.data());
   ASSERT_TRUE(cache.balance_loss_active);
-  const auto selection = cache.expert_index;
+  const auto selection = testing::to_vector(cache.expert_index);
   std::vector<double> g_gate(p.gate.size(), 0.0), dx(p.x.size(), 0.0);
   MoeGrads<double> grads;
   grads.gate = g_gate.data();
   moe_backward(dims, p.weights(), cache, zero.data(), 1.0, grads, dx.data());
   const auto loss = [&]() {
     MoeCache<double> c;
-    c.expert_index = selection;
+    testing::copy_into(c.expert_index, selection);
     std::vector<double> out(static_cast<size_t>(N * d));
     moe_forward(dims, p.weights(), p.x.data(), nullptr, c, out.data(), true);
     return c.balance_loss;
@@ -499,7 +499,8 @@ TEST(MoePrecision, FloatMatchesDouble) {
   std::vector<float> yf(static_cast<size_t>(N * d)), dxf(static_cast<size_t>(N * d)),
       gf(pf.gate.size(), 0.0f), g1f(pf.w1[2].size(), 0.0f);
   moe_forward(dims, pd.weights(), pd.x.data(), nullptr, cd, yd.data());
-  cf.expert_index = cd.expert_index;  // the same selection even if a near-tie flips in float
+  testing::copy_into(cf.expert_index,
+                     cd.expert_index);  // the same selection even if a near-tie flips in float
   moe_forward(dims, pf.weights(), pf.x.data(), nullptr, cf, yf.data(), true);
   MoeGrads<double> gradd;
   gradd.gate = gd.data();
@@ -625,7 +626,7 @@ TEST(MoeErrors, BadInputsNameTheField) {
   w = p.weights();
   w.shared_w2 = nullptr;
   EXPECT_EQ(field_of(dims, w, nullptr), "moe.shared_w1");
-  cache.expert_index.assign(3, 0);
+  cache.expert_index.assign(3, 0, kernels::cpu_backend());
   try {
     moe_forward(dims, p.weights(), p.x.data(), nullptr, cache, y.data(), true);
     ADD_FAILURE() << "fixed_selection with a wrong-sized index did not throw";

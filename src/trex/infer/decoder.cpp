@@ -7,6 +7,7 @@
 #include <string>
 
 #include "trex/core/error.hpp"
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/model/attention.hpp"
@@ -91,6 +92,8 @@ LayerWeights<T> bind_layer(const ModelConfig& c, const ParamStore<T>& p, const H
 // projection and gate rows of the last coff·m tokens (token s at ring slot
 // s mod coff·m: exactly the current block and, when overlapping, the previous
 // one) and every entry emitted so far, normalised and rotated.
+// The per-sequence state stays in host vectors: the entries grow by one row
+// per closed block, keeping the rows already emitted.
 template <class T>
 struct CompressorState {
   std::vector<T> proj, gate;  // [coff·m, coff·c_x] rings
@@ -167,10 +170,10 @@ void compressor_push(const kernels::Backend& ops, const CompressorDims& d,
 // Per-call scratch of one layer's attention over R rows.
 template <class T>
 struct AttentionScratch {
-  std::vector<T> q_lora, q_lora_inv, c_q, q_raw, q, q_inv, kv_raw, kv, kv_inv;
-  std::vector<T> comp_proj, comp_gate;
-  std::vector<T> index_q, index_weights, index_proj, index_gate;
-  std::vector<T> o, z;
+  kernels::Array<T> q_lora, q_lora_inv, c_q, q_raw, q, q_inv, kv_raw, kv, kv_inv;
+  kernels::Array<T> comp_proj, comp_gate;
+  kernels::Array<T> index_q, index_weights, index_proj, index_gate;
+  kernels::Array<T> o, z;
 };
 
 }  // namespace
@@ -185,8 +188,8 @@ struct Decoder<T>::Impl {
   std::vector<SequenceState<T>> sequences;
   std::vector<int64_t> free_handles;
 
-  // Per-call scratch (reused to avoid reallocation every step).
-  std::vector<T> x, x_next, u, inv, normed, y, x_mid;
+  // Per-call scratch from the backend (reused while the row count stays).
+  kernels::Array<T> x, x_next, u, inv, normed, y, x_mid;
   MhcCache<T> mhc;
   MoeCache<T> moe;
   HcHeadCache<T> head_cache;
@@ -231,67 +234,63 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   const Tensor row_positions = Tensor::of(positions.data(), {R});
 
   // Per-token projections over all rows, as attention_forward computes them.
-  s.q_lora.resize(R * dc);
-  s.q_lora_inv.resize(R);
-  s.c_q.resize(R * dc);
-  ops.linear_forward(rows_a, Tensor::of(w.wq_a, {dc, hidden}), Tensor::of(s.q_lora.data(), {R, dc}),
+  s.q_lora.resize(R * dc, ops);
+  s.q_lora_inv.resize(R, ops);
+  s.c_q.resize(R * dc, ops);
+  ops.linear_forward(rows_a, Tensor::of(w.wq_a, {dc, hidden}), s.q_lora.view({R, dc}), linear);
+  ops.rmsnorm_forward(s.q_lora.view({R, dc}), Tensor::of(w.q_norm, {dc}), s.c_q.view({R, dc}),
+                      s.q_lora_inv.view({R}), d.eps);
+  s.q_raw.resize(R * hc, ops);
+  s.q.resize(R * hc, ops);
+  s.q_inv.resize(R * H, ops);
+  ops.linear_forward(s.c_q.view({R, dc}), Tensor::of(w.wq_b, {hc, dc}), s.q_raw.view({R, hc}),
                      linear);
-  ops.rmsnorm_forward(Tensor::of(s.q_lora.data(), {R, dc}), Tensor::of(w.q_norm, {dc}),
-                      Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(s.q_lora_inv.data(), {R}),
-                      d.eps);
-  s.q_raw.resize(R * hc);
-  s.q.resize(R * hc);
-  s.q_inv.resize(R * H);
-  ops.linear_forward(Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(w.wq_b, {hc, dc}),
-                     Tensor::of(s.q_raw.data(), {R, hc}), linear);
-  ops.rmsnorm_forward(Tensor::of(s.q_raw.data(), {R * H, c}), Tensor(),
-                      Tensor::of(s.q.data(), {R * H, c}), Tensor::of(s.q_inv.data(), {R * H}),
-                      d.eps);
-  ops.rope(table, Tensor::of(s.q.data(), {R, H, c}), row_positions, false);
-  s.kv_raw.resize(R * c);
-  s.kv.resize(R * c);
-  s.kv_inv.resize(R);
-  ops.linear_forward(rows_a, Tensor::of(w.wkv, {c, hidden}), Tensor::of(s.kv_raw.data(), {R, c}),
-                     linear);
-  ops.rmsnorm_forward(Tensor::of(s.kv_raw.data(), {R, c}), Tensor::of(w.kv_norm, {c}),
-                      Tensor::of(s.kv.data(), {R, c}), Tensor::of(s.kv_inv.data(), {R}), d.eps);
-  ops.rope(table, Tensor::of(s.kv.data(), {R, 1, c}), row_positions, false);
+  ops.rmsnorm_forward(s.q_raw.view({R * H, c}), Tensor(), s.q.view({R * H, c}),
+                      s.q_inv.view({R * H}), d.eps);
+  ops.rope(table, s.q.view({R, H, c}), row_positions, false);
+  s.kv_raw.resize(R * c, ops);
+  s.kv.resize(R * c, ops);
+  s.kv_inv.resize(R, ops);
+  ops.linear_forward(rows_a, Tensor::of(w.wkv, {c, hidden}), s.kv_raw.view({R, c}), linear);
+  ops.rmsnorm_forward(s.kv_raw.view({R, c}), Tensor::of(w.kv_norm, {c}), s.kv.view({R, c}),
+                      s.kv_inv.view({R}), d.eps);
+  ops.rope(table, s.kv.view({R, 1, c}), row_positions, false);
 
   const CompressorDims cd = d.has_compressor() ? d.compressor() : CompressorDims{};
   if (d.has_compressor()) {
     const int64_t width = cd.proj_dim();
-    s.comp_proj.resize(R * width);
-    s.comp_gate.resize(R * width);
+    s.comp_proj.resize(R * width, ops);
+    s.comp_gate.resize(R * width, ops);
     ops.linear_forward(rows_a, Tensor::of(w.compressor.wkv, {width, hidden}),
-                       Tensor::of(s.comp_proj.data(), {R, width}), linear);
+                       s.comp_proj.view({R, width}), linear);
     ops.linear_forward(rows_a, Tensor::of(w.compressor.wgate, {width, hidden}),
-                       Tensor::of(s.comp_gate.data(), {R, width}), linear);
+                       s.comp_gate.view({R, width}), linear);
   }
   const IndexerDims id = d.has_indexer() ? d.indexer() : IndexerDims{};
   const CompressorDims icd = d.has_indexer() ? id.compressor() : CompressorDims{};
   const int64_t iq_dim = id.heads * id.head_dim;
   if (d.has_indexer()) {
-    s.index_q.resize(R * iq_dim);
-    ops.linear_forward(Tensor::of(s.c_q.data(), {R, dc}), Tensor::of(w.indexer.wq_b, {iq_dim, dc}),
-                       Tensor::of(s.index_q.data(), {R, iq_dim}), linear);
-    ops.rope(table, Tensor::of(s.index_q.data(), {R, id.heads, id.head_dim}), row_positions, false);
-    s.index_weights.resize(R * id.heads);
+    s.index_q.resize(R * iq_dim, ops);
+    ops.linear_forward(s.c_q.view({R, dc}), Tensor::of(w.indexer.wq_b, {iq_dim, dc}),
+                       s.index_q.view({R, iq_dim}), linear);
+    ops.rope(table, s.index_q.view({R, id.heads, id.head_dim}), row_positions, false);
+    s.index_weights.resize(R * id.heads, ops);
     ops.linear_forward(rows_a, Tensor::of(w.indexer.weights_proj, {id.heads, hidden}),
-                       Tensor::of(s.index_weights.data(), {R, id.heads}), linear);
-    ops.scale(Tensor::of(s.index_weights.data(), {R, id.heads}),
+                       s.index_weights.view({R, id.heads}), linear);
+    ops.scale(s.index_weights.view({R, id.heads}),
               1.0 / std::sqrt(static_cast<double>(id.head_dim) * static_cast<double>(id.heads)));
     const int64_t width = icd.proj_dim();
-    s.index_proj.resize(R * width);
-    s.index_gate.resize(R * width);
+    s.index_proj.resize(R * width, ops);
+    s.index_gate.resize(R * width, ops);
     ops.linear_forward(rows_a, Tensor::of(w.indexer.compressor.wkv, {width, hidden}),
-                       Tensor::of(s.index_proj.data(), {R, width}), linear);
+                       s.index_proj.view({R, width}), linear);
     ops.linear_forward(rows_a, Tensor::of(w.indexer.compressor.wgate, {width, hidden}),
-                       Tensor::of(s.index_gate.data(), {R, width}), linear);
+                       s.index_gate.view({R, width}), linear);
   }
 
   // Sequence by sequence (rows of one sequence in order: each reads the state its
   // predecessors left), sequences in parallel: they share nothing.
-  s.o.assign(static_cast<size_t>(R * hc), T(0));
+  s.o.assign(R * hc, T(0), ops);
   const int64_t n_groups = static_cast<int64_t>(groups.size());
   const int64_t window = d.window;
   // Rough multiply-adds of the core: below kParallelWork an OpenMP region costs more.
@@ -357,13 +356,12 @@ void Decoder<T>::Impl::attention(int64_t layer, const T* a, const std::vector<in
   }
 
   // Inverse RoPE at the query position, grouped low-rank output projection.
-  ops.rope(table, Tensor::of(s.o.data(), {R, H, c}), row_positions, true);
+  ops.rope(table, s.o.view({R, H, c}), row_positions, true);
   const int64_t g = d.o_groups, dg = d.o_lora, group_in = hc / g;
-  s.z.assign(static_cast<size_t>(R * g * dg), T(0));
-  ops.grouped_linear_forward(g, Tensor::of(s.o.data(), {R, hc}),
-                             Tensor::of(w.wo_a, {g * dg, group_in}),
-                             Tensor::of(s.z.data(), {R, g * dg}), ctx.precision);
-  ops.linear_forward(Tensor::of(s.z.data(), {R, g * dg}), Tensor::of(w.wo_b, {hidden, g * dg}),
+  s.z.assign(R * g * dg, T(0), ops);
+  ops.grouped_linear_forward(g, s.o.view({R, hc}), Tensor::of(w.wo_a, {g * dg, group_in}),
+                             s.z.view({R, g * dg}), ctx.precision);
+  ops.linear_forward(s.z.view({R, g * dg}), Tensor::of(w.wo_b, {hidden, g * dg}),
                      Tensor::of(out, {R, hidden}), linear);
 }
 
@@ -468,28 +466,26 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
   // Embedding copied into the n streams.
   const kernels::Backend& ops = im.ctx.ops();
   const Tensor token_ids = Tensor::of(tokens.data(), {R});
-  im.x.resize(R * n * d);
+  im.x.resize(R * n * d, ops);
   ops.gather_rows(Tensor::of(params.value("embed.weight"), {V, d}), token_ids,
-                  Tensor::of(im.x.data(), {R, n, d}));
-  im.x_next.resize(R * n * d);
-  im.x_mid.resize(R * n * d);
-  im.u.resize(R * d);
-  im.inv.resize(R);
-  im.normed.resize(R * d);
-  im.y.resize(R * d);
+                  im.x.view({R, n, d}));
+  im.x_next.resize(R * n * d, ops);
+  im.x_mid.resize(R * n * d, ops);
+  im.u.resize(R * d, ops);
+  im.inv.resize(R, ops);
+  im.normed.resize(R * d, ops);
+  im.y.resize(R * d, ops);
   const MhcDims md = mhc_dims(c, R);
   for (int64_t l = 0; l < static_cast<int64_t>(im.layers.size()); ++l) {
     const LayerWeights<T>& lw = im.layers[static_cast<size_t>(l)];
     mhc_pre_forward(md, lw.attn_hc, im.x.data(), im.u.data(), im.mhc, im.ctx);
-    ops.rmsnorm_forward(Tensor::of(im.u.data(), {R, d}), Tensor::of(lw.attn_norm, {d}),
-                        Tensor::of(im.normed.data(), {R, d}), Tensor::of(im.inv.data(), {R}),
-                        c.rms_norm_eps);
+    ops.rmsnorm_forward(im.u.view({R, d}), Tensor::of(lw.attn_norm, {d}), im.normed.view({R, d}),
+                        im.inv.view({R}), c.rms_norm_eps);
     im.attention(l, im.normed.data(), sequences, positions, groups, im.y.data());
     mhc_post_forward(md, im.mhc, im.x.data(), im.y.data(), im.x_mid.data(), im.ctx);
     mhc_pre_forward(md, lw.ffn_hc, im.x_mid.data(), im.u.data(), im.mhc, im.ctx);
-    ops.rmsnorm_forward(Tensor::of(im.u.data(), {R, d}), Tensor::of(lw.ffn_norm, {d}),
-                        Tensor::of(im.normed.data(), {R, d}), Tensor::of(im.inv.data(), {R}),
-                        c.rms_norm_eps);
+    ops.rmsnorm_forward(im.u.view({R, d}), Tensor::of(lw.ffn_norm, {d}), im.normed.view({R, d}),
+                        im.inv.view({R}), c.rms_norm_eps);
     moe_forward(moe_dims(c, l, 1, R), lw.moe, im.normed.data(), tokens.data(), im.moe, im.y.data(),
                 /*fixed_selection=*/false, static_cast<TokenDispatcher<T>*>(nullptr), im.ctx);
     mhc_post_forward(md, im.mhc, im.x_mid.data(), im.y.data(), im.x_next.data(), im.ctx);
@@ -505,16 +501,14 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
     std::iota(rows.begin(), rows.end(), int64_t{0});
   }
   const int64_t Q = static_cast<int64_t>(rows.size());
-  std::vector<T> xq(static_cast<size_t>(Q * n * d)), hq(static_cast<size_t>(Q * d)),
-      hn(static_cast<size_t>(Q * d)), inv(static_cast<size_t>(Q));
-  ops.gather_rows(Tensor::of(im.x.data(), {R, n * d}), Tensor::of(rows.data(), {Q}),
-                  Tensor::of(xq.data(), {Q, n * d}));
+  kernels::Array<T> xq(Q * n * d, ops), hq(Q * d, ops), hn(Q * d, ops), inv(Q, ops);
+  ops.gather_rows(im.x.view({R, n * d}), Tensor::of(rows.data(), {Q}), xq.view({Q, n * d}));
   const HcHeadWeights<T> head_w{params.value("hc_head_fn"), params.value("hc_head_base"),
                                 params.value("hc_head_scale")};
   hc_head_forward(mhc_dims(c, Q), head_w, xq.data(), hq.data(), im.head_cache, im.ctx);
-  ops.rmsnorm_forward(Tensor::of(hq.data(), {Q, d}), Tensor::of(params.value("norm.weight"), {d}),
-                      Tensor::of(hn.data(), {Q, d}), Tensor::of(inv.data(), {Q}), c.rms_norm_eps);
-  ops.linear_forward(Tensor::of(hn.data(), {Q, d}), Tensor::of(params.value("head.weight"), {V, d}),
+  ops.rmsnorm_forward(hq.view({Q, d}), Tensor::of(params.value("norm.weight"), {d}),
+                      hn.view({Q, d}), inv.view({Q}), c.rms_norm_eps);
+  ops.linear_forward(hn.view({Q, d}), Tensor::of(params.value("head.weight"), {V, d}),
                      Tensor::of(logits, {Q, V}), {im.ctx.precision});
 }
 

@@ -15,6 +15,16 @@ Buffer Backend::allocate(DType dtype, int64_t numel) const {
   return buffer;
 }
 
+void Backend::fill(const Tensor& x, double value) const {
+  if (!x.defined()) throw Error("fill: x is missing").field("x");
+  const DType dt = x.dtype();
+  if (dt != DType::kF32 && dt != DType::kF64 && dt != DType::kI64 && dt != DType::kI32)
+    throw Error(std::string("fill: x is ") + safetensors_name(dt) +
+                ", expected F32, F64, I64 or I32")
+        .field("x");
+  do_fill(x, value);
+}
+
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                              const LinearOptions& options) const {
   constexpr const char* op = "linear_forward";

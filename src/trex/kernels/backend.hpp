@@ -87,6 +87,8 @@ class Backend {
   // ---- Memory ---------------------------------------------------------------
   // numel zero-filled elements of dtype in this backend's memory.
   Buffer allocate(DType dtype, int64_t numel) const;
+  // Every element of x (F32, F64, I64 or I32) = value (converted to x's dtype).
+  void fill(const Tensor& x, double value) const;
 
   // ---- Linear layers (weights [out, in], y = x·wᵀ) ----------------------------
   // x [M, K], w [N, K] -> y [M, N] (written, or += with options.accumulate).
@@ -337,6 +339,7 @@ class Backend {
 
  private:
   // The ops, in the order above (checked operands).
+  virtual void do_fill(const Tensor& x, double value) const = 0;
   virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                  const LinearOptions& options) const = 0;
   virtual void do_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,

@@ -125,6 +125,7 @@ class Buffer {
   int64_t numel() const { return numel_; }
   size_t bytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
   const Device& device() const { return device_; }
+  const Backend* backend() const { return backend_; }  // null: nothing allocated
   template <class T>
   T* data() const {
     return view({numel_}).data<T>();

@@ -112,12 +112,9 @@ void require_weights(const AttentionDims& dims, const AttentionWeights<T>& w) {
 // The key sets of every query row (kernels::AttentionKeyTensors).
 template <class T>
 kernels::AttentionKeyTensors key_tensors(const AttentionCache<T>& cache, int64_t N, int64_t c) {
-  return {
-      Tensor::of(cache.kv.data(), {N, c}),
-      Tensor::of(cache.compressed.data(), {static_cast<int64_t>(cache.compressed.size()) / c, c}),
-      Tensor::of(cache.comp_offsets.data(), {N + 1}),
-      Tensor::of(cache.comp_list.data(), {static_cast<int64_t>(cache.comp_list.size())}),
-      Tensor::of(cache.prob_offsets.data(), {N + 1})};
+  return {cache.kv.view({N, c}), cache.compressed.view({cache.compressed.size() / c, c}),
+          cache.comp_offsets.view({N + 1}), cache.comp_list.view({cache.comp_list.size()}),
+          cache.prob_offsets.view({N + 1})};
 }
 
 }  // namespace
@@ -153,94 +150,102 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.indexer_loss = 0.0;
   cache.rope =
       kernels::RopeTable(dims.rope_dim, dims.rope_base, std::max<int64_t>(shape.S, 1), dims.yarn);
-  cache.positions.resize(static_cast<size_t>(N));
-  for (int64_t r = 0; r < N; ++r) cache.positions[r] = r % shape.S;
-  cache.a.assign(a, a + N * dims.hidden);
-  if (N == 0) return 0.0;
   const kernels::Backend& ops = ctx.ops();
-  const kernels::LinearOptions linear{ctx.precision};
   const int64_t d = dims.hidden;
-  const Tensor positions = Tensor::of(cache.positions.data(), {N});
+  cache.positions.resize(N, ops);
+  for (int64_t r = 0; r < N; ++r) cache.positions[r] = r % shape.S;
+  cache.a.resize(N * d, ops);
+  ops.copy(Tensor::of(a, {N, d}), cache.a.view({N, d}));
+  if (N == 0) return 0.0;
+  const kernels::LinearOptions linear{ctx.precision};
+  const Tensor positions = cache.positions.view({N});
 
   // Query path: c_Q = RMSNorm(a W_qaᵀ); q = per-head unweighted RMSNorm(c_Q W_qbᵀ); RoPE.
-  cache.q_lora.resize(static_cast<size_t>(N * dc));
-  cache.q_lora_inv.resize(static_cast<size_t>(N));
-  cache.c_q.resize(cache.q_lora.size());
+  cache.q_lora.resize(N * dc, ops);
+  cache.q_lora_inv.resize(N, ops);
+  cache.c_q.resize(N * dc, ops);
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, dc, dims.hidden));
     ops.linear_forward(Tensor::of(a, {N, d}), Tensor::of(w.wq_a, {dc, d}),
-                       Tensor::of(cache.q_lora.data(), {N, dc}), linear);
+                       cache.q_lora.view({N, dc}), linear);
   }
-  ops.rmsnorm_forward(Tensor::of(cache.q_lora.data(), {N, dc}), Tensor::of(w.q_norm, {dc}),
-                      Tensor::of(cache.c_q.data(), {N, dc}),
-                      Tensor::of(cache.q_lora_inv.data(), {N}), dims.eps);
-  cache.q_raw.resize(static_cast<size_t>(N * hc));
-  cache.q_inv.resize(static_cast<size_t>(N * H));
-  cache.q.resize(cache.q_raw.size());
+  ops.rmsnorm_forward(cache.q_lora.view({N, dc}), Tensor::of(w.q_norm, {dc}),
+                      cache.c_q.view({N, dc}), cache.q_lora_inv.view({N}), dims.eps);
+  cache.q_raw.resize(N * hc, ops);
+  cache.q_inv.resize(N * H, ops);
+  cache.q.resize(N * hc, ops);
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, hc, dc));
-    ops.linear_forward(Tensor::of(cache.c_q.data(), {N, dc}), Tensor::of(w.wq_b, {hc, dc}),
-                       Tensor::of(cache.q_raw.data(), {N, hc}), linear);
+    ops.linear_forward(cache.c_q.view({N, dc}), Tensor::of(w.wq_b, {hc, dc}),
+                       cache.q_raw.view({N, hc}), linear);
   }
-  ops.rmsnorm_forward(Tensor::of(cache.q_raw.data(), {N * H, c}), Tensor(),
-                      Tensor::of(cache.q.data(), {N * H, c}),
-                      Tensor::of(cache.q_inv.data(), {N * H}), dims.eps);
-  ops.rope(cache.rope, Tensor::of(cache.q.data(), {N, H, c}), positions, false);
+  ops.rmsnorm_forward(cache.q_raw.view({N * H, c}), Tensor(), cache.q.view({N * H, c}),
+                      cache.q_inv.view({N * H}), dims.eps);
+  ops.rope(cache.rope, cache.q.view({N, H, c}), positions, false);
 
   // Shared K=V latent.
-  cache.kv_raw.resize(static_cast<size_t>(N * c));
-  cache.kv_inv.resize(static_cast<size_t>(N));
-  cache.kv.resize(cache.kv_raw.size());
+  cache.kv_raw.resize(N * c, ops);
+  cache.kv_inv.resize(N, ops);
+  cache.kv.resize(N * c, ops);
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, c, dims.hidden));
-    ops.linear_forward(Tensor::of(a, {N, d}), Tensor::of(w.wkv, {c, d}),
-                       Tensor::of(cache.kv_raw.data(), {N, c}), linear);
+    ops.linear_forward(Tensor::of(a, {N, d}), Tensor::of(w.wkv, {c, d}), cache.kv_raw.view({N, c}),
+                       linear);
   }
-  ops.rmsnorm_forward(Tensor::of(cache.kv_raw.data(), {N, c}), Tensor::of(w.kv_norm, {c}),
-                      Tensor::of(cache.kv.data(), {N, c}), Tensor::of(cache.kv_inv.data(), {N}),
-                      dims.eps);
-  ops.rope(cache.rope, Tensor::of(cache.kv.data(), {N, 1, c}), positions, false);
+  ops.rmsnorm_forward(cache.kv_raw.view({N, c}), Tensor::of(w.kv_norm, {c}), cache.kv.view({N, c}),
+                      cache.kv_inv.view({N}), dims.eps);
+  ops.rope(cache.rope, cache.kv.view({N, 1, c}), positions, false);
 
   // Compressed entries and the compressed key set of every query.
-  int64_t blocks = 0;
-  cache.compressed.clear();
-  if (dims.has_compressor()) {
-    const CompressorDims cdims = dims.compressor();
-    blocks = cdims.blocks(shape.S);
-    cache.compressed.assign(static_cast<size_t>(shape.B * blocks * c), T(0));
-    compressor_forward(cdims, w.compressor, shape, a, cache.rope, cache.compressor,
+  const int64_t blocks = dims.has_compressor() ? dims.compressor().blocks(shape.S) : 0;
+  cache.compressed.assign(shape.B * blocks * c, T(0), ops);  // empty without a compressor
+  if (dims.has_compressor())
+    compressor_forward(dims.compressor(), w.compressor, shape, a, cache.rope, cache.compressor,
                        cache.compressed.data(), ctx);
-  }
   if (dims.has_indexer()) {
     const bool need_scores = !options.fixed_selection || options.compute_indexer_loss;
     if (need_scores) {
       indexer_forward(dims.indexer(), w.indexer, shape, a, cache.c_q.data(), cache.rope,
                       cache.indexer, options.fixed_selection, ctx);
-    } else if (cache.indexer.selected.size() != static_cast<size_t>(N * dims.index_topk)) {
+    } else if (cache.indexer.selected.size() != N * dims.index_topk) {
       throw Error("fixed_selection without a stored selection for this shape")
           .field("indexer.selected");
     }
   }
-  cache.comp_offsets.assign(static_cast<size_t>(N + 1), 0);
-  cache.comp_list.clear();
+  // The compressed key sets, on the host: first their sizes (comp_offsets), then
+  // the entries.
+  cache.comp_offsets.assign(N + 1, 0, ops);
   for (int64_t r = 0; r < N; ++r) {
-    const int64_t b = r / shape.S;
     const int64_t t = r % shape.S;
+    int64_t count = 0;
     if (dims.has_indexer()) {
       for (int64_t k = 0; k < dims.index_topk; ++k) {
         const int64_t i = cache.indexer.selected[r * dims.index_topk + k];
         if (i < 0) continue;
         if (i >= visible_blocks(t, dims.ratio, blocks))
           throw Error("selected compressed entry is not visible").field("indexer.selected");
-        cache.comp_list.push_back(b * blocks + i);
+        ++count;
       }
     } else if (dims.has_compressor()) {
-      const int64_t visible = visible_blocks(t, dims.ratio, blocks);
-      for (int64_t i = 0; i < visible; ++i) cache.comp_list.push_back(b * blocks + i);
+      count = visible_blocks(t, dims.ratio, blocks);
     }
-    cache.comp_offsets[r + 1] = static_cast<int64_t>(cache.comp_list.size());
+    cache.comp_offsets[r + 1] = cache.comp_offsets[r] + count;
   }
-  cache.prob_offsets.assign(static_cast<size_t>(N + 1), 0);
+  cache.comp_list.resize(cache.comp_offsets[N], ops);
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t b = r / shape.S;
+    int64_t* entry = cache.comp_list.data() + cache.comp_offsets[r];
+    if (dims.has_indexer()) {
+      for (int64_t k = 0; k < dims.index_topk; ++k) {
+        const int64_t i = cache.indexer.selected[r * dims.index_topk + k];
+        if (i >= 0) *entry++ = b * blocks + i;
+      }
+    } else if (dims.has_compressor()) {
+      const int64_t visible = cache.comp_offsets[r + 1] - cache.comp_offsets[r];
+      for (int64_t i = 0; i < visible; ++i) *entry++ = b * blocks + i;
+    }
+  }
+  cache.prob_offsets.assign(N + 1, 0, ops);
   for (int64_t r = 0; r < N; ++r) {
     const int64_t keys = (r % shape.S - cache.window_start(r, dims.window) + 1) +
                          (cache.comp_offsets[r + 1] - cache.comp_offsets[r]);
@@ -249,28 +254,27 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
 
   // Core: per query token, gather window + compressed keys; softmax with sink.
   const int64_t probs = cache.prob_offsets[N];
-  cache.prob.assign(static_cast<size_t>(probs), T(0));
-  cache.sink_prob.assign(static_cast<size_t>(N * H), T(0));
-  cache.o.assign(static_cast<size_t>(N * hc), T(0));
+  cache.prob.assign(probs, T(0), ops);
+  cache.sink_prob.assign(N * H, T(0), ops);
+  cache.o.assign(N * hc, T(0), ops);
   const kernels::AttentionCoreDims core{shape.S, dims.window};
-  ops.attention_core_forward(core, Tensor::of(cache.q.data(), {N, H, c}), key_tensors(cache, N, c),
-                             Tensor::of(w.attn_sink, {H}), Tensor::of(cache.prob.data(), {probs}),
-                             Tensor::of(cache.sink_prob.data(), {N, H}),
-                             Tensor::of(cache.o.data(), {N, H, c}));
+  ops.attention_core_forward(core, cache.q.view({N, H, c}), key_tensors(cache, N, c),
+                             Tensor::of(w.attn_sink, {H}), cache.prob.view({probs}),
+                             cache.sink_prob.view({N, H}), cache.o.view({N, H, c}));
 
   // Inverse RoPE at the query position, then the grouped low-rank projection.
-  cache.o_rot = cache.o;
-  ops.rope(cache.rope, Tensor::of(cache.o_rot.data(), {N, H, c}), positions, true);
+  cache.o_rot.resize(N * hc, ops);
+  ops.copy(cache.o.view({N * hc}), cache.o_rot.view({N * hc}));
+  ops.rope(cache.rope, cache.o_rot.view({N, H, c}), positions, true);
   const int64_t g = dims.o_groups;
   const int64_t dg = dims.o_lora;
   const int64_t group_in = hc / g;
-  cache.z.assign(static_cast<size_t>(N * g * dg), T(0));
+  cache.z.assign(N * g * dg, T(0), ops);
   TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_flops(N, g * dg, group_in) +
                                                profile::linear_flops(N, dims.hidden, g * dg));
-  ops.grouped_linear_forward(g, Tensor::of(cache.o_rot.data(), {N, hc}),
-                             Tensor::of(w.wo_a, {g * dg, group_in}),
-                             Tensor::of(cache.z.data(), {N, g * dg}), ctx.precision);
-  ops.linear_forward(Tensor::of(cache.z.data(), {N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
+  ops.grouped_linear_forward(g, cache.o_rot.view({N, hc}), Tensor::of(w.wo_a, {g * dg, group_in}),
+                             cache.z.view({N, g * dg}), ctx.precision);
+  ops.linear_forward(cache.z.view({N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
                      Tensor::of(out, {N, d}), linear);
 
   if (options.compute_indexer_loss) {
@@ -278,12 +282,10 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
     // Target: main attention probabilities summed over heads on the selected
     // compressed entries, L1-normalised per query.
     const int64_t k_max = dims.index_topk;
-    std::vector<T> target(static_cast<size_t>(N * k_max), T(0));
-    ops.attention_selected_mass(core, H, Tensor::of(cache.prob.data(), {probs}),
-                                Tensor::of(cache.prob_offsets.data(), {N + 1}),
-                                Tensor::of(cache.comp_offsets.data(), {N + 1}),
-                                Tensor::of(cache.indexer.selected.data(), {N, k_max}),
-                                Tensor::of(target.data(), {N, k_max}));
+    kernels::Array<T> target(N * k_max, ops);
+    ops.attention_selected_mass(core, H, cache.prob.view({probs}), cache.prob_offsets.view({N + 1}),
+                                cache.comp_offsets.view({N + 1}),
+                                cache.indexer.selected.view({N, k_max}), target.view({N, k_max}));
     cache.indexer_loss = indexer_loss(dims.indexer(), shape, target.data(), cache.indexer, ctx);
   }
   return cache.indexer_loss;
@@ -307,76 +309,70 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   const kernels::LinearOptions linear{ctx.precision};
   const kernels::LinearOptions accumulate{ctx.precision, true};
   const int64_t d = dims.hidden;
-  const Tensor positions = Tensor::of(cache.positions.data(), {N});
+  const Tensor positions = cache.positions.view({N});
 
   // Output projections.
-  std::vector<T> dz(static_cast<size_t>(N * g * dg), T(0));
-  std::vector<T> d_o(static_cast<size_t>(N * hc), T(0));
+  kernels::Array<T> dz(N * g * dg, ops);
+  kernels::Array<T> d_o(N * hc, ops);
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj,
                  profile::linear_backward_flops(N, dims.hidden, g * dg) +
                      profile::linear_backward_flops(N, g * dg, group_in));
-    ops.linear_backward(Tensor::of(cache.z.data(), {N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
-                        Tensor::of(dout, {N, d}), Tensor::of(dz.data(), {N, g * dg}),
+    ops.linear_backward(cache.z.view({N, g * dg}), Tensor::of(w.wo_b, {d, g * dg}),
+                        Tensor::of(dout, {N, d}), dz.view({N, g * dg}),
                         Tensor::optional(grads.wo_b, {d, g * dg}), linear);
-    ops.grouped_linear_backward(g, Tensor::of(cache.o_rot.data(), {N, hc}),
-                                Tensor::of(w.wo_a, {g * dg, group_in}),
-                                Tensor::of(dz.data(), {N, g * dg}), Tensor::of(d_o.data(), {N, hc}),
-                                Tensor::optional(grads.wo_a, {g * dg, group_in}), ctx.precision);
+    ops.grouped_linear_backward(
+        g, cache.o_rot.view({N, hc}), Tensor::of(w.wo_a, {g * dg, group_in}), dz.view({N, g * dg}),
+        d_o.view({N, hc}), Tensor::optional(grads.wo_a, {g * dg, group_in}), ctx.precision);
   }
   // Backward of the inverse rotation is the forward rotation.
-  ops.rope(cache.rope, Tensor::of(d_o.data(), {N, H, c}), positions, false);
+  ops.rope(cache.rope, d_o.view({N, H, c}), positions, false);
 
   // The core: dq, dkv (window keys), dcompressed, the sink gradient.
-  std::vector<T> dq(static_cast<size_t>(N * hc), T(0));
-  std::vector<T> dkv(static_cast<size_t>(N * c), T(0));
-  std::vector<T> dcompressed(cache.compressed.size(), T(0));
+  kernels::Array<T> dq(N * hc, ops);
+  kernels::Array<T> dkv(N * c, ops);
+  kernels::Array<T> dcompressed(cache.compressed.size(), ops);
   ops.attention_core_backward(
-      kernels::AttentionCoreDims{shape.S, dims.window}, Tensor::of(cache.q.data(), {N, H, c}),
-      key_tensors(cache, N, c), Tensor::of(cache.prob.data(), {cache.prob_offsets[N]}),
-      Tensor::of(cache.sink_prob.data(), {N, H}), Tensor::of(cache.o.data(), {N, H, c}),
-      Tensor::of(d_o.data(), {N, H, c}), Tensor::of(dq.data(), {N, H, c}),
-      Tensor::of(dkv.data(), {N, c}),
-      Tensor::of(dcompressed.data(), {static_cast<int64_t>(dcompressed.size()) / c, c}),
+      kernels::AttentionCoreDims{shape.S, dims.window}, cache.q.view({N, H, c}),
+      key_tensors(cache, N, c), cache.prob.view({cache.prob_offsets[N]}),
+      cache.sink_prob.view({N, H}), cache.o.view({N, H, c}), d_o.view({N, H, c}),
+      dq.view({N, H, c}), dkv.view({N, c}), dcompressed.view({dcompressed.size() / c, c}),
       Tensor::optional(grads.attn_sink, {H}));
 
   // Query path back to a (da written here).
-  ops.rope(cache.rope, Tensor::of(dq.data(), {N, H, c}), positions, true);
-  ops.rmsnorm_backward(Tensor::of(cache.q_raw.data(), {N * H, c}), Tensor(),
-                       Tensor::of(cache.q_inv.data(), {N * H}), Tensor::of(dq.data(), {N * H, c}),
-                       Tensor::of(dq.data(), {N * H, c}), Tensor());
-  std::vector<T> dcq(static_cast<size_t>(N * dc), T(0));
+  ops.rope(cache.rope, dq.view({N, H, c}), positions, true);
+  ops.rmsnorm_backward(cache.q_raw.view({N * H, c}), Tensor(), cache.q_inv.view({N * H}),
+                       dq.view({N * H, c}), dq.view({N * H, c}), Tensor());
+  kernels::Array<T> dcq(N * dc, ops);
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, hc, dc));
-    ops.linear_backward(Tensor::of(cache.c_q.data(), {N, dc}), Tensor::of(w.wq_b, {hc, dc}),
-                        Tensor::of(dq.data(), {N, hc}), Tensor::of(dcq.data(), {N, dc}),
-                        Tensor::optional(grads.wq_b, {hc, dc}), linear);
+    ops.linear_backward(cache.c_q.view({N, dc}), Tensor::of(w.wq_b, {hc, dc}), dq.view({N, hc}),
+                        dcq.view({N, dc}), Tensor::optional(grads.wq_b, {hc, dc}), linear);
   }
-  ops.rmsnorm_backward(Tensor::of(cache.q_lora.data(), {N, dc}), Tensor::of(w.q_norm, {dc}),
-                       Tensor::of(cache.q_lora_inv.data(), {N}), Tensor::of(dcq.data(), {N, dc}),
-                       Tensor::of(dcq.data(), {N, dc}), Tensor::optional(grads.q_norm, {dc}));
-  std::vector<T> da_local;
+  ops.rmsnorm_backward(cache.q_lora.view({N, dc}), Tensor::of(w.q_norm, {dc}),
+                       cache.q_lora_inv.view({N}), dcq.view({N, dc}), dcq.view({N, dc}),
+                       Tensor::optional(grads.q_norm, {dc}));
+  kernels::Array<T> da_local;
   T* da_out = da;
   if (!da_out) {
-    da_local.assign(static_cast<size_t>(N * dims.hidden), T(0));
+    da_local.resize(N * dims.hidden, ops);
     da_out = da_local.data();
   }
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, dc, dims.hidden));
-    ops.linear_backward(Tensor::of(cache.a.data(), {N, d}), Tensor::of(w.wq_a, {dc, d}),
-                        Tensor::of(dcq.data(), {N, dc}), Tensor::of(da_out, {N, d}),
-                        Tensor::optional(grads.wq_a, {dc, d}), linear);
+    ops.linear_backward(cache.a.view({N, d}), Tensor::of(w.wq_a, {dc, d}), dcq.view({N, dc}),
+                        Tensor::of(da_out, {N, d}), Tensor::optional(grads.wq_a, {dc, d}), linear);
   }
   // KV path.
-  ops.rope(cache.rope, Tensor::of(dkv.data(), {N, 1, c}), positions, true);
-  ops.rmsnorm_backward(Tensor::of(cache.kv_raw.data(), {N, c}), Tensor::of(w.kv_norm, {c}),
-                       Tensor::of(cache.kv_inv.data(), {N}), Tensor::of(dkv.data(), {N, c}),
-                       Tensor::of(dkv.data(), {N, c}), Tensor::optional(grads.kv_norm, {c}));
+  ops.rope(cache.rope, dkv.view({N, 1, c}), positions, true);
+  ops.rmsnorm_backward(cache.kv_raw.view({N, c}), Tensor::of(w.kv_norm, {c}),
+                       cache.kv_inv.view({N}), dkv.view({N, c}), dkv.view({N, c}),
+                       Tensor::optional(grads.kv_norm, {c}));
   {
     TREX_PROFILE(profile::Op::kGemmAttnProj, profile::linear_backward_flops(N, c, dims.hidden));
-    ops.linear_backward(Tensor::of(cache.a.data(), {N, d}), Tensor::of(w.wkv, {c, d}),
-                        Tensor::of(dkv.data(), {N, c}), Tensor::of(da_out, {N, d}),
-                        Tensor::optional(grads.wkv, {c, d}), accumulate);
+    ops.linear_backward(cache.a.view({N, d}), Tensor::of(w.wkv, {c, d}), dkv.view({N, c}),
+                        Tensor::of(da_out, {N, d}), Tensor::optional(grads.wkv, {c, d}),
+                        accumulate);
   }
   // Compressed branch (only entries some query attended to carry gradient).
   if (dims.has_compressor())

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/model/compressor.hpp"
@@ -88,26 +89,26 @@ template <class T>
 struct AttentionCache {
   SeqShape shape;
   AttentionOptions options;
-  kernels::RopeTable rope;                 // positions 0..S−1 with this layer's base/YaRN
-  std::vector<int64_t> positions;          // t of every row [B·S]
-  std::vector<T> a;                        // input copy [B·S, d]
-  std::vector<T> q_lora, q_lora_inv, c_q;  // [B·S, d_c], [B·S], [B·S, d_c]
-  std::vector<T> q_raw, q_inv, q;          // [B·S, n_h·c], [B·S·n_h], q after norm+RoPE
-  std::vector<T> kv_raw, kv_inv, kv;       // [B·S, c], [B·S], kv after norm+RoPE
-  std::vector<T> compressed;               // C^Comp after norm+RoPE [B·N, c]
+  kernels::RopeTable rope;                    // positions 0..S−1 with this layer's base/YaRN
+  kernels::Array<int64_t> positions;          // t of every row [B·S]
+  kernels::Array<T> a;                        // input copy [B·S, d]
+  kernels::Array<T> q_lora, q_lora_inv, c_q;  // [B·S, d_c], [B·S], [B·S, d_c]
+  kernels::Array<T> q_raw, q_inv, q;          // [B·S, n_h·c], [B·S·n_h], q after norm+RoPE
+  kernels::Array<T> kv_raw, kv_inv, kv;       // [B·S, c], [B·S], kv after norm+RoPE
+  kernels::Array<T> compressed;               // C^Comp after norm+RoPE [B·N, c]
   CompressorCache<T> compressor;
   IndexerCache<T> indexer;  // selection: indexer.selected [B·S, k_I]
   // Compressed keys of every query: rows of `compressed`, token r owns
   // comp_list[comp_offsets[r] .. comp_offsets[r+1]).
-  std::vector<int64_t> comp_offsets, comp_list;
+  kernels::Array<int64_t> comp_offsets, comp_list;
   // Attention probabilities: token r, head h, key k at prob[prob_offsets[r] + h·n_k(r) + k],
   // keys = window (oldest first) then compressed in comp_list order.
-  std::vector<int64_t> prob_offsets;
-  std::vector<T> prob;
-  std::vector<T> sink_prob;  // exp(sink)/Z [B·S·n_h]
-  std::vector<T> o;          // Σ p·v before inverse RoPE [B·S, n_h·c]
-  std::vector<T> o_rot;      // after inverse RoPE
-  std::vector<T> z;          // grouped low-rank output [B·S, g·d_g]
+  kernels::Array<int64_t> prob_offsets;
+  kernels::Array<T> prob;
+  kernels::Array<T> sink_prob;  // exp(sink)/Z [B·S·n_h]
+  kernels::Array<T> o;          // Σ p·v before inverse RoPE [B·S, n_h·c]
+  kernels::Array<T> o_rot;      // after inverse RoPE
+  kernels::Array<T> z;          // grouped low-rank output [B·S, g·d_g]
   double indexer_loss = 0.0;
 
   int64_t window_start(int64_t row, int64_t window) const {

@@ -49,32 +49,30 @@ void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& 
   const kernels::Backend& ops = ctx.ops();
   const int64_t d = dims.hidden;
   cache.blocks = N;
-  cache.proj.assign(static_cast<size_t>(tokens * width), T(0));
-  std::vector<T> gate(cache.proj.size());
+  cache.proj.assign(tokens * width, T(0), ops);
+  kernels::Array<T> gate(tokens * width, ops);
   if (tokens > 0) {
     TREX_PROFILE(profile::Op::kGemmCompressor,
                  2 * profile::linear_flops(tokens, width, dims.hidden));
     ops.linear_forward(Tensor::of(a, {tokens, d}), Tensor::of(w.wkv, {width, d}),
-                       Tensor::of(cache.proj.data(), {tokens, width}), {ctx.precision});
+                       cache.proj.view({tokens, width}), {ctx.precision});
     ops.linear_forward(Tensor::of(a, {tokens, d}), Tensor::of(w.wgate, {width, d}),
-                       Tensor::of(gate.data(), {tokens, width}), {ctx.precision});
+                       gate.view({tokens, width}), {ctx.precision});
   }
   const int64_t entries = shape.B * N;
-  cache.prob.assign(static_cast<size_t>(entries * slots * cx), T(0));
-  cache.pooled.assign(static_cast<size_t>(entries * cx), T(0));
-  cache.inv_rms.assign(static_cast<size_t>(entries), T(0));
-  cache.positions.resize(static_cast<size_t>(entries));
+  cache.prob.assign(entries * slots * cx, T(0), ops);
+  cache.pooled.assign(entries * cx, T(0), ops);
+  cache.inv_rms.assign(entries, T(0), ops);
+  cache.positions.resize(entries, ops);
   for (int64_t entry = 0; entry < entries; ++entry) cache.positions[entry] = (entry % N) * m;
-  ops.compressor_pool_forward(pool_dims(dims, shape), Tensor::of(gate.data(), {tokens, width}),
-                              Tensor::of(cache.proj.data(), {tokens, width}),
-                              Tensor::of(w.ape, {m, width}),
-                              Tensor::of(cache.prob.data(), {entries, slots, cx}),
-                              Tensor::of(cache.pooled.data(), {entries, cx}));
+  ops.compressor_pool_forward(pool_dims(dims, shape), gate.view({tokens, width}),
+                              cache.proj.view({tokens, width}), Tensor::of(w.ape, {m, width}),
+                              cache.prob.view({entries, slots, cx}),
+                              cache.pooled.view({entries, cx}));
   if (entries == 0) return;
-  ops.rmsnorm_forward(Tensor::of(cache.pooled.data(), {entries, cx}), Tensor::of(w.norm, {cx}),
-                      Tensor::of(out, {entries, cx}), Tensor::of(cache.inv_rms.data(), {entries}),
-                      dims.eps);
-  ops.rope(rope, Tensor::of(out, {entries, 1, cx}), Tensor::of(cache.positions.data(), {entries}),
+  ops.rmsnorm_forward(cache.pooled.view({entries, cx}), Tensor::of(w.norm, {cx}),
+                      Tensor::of(out, {entries, cx}), cache.inv_rms.view({entries}), dims.eps);
+  ops.rope(rope, Tensor::of(out, {entries, 1, cx}), cache.positions.view({entries}),
            /*inverse=*/false);
 }
 
@@ -95,30 +93,28 @@ void compressor_backward(const CompressorDims& dims, const CompressorWeights<T>&
   const kernels::Backend& ops = ctx.ops();
   const int64_t d = dims.hidden;
   // Undo the rope (orthogonal), then the norm.
-  std::vector<T> dpooled(dout, dout + entries * cx);
-  ops.rope(rope, Tensor::of(dpooled.data(), {entries, 1, cx}),
-           Tensor::of(cache.positions.data(), {entries}), true);
-  ops.rmsnorm_backward(
-      Tensor::of(cache.pooled.data(), {entries, cx}), Tensor::of(w.norm, {cx}),
-      Tensor::of(cache.inv_rms.data(), {entries}), Tensor::of(dpooled.data(), {entries, cx}),
-      Tensor::of(dpooled.data(), {entries, cx}), Tensor::optional(grads.norm, {cx}));
+  kernels::Array<T> dpooled(entries * cx, ops);
+  ops.copy(Tensor::of(dout, {entries, cx}), dpooled.view({entries, cx}));
+  ops.rope(rope, dpooled.view({entries, 1, cx}), cache.positions.view({entries}), true);
+  ops.rmsnorm_backward(cache.pooled.view({entries, cx}), Tensor::of(w.norm, {cx}),
+                       cache.inv_rms.view({entries}), dpooled.view({entries, cx}),
+                       dpooled.view({entries, cx}), Tensor::optional(grads.norm, {cx}));
   // Softmax pooling backward (dproj, dgate written; the ape gradient summed in token order).
-  std::vector<T> dproj(static_cast<size_t>(tokens * width), T(0));
-  std::vector<T> dgate(dproj.size(), T(0));
-  ops.compressor_pool_backward(
-      pool_dims(dims, shape), Tensor::of(cache.prob.data(), {entries, slots, cx}),
-      Tensor::of(cache.proj.data(), {tokens, width}),
-      Tensor::of(cache.pooled.data(), {entries, cx}), Tensor::of(dpooled.data(), {entries, cx}),
-      Tensor::of(dproj.data(), {tokens, width}), Tensor::of(dgate.data(), {tokens, width}),
-      Tensor::optional(grads.ape, {m, width}));
+  kernels::Array<T> dproj(tokens * width, ops);
+  kernels::Array<T> dgate(tokens * width, ops);
+  ops.compressor_pool_backward(pool_dims(dims, shape), cache.prob.view({entries, slots, cx}),
+                               cache.proj.view({tokens, width}), cache.pooled.view({entries, cx}),
+                               dpooled.view({entries, cx}), dproj.view({tokens, width}),
+                               dgate.view({tokens, width}),
+                               Tensor::optional(grads.ape, {m, width}));
   TREX_PROFILE(profile::Op::kGemmCompressor,
                (da ? 4 : 2) * profile::linear_flops(tokens, width, dims.hidden));
   const kernels::LinearOptions accumulate{ctx.precision, true};
   ops.linear_backward(Tensor::of(a, {tokens, d}), Tensor::of(w.wkv, {width, d}),
-                      Tensor::of(dproj.data(), {tokens, width}), Tensor::optional(da, {tokens, d}),
+                      dproj.view({tokens, width}), Tensor::optional(da, {tokens, d}),
                       Tensor::optional(grads.wkv, {width, d}), accumulate);
   ops.linear_backward(Tensor::of(a, {tokens, d}), Tensor::of(w.wgate, {width, d}),
-                      Tensor::of(dgate.data(), {tokens, width}), Tensor::optional(da, {tokens, d}),
+                      dgate.view({tokens, width}), Tensor::optional(da, {tokens, d}),
                       Tensor::optional(grads.wgate, {width, d}), accumulate);
 }
 

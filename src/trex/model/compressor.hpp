@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 
@@ -48,12 +49,12 @@ struct CompressorGrads {  // accumulated (+=); null = frozen
 
 template <class T>
 struct CompressorCache {
-  int64_t blocks = 0;              // N per sequence
-  std::vector<T> proj;             // P = a·wkvᵀ  [B·S, coff·c_x]
-  std::vector<T> prob;             // pooling weights [B·N, slots, c_x] (slots = coff·m)
-  std::vector<T> pooled;           // C before the norm [B·N, c_x]
-  std::vector<T> inv_rms;          // [B·N]
-  std::vector<int64_t> positions;  // i·m per entry [B·N]
+  int64_t blocks = 0;                 // N per sequence
+  kernels::Array<T> proj;             // P = a·wkvᵀ  [B·S, coff·c_x]
+  kernels::Array<T> prob;             // pooling weights [B·N, slots, c_x] (slots = coff·m)
+  kernels::Array<T> pooled;           // C before the norm [B·N, c_x]
+  kernels::Array<T> inv_rms;          // [B·N]
+  kernels::Array<int64_t> positions;  // i·m per entry [B·N]
 };
 
 // out[B·N, c_x] (entry (b, i) is row b·N + i); a is [B·S, d]. The rope table must

@@ -52,10 +52,9 @@ kernels::IndexerScoreDims score_dims(const IndexerDims& dims, const SeqShape& sh
 template <class T>
 kernels::IndexerScoreTensors score_tensors(const IndexerDims& dims, const IndexerCache<T>& cache,
                                            int64_t tokens) {
-  return {Tensor::of(cache.q.data(), {tokens, dims.heads, dims.head_dim}),
-          Tensor::of(cache.head_weights.data(), {tokens, dims.heads}),
-          Tensor::of(cache.keys.data(),
-                     {static_cast<int64_t>(cache.keys.size()) / dims.head_dim, dims.head_dim})};
+  return {cache.q.view({tokens, dims.heads, dims.head_dim}),
+          cache.head_weights.view({tokens, dims.heads}),
+          cache.keys.view({cache.keys.size() / dims.head_dim, dims.head_dim})};
 }
 
 }  // namespace
@@ -83,37 +82,37 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
   const int64_t k_max = dims.topk;
   const kernels::Backend& ops = ctx.ops();
   const kernels::LinearOptions linear{ctx.precision};
-  cache.q.assign(static_cast<size_t>(tokens * qdim), T(0));
-  cache.head_weights.assign(static_cast<size_t>(tokens * dims.heads), T(0));
+  cache.q.assign(tokens * qdim, T(0), ops);
+  cache.head_weights.assign(tokens * dims.heads, T(0), ops);
   if (tokens > 0) {
     {
       TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, qdim, dims.q_lora));
       ops.linear_forward(Tensor::of(c_q, {tokens, dims.q_lora}),
-                         Tensor::of(w.wq_b, {qdim, dims.q_lora}),
-                         Tensor::of(cache.q.data(), {tokens, qdim}), linear);
+                         Tensor::of(w.wq_b, {qdim, dims.q_lora}), cache.q.view({tokens, qdim}),
+                         linear);
     }
-    std::vector<int64_t> positions(static_cast<size_t>(tokens));
+    kernels::Array<int64_t> positions(tokens, ops);
     for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
-    ops.rope(rope, Tensor::of(cache.q.data(), {tokens, dims.heads, dims.head_dim}),
-             Tensor::of(positions.data(), {tokens}), false);
+    ops.rope(rope, cache.q.view({tokens, dims.heads, dims.head_dim}), positions.view({tokens}),
+             false);
     {
       TREX_PROFILE(profile::Op::kGemmIndexer,
                    profile::linear_flops(tokens, dims.heads, dims.hidden));
       ops.linear_forward(Tensor::of(a, {tokens, dims.hidden}),
                          Tensor::of(w.weights_proj, {dims.heads, dims.hidden}),
-                         Tensor::of(cache.head_weights.data(), {tokens, dims.heads}), linear);
+                         cache.head_weights.view({tokens, dims.heads}), linear);
     }
     const T scale = static_cast<T>(
         1.0 / std::sqrt(static_cast<double>(dims.head_dim) * static_cast<double>(dims.heads)));
-    ops.scale(Tensor::of(cache.head_weights.data(), {tokens, dims.heads}), scale);
+    ops.scale(cache.head_weights.view({tokens, dims.heads}), scale);
   }
   const CompressorDims cdims = dims.compressor();
   cache.blocks = cdims.blocks(shape.S);
-  cache.keys.assign(static_cast<size_t>(shape.B * cache.blocks * dims.head_dim), T(0));
+  cache.keys.assign(shape.B * cache.blocks * dims.head_dim, T(0), ops);
   compressor_forward(cdims, w.compressor, shape, a, rope, cache.compressor, cache.keys.data(), ctx);
 
   if (fixed_selection) {
-    if (cache.selected.size() != static_cast<size_t>(tokens * k_max))
+    if (cache.selected.size() != tokens * k_max)
       throw Error("fixed_selection without a stored selection for this shape")
           .field("indexer.selected");
     for (int64_t r = 0; r < tokens; ++r) {
@@ -124,12 +123,11 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
       }
     }
   } else {
-    cache.selected.assign(static_cast<size_t>(tokens * k_max), -1);
+    cache.selected.assign(tokens * k_max, -1, ops);
     IndexerSelectionStats* const probe = g_probe.load(std::memory_order_acquire);
     std::vector<kernels::SelectionBoundary> boundaries;
     ops.indexer_select(score_dims(dims, shape, cache.blocks), score_tensors(dims, cache, tokens),
-                       Tensor::of(cache.selected.data(), {tokens, k_max}),
-                       probe ? &boundaries : nullptr);
+                       cache.selected.view({tokens, k_max}), probe ? &boundaries : nullptr);
     if (probe) {
       std::lock_guard<std::mutex> lock(g_probe_mutex);
       // Re-checked under the lock: a probe removed meanwhile receives nothing.
@@ -145,11 +143,10 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
       }
     }
   }
-  cache.selected_scores.assign(static_cast<size_t>(tokens * k_max), T(0));
-  ops.indexer_selected_scores(score_dims(dims, shape, cache.blocks),
-                              score_tensors(dims, cache, tokens),
-                              Tensor::of(cache.selected.data(), {tokens, k_max}),
-                              Tensor::of(cache.selected_scores.data(), {tokens, k_max}));
+  cache.selected_scores.assign(tokens * k_max, T(0), ops);
+  ops.indexer_selected_scores(
+      score_dims(dims, shape, cache.blocks), score_tensors(dims, cache, tokens),
+      cache.selected.view({tokens, k_max}), cache.selected_scores.view({tokens, k_max}));
 }
 
 template <class T>
@@ -157,11 +154,11 @@ double indexer_loss(const IndexerDims& dims, const SeqShape& shape, const T* tar
                     IndexerCache<T>& cache, const kernels::OpContext& ctx) {
   const int64_t tokens = shape.tokens();
   const int64_t k_max = dims.topk;
-  cache.dscores.assign(static_cast<size_t>(tokens * k_max), T(0));
-  return ctx.ops().indexer_kl_loss(Tensor::of(cache.selected.data(), {tokens, k_max}),
-                                   Tensor::of(cache.selected_scores.data(), {tokens, k_max}),
-                                   Tensor::of(target, {tokens, k_max}),
-                                   Tensor::of(cache.dscores.data(), {tokens, k_max}));
+  const kernels::Backend& ops = ctx.ops();
+  cache.dscores.assign(tokens * k_max, T(0), ops);
+  return ops.indexer_kl_loss(
+      cache.selected.view({tokens, k_max}), cache.selected_scores.view({tokens, k_max}),
+      Tensor::of(target, {tokens, k_max}), cache.dscores.view({tokens, k_max}));
 }
 
 template <class T>
@@ -177,35 +174,31 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
   const int64_t k_max = dims.topk;
   const int64_t nh = dims.heads;
   const int64_t hd = dims.head_dim;
-  std::vector<T> dq(static_cast<size_t>(tokens * nh * hd), T(0));
-  std::vector<T> dweights(static_cast<size_t>(tokens * nh), T(0));
-  std::vector<T> dkeys(cache.keys.size(), T(0));
+  kernels::Array<T> dq(tokens * nh * hd, ops);
+  kernels::Array<T> dweights(tokens * nh, ops);
+  kernels::Array<T> dkeys(cache.keys.size(), ops);
   ops.indexer_score_backward(
       score_dims(dims, shape, cache.blocks), score_tensors(dims, cache, tokens),
-      Tensor::of(cache.selected.data(), {tokens, k_max}),
-      Tensor::of(cache.dscores.data(), {tokens, k_max}), scale,
-      Tensor::of(dq.data(), {tokens, nh, hd}), Tensor::of(dweights.data(), {tokens, nh}),
-      Tensor::of(dkeys.data(), {static_cast<int64_t>(dkeys.size()) / hd, hd}));
-  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+      cache.selected.view({tokens, k_max}), cache.dscores.view({tokens, k_max}), scale,
+      dq.view({tokens, nh, hd}), dweights.view({tokens, nh}), dkeys.view({dkeys.size() / hd, hd}));
+  kernels::Array<int64_t> positions(tokens, ops);
   for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
-  ops.rope(rope, Tensor::of(dq.data(), {tokens, nh, hd}), Tensor::of(positions.data(), {tokens}),
+  ops.rope(rope, dq.view({tokens, nh, hd}), positions.view({tokens}),
            /*inverse=*/true);
   if (grads.wq_b) {
     TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, nh * hd, dims.q_lora));
     ops.linear_backward(Tensor::of(c_q, {tokens, dims.q_lora}),
-                        Tensor::of(w.wq_b, {nh * hd, dims.q_lora}),
-                        Tensor::of(dq.data(), {tokens, nh * hd}), Tensor(),
-                        Tensor::of(grads.wq_b, {nh * hd, dims.q_lora}), linear);
+                        Tensor::of(w.wq_b, {nh * hd, dims.q_lora}), dq.view({tokens, nh * hd}),
+                        Tensor(), Tensor::of(grads.wq_b, {nh * hd, dims.q_lora}), linear);
   }
   if (grads.weights_proj) {
     const T head_scale =
         static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd) * static_cast<double>(nh)));
-    ops.scale(Tensor::of(dweights.data(), {tokens, nh}), head_scale);
+    ops.scale(dweights.view({tokens, nh}), head_scale);
     TREX_PROFILE(profile::Op::kGemmIndexer, profile::linear_flops(tokens, nh, dims.hidden));
     ops.linear_backward(Tensor::of(a, {tokens, dims.hidden}),
-                        Tensor::of(w.weights_proj, {nh, dims.hidden}),
-                        Tensor::of(dweights.data(), {tokens, nh}), Tensor(),
-                        Tensor::of(grads.weights_proj, {nh, dims.hidden}), linear);
+                        Tensor::of(w.weights_proj, {nh, dims.hidden}), dweights.view({tokens, nh}),
+                        Tensor(), Tensor::of(grads.weights_proj, {nh, dims.hidden}), linear);
   }
   compressor_backward(dims.compressor(), w.compressor, shape, a, rope, cache.compressor,
                       dkeys.data(), grads.compressor, static_cast<T*>(nullptr), ctx);

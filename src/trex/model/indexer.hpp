@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/kernels/top_k.hpp"
 #include "trex/model/compressor.hpp"
@@ -44,17 +45,17 @@ struct IndexerGrads {  // accumulated (+=); null = frozen
 
 template <class T>
 struct IndexerCache {
-  int64_t blocks = 0;           // N = floor(S/m) per sequence
-  std::vector<T> q;             // q^I after RoPE [B·S, n_I·c_I]
-  std::vector<T> head_weights;  // w_t incl. c_I^-1/2·n_I^-1/2 [B·S, n_I]
-  std::vector<T> keys;          // K^I [B·N, c_I]
+  int64_t blocks = 0;              // N = floor(S/m) per sequence
+  kernels::Array<T> q;             // q^I after RoPE [B·S, n_I·c_I]
+  kernels::Array<T> head_weights;  // w_t incl. c_I^-1/2·n_I^-1/2 [B·S, n_I]
+  kernels::Array<T> keys;          // K^I [B·N, c_I]
   CompressorCache<T> compressor;
   // Per token, top-min(k_I, visible) block indices i (within the sequence) in
   // ranks_before order (descending score, ties: lower i first), padded with −1:
   // [B·S, k_I].
-  std::vector<int64_t> selected;
-  std::vector<T> selected_scores;  // I_{t, selected[k]} (0 for −1 pads) [B·S, k_I]
-  std::vector<T> dscores;          // filled by indexer_loss: dL_I/dI [B·S, k_I]
+  kernels::Array<int64_t> selected;
+  kernels::Array<T> selected_scores;  // I_{t, selected[k]} (0 for −1 pads) [B·S, k_I]
+  kernels::Array<T> dscores;          // filled by indexer_loss: dL_I/dI [B·S, k_I]
 };
 
 // Entry i is visible to query t iff (i+1)·m ≤ t+1 (and i < N).

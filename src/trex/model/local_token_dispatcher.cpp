@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "trex/core/profile.hpp"
+#include "trex/kernels/array.hpp"
 #include "trex/model/moe_types.hpp"
 
 namespace trex::model {
@@ -11,7 +12,8 @@ namespace {
 
 using kernels::Tensor;
 
-// The pairs of one call, counting-sorted by expert.
+// The pairs of one call, counting-sorted by expert (on the host: the plan of
+// which row goes where, like the expert-parallel dispatcher's send plans).
 struct LocalDispatchState final : DispatchState {
   std::vector<int64_t> offsets;      // [E + 1] start of each expert's block in sorted order
   std::vector<int64_t> sorted_pair;  // [P] sorted row -> pair (token·K + slot)
@@ -45,16 +47,15 @@ void LocalTokenDispatcher<T>::forward(const RoutedTokens<T>& tokens,
 
   // Gather rows and combine weights in sorted order.
   const kernels::Backend& ops = tokens.ops();
-  std::vector<T> xs(static_cast<size_t>(P * d)), scale(static_cast<size_t>(P));
+  kernels::Array<T> xs(P * d, ops), scale(P, ops);
   ops.moe_permute(K, Tensor::of(tokens.x, {N, d}), Tensor::of(sort.sorted_pair.data(), {P}),
-                  Tensor::of(tokens.combine, {N, K}), Tensor::of(xs.data(), {P, d}),
-                  Tensor::of(scale.data(), {P}));
+                  Tensor::of(tokens.combine, {N, K}), xs.view({P, d}), scale.view({P}));
   // outs: the w-scaled output of pair p's expert at row sort.pair_row[p].
-  std::vector<T> outs(static_cast<size_t>(P * d));
+  kernels::Array<T> outs(P * d, ops);
   section.reset();
   compute.experts(0, {sort.offsets, xs.data(), scale.data()}, outs.data());
   compute.local();
-  ops.moe_unpermute(Tensor::of(outs.data(), {P, d}), Tensor::of(sort.pair_row.data(), {N, K}),
+  ops.moe_unpermute(outs.view({P, d}), Tensor::of(sort.pair_row.data(), {N, K}),
                     Tensor::of(y, {N, d}));
 }
 
@@ -74,22 +75,20 @@ void LocalTokenDispatcher<T>::backward(const RoutedTokens<T>& tokens, const Disp
   std::optional<profile::Scope> section(std::in_place, profile::Op::kDispatch);
   const kernels::Backend& ops = tokens.ops();
   const Tensor sorted_pair = Tensor::of(sort->sorted_pair.data(), {P});
-  std::vector<T> xs(static_cast<size_t>(P * d)), dys(static_cast<size_t>(P * d)),
-      scale(static_cast<size_t>(P));
+  kernels::Array<T> xs(P * d, ops), dys(P * d, ops), scale(P, ops);
   ops.moe_permute(K, Tensor::of(tokens.x, {N, d}), sorted_pair, Tensor::of(tokens.combine, {N, K}),
-                  Tensor::of(xs.data(), {P, d}), Tensor::of(scale.data(), {P}));
-  ops.moe_permute(K, Tensor::of(dy, {N, d}), sorted_pair, Tensor(), Tensor::of(dys.data(), {P, d}),
-                  Tensor());
+                  xs.view({P, d}), scale.view({P}));
+  ops.moe_permute(K, Tensor::of(dy, {N, d}), sorted_pair, Tensor(), dys.view({P, d}), Tensor());
   section.reset();
   // dxs [P, d] / dscale [P]: gradients w.r.t. each sorted row and its combine weight.
-  std::vector<T> dxs(dx ? static_cast<size_t>(P * d) : 0, T(0)), dscale(static_cast<size_t>(P));
+  kernels::Array<T> dxs(dx ? P * d : 0, ops), dscale(P, ops);
   compute.experts(0, {sort->offsets, xs.data(), scale.data()}, dys.data(),
                   dx ? dxs.data() : nullptr, dscale.data());
   compute.local();
   if (dx)
-    ops.moe_unpermute(Tensor::of(dxs.data(), {P, d}), Tensor::of(sort->pair_row.data(), {N, K}),
+    ops.moe_unpermute(dxs.view({P, d}), Tensor::of(sort->pair_row.data(), {N, K}),
                       Tensor::of(dx, {N, d}));
-  ops.gather_rows(Tensor::of(dscale.data(), {P, 1}), Tensor::of(sort->pair_row.data(), {P}),
+  ops.gather_rows(dscale.view({P, 1}), Tensor::of(sort->pair_row.data(), {P}),
                   Tensor::of(d_combine, {P, 1}));
   compute.tokens_done(0, N);
 }

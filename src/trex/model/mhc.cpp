@@ -27,16 +27,15 @@ kernels::MhcSiteTensors site(const P& p, const MhcDims& dims, int64_t rows, int6
 template <class T>
 kernels::MhcStateTensors site_state(const MhcDims& dims, const MhcCache<T>& cache) {
   const int64_t N = dims.tokens, n = dims.hc_mult;
-  return {Tensor::of(cache.inv_rms.data(), {N}), Tensor::of(cache.mix.data(), {N, dims.mix()}),
-          Tensor::of(cache.pre.data(), {N, n}), Tensor::of(cache.post.data(), {N, n}),
-          Tensor::of(cache.comb.data(), {N, n, n})};
+  return {cache.inv_rms.view({N}), cache.mix.view({N, dims.mix()}), cache.pre.view({N, n}),
+          cache.post.view({N, n}), cache.comb.view({N, n, n})};
 }
 
 template <class T>
 kernels::MhcStateTensors head_state(const MhcDims& dims, const HcHeadCache<T>& cache) {
   const int64_t N = dims.tokens, n = dims.hc_mult;
-  return {Tensor::of(cache.inv_rms.data(), {N}), Tensor::of(cache.mix.data(), {N, n}),
-          Tensor::of(cache.pre.data(), {N, n}), Tensor(), Tensor()};
+  return {cache.inv_rms.view({N}), cache.mix.view({N, n}), cache.pre.view({N, n}), Tensor(),
+          Tensor()};
 }
 
 template <class T>
@@ -79,11 +78,11 @@ void mhc_pre_forward(const MhcDims& dims, const MhcWeights<T>& weights, const T*
     require_pointer(X, "X");
     require_pointer(u, "u");
   }
-  cache.inv_rms.assign(static_cast<size_t>(N), T(0));
-  cache.mix.assign(static_cast<size_t>(N * mixc), T(0));
-  cache.pre.assign(static_cast<size_t>(N * n), T(0));
-  cache.post.assign(static_cast<size_t>(N * n), T(0));
-  cache.comb.assign(static_cast<size_t>(N * n * n), T(0));
+  cache.inv_rms.assign(N, T(0), ctx.ops());
+  cache.mix.assign(N * mixc, T(0), ctx.ops());
+  cache.pre.assign(N * n, T(0), ctx.ops());
+  cache.post.assign(N * n, T(0), ctx.ops());
+  cache.comb.assign(N * n * n, T(0), ctx.ops());
   if (N == 0) return;
   ctx.ops().mhc_pre_forward(dims, site(weights, dims, mixc, 3), streams_of(dims, X),
                             rows_of(dims, u), site_state(dims, cache));
@@ -102,9 +101,8 @@ void mhc_post_forward(const MhcDims& dims, const MhcCache<T>& cache, const T* X,
   require_pointer(y, "y");
   require_pointer(Xout, "Xout");
   if (Xout == X) throw Error("mhc_post_forward: Xout must not alias X").field("Xout");
-  ctx.ops().mhc_post_forward(dims, Tensor::of(cache.post.data(), {N, n}),
-                             Tensor::of(cache.comb.data(), {N, n, n}), streams_of(dims, X),
-                             rows_of(dims, y), streams_of(dims, Xout));
+  ctx.ops().mhc_post_forward(dims, cache.post.view({N, n}), cache.comb.view({N, n, n}),
+                             streams_of(dims, X), rows_of(dims, y), streams_of(dims, Xout));
 }
 
 template <class T>
@@ -121,14 +119,13 @@ void mhc_post_backward(const MhcDims& dims, const MhcCache<T>& cache, const T* X
     require_pointer(dXout, "dXout");
     if (dX == dXout) throw Error("mhc_post_backward: dX must not alias dXout").field("dX");
   }
-  coef.post.assign(static_cast<size_t>(N * n), T(0));
-  coef.comb.assign(static_cast<size_t>(N * n * n), T(0));
+  coef.post.assign(N * n, T(0), ctx.ops());
+  coef.comb.assign(N * n * n, T(0), ctx.ops());
   if (N == 0) return;
   ctx.ops().mhc_post_backward(
-      dims, Tensor::of(cache.post.data(), {N, n}), Tensor::of(cache.comb.data(), {N, n, n}),
-      streams_of(dims, X), rows_of(dims, y), streams_of(dims, dXout),
-      dX ? streams_of(dims, dX) : Tensor(), dy ? rows_of(dims, dy) : Tensor(),
-      Tensor::of(coef.post.data(), {N, n}), Tensor::of(coef.comb.data(), {N, n, n}));
+      dims, cache.post.view({N, n}), cache.comb.view({N, n, n}), streams_of(dims, X),
+      rows_of(dims, y), streams_of(dims, dXout), dX ? streams_of(dims, dX) : Tensor(),
+      dy ? rows_of(dims, dy) : Tensor(), coef.post.view({N, n}), coef.comb.view({N, n, n}));
 }
 
 template <class T>
@@ -150,9 +147,8 @@ void mhc_pre_backward(const MhcDims& dims, const MhcWeights<T>& weights, const M
   require_pointer(X, "X");
   require_pointer(du, "du");
   ctx.ops().mhc_pre_backward(dims, site(weights, dims, mixc, 3), site_state(dims, cache),
-                             streams_of(dims, X), rows_of(dims, du),
-                             Tensor::of(coef.post.data(), {N, n}),
-                             Tensor::of(coef.comb.data(), {N, n, n}), site(grads, dims, mixc, 3),
+                             streams_of(dims, X), rows_of(dims, du), coef.post.view({N, n}),
+                             coef.comb.view({N, n, n}), site(grads, dims, mixc, 3),
                              dX ? streams_of(dims, dX) : Tensor());
 }
 
@@ -168,9 +164,9 @@ void hc_head_forward(const MhcDims& dims, const HcHeadWeights<T>& weights, const
     require_pointer(X, "X");
     require_pointer(h, "h");
   }
-  cache.inv_rms.assign(static_cast<size_t>(N), T(0));
-  cache.mix.assign(static_cast<size_t>(N * n), T(0));
-  cache.pre.assign(static_cast<size_t>(N * n), T(0));
+  cache.inv_rms.assign(N, T(0), ctx.ops());
+  cache.mix.assign(N * n, T(0), ctx.ops());
+  cache.pre.assign(N * n, T(0), ctx.ops());
   if (N == 0) return;
   ctx.ops().hc_head_forward(dims, site(weights, dims, n, 1), streams_of(dims, X), rows_of(dims, h),
                             head_state(dims, cache));

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/model/config.hpp"
 
@@ -70,19 +71,19 @@ struct MhcGrads {
 
 template <class T>
 struct MhcCache {
-  std::vector<T> inv_rms;  // [N]      ρ
-  std::vector<T> mix;      // [N, mix] μ = ρ·φx̄ (before scale/base)
-  std::vector<T> pre;      // [N, n]
-  std::vector<T> post;     // [N, n]
-  std::vector<T> comb;     // [N, n, n] comb[j][k]
+  kernels::Array<T> inv_rms;  // [N]      ρ
+  kernels::Array<T> mix;      // [N, mix] μ = ρ·φx̄ (before scale/base)
+  kernels::Array<T> pre;      // [N, n]
+  kernels::Array<T> post;     // [N, n]
+  kernels::Array<T> comb;     // [N, n, n] comb[j][k]
 };
 
 // Gradients w.r.t. the per-token mixing coefficients, produced by
 // mhc_post_backward and consumed by mhc_pre_backward (both written, not +=).
 template <class T>
 struct MhcCoefGrads {
-  std::vector<T> post;  // [N, n]    dL/dpost_k = dX'_k · y
-  std::vector<T> comb;  // [N, n, n] dL/dcomb_jk = dX'_k · X_j
+  kernels::Array<T> post;  // [N, n]    dL/dpost_k = dX'_k · y
+  kernels::Array<T> comb;  // [N, n, n] dL/dcomb_jk = dX'_k · X_j
 };
 
 // u [N, d] written; cache filled.
@@ -141,9 +142,9 @@ struct HcHeadGrads {
 
 template <class T>
 struct HcHeadCache {
-  std::vector<T> inv_rms;  // [N]
-  std::vector<T> mix;      // [N, n] μ
-  std::vector<T> pre;      // [N, n]
+  kernels::Array<T> inv_rms;  // [N]
+  kernels::Array<T> mix;      // [N, n] μ
+  kernels::Array<T> pre;      // [N, n]
 };
 
 template <class T>

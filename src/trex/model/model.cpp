@@ -8,6 +8,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/model/attention.hpp"
 #include "trex/model/lm_loss.hpp"
@@ -53,38 +54,38 @@ struct Segment {
 template <class T>
 struct BlockCache {
   SeqShape shape;
-  std::vector<T> x_in;  // [N, n, d] block input streams
+  kernels::Array<T> x_in;  // [N, n, d] block input streams
   MhcCache<T> attn_mhc;
-  std::vector<T> u_attn, inv_attn, a;  // collapsed input, its norm stats, normed input
-  AttentionCache<T> attn;              // unpacked batch: one call over all B rows
+  kernels::Array<T> u_attn, inv_attn, a;  // collapsed input, its norm stats, normed input
+  AttentionCache<T> attn;                 // unpacked batch: one call over all B rows
   // Packed batch: attention (with its compressor and indexer) runs per segment,
   // each with its own cache; token-local parts of the block stay batched.
   std::vector<Segment> segments;
   std::vector<AttentionCache<T>> segment_attn;
   // Sequences of the balance loss: the documents of a packed batch (empty: rows).
   std::vector<Segment> balance_segments;
-  std::vector<T> y_attn;  // [N, d]
-  std::vector<T> x_mid;   // [N, n, d]
+  kernels::Array<T> y_attn;  // [N, d]
+  kernels::Array<T> x_mid;   // [N, n, d]
   MhcCache<T> ffn_mhc;
-  std::vector<T> u_ffn, inv_ffn, x_ffn;
+  kernels::Array<T> u_ffn, inv_ffn, x_ffn;
   MoeCache<T> moe;
-  std::vector<T> y_ffn;
+  kernels::Array<T> y_ffn;
   double gradient_weight = 1.0;  // seed of the balance / indexer loss gradients
 };
 
 template <class T>
 struct MtpCache {
-  int64_t M = 0;                    // tokens B·(S−1)
-  std::vector<int64_t> next_ids;    // [M]
-  std::vector<int64_t> rows;        // the row of X^L each MTP position reads [M]
-  std::vector<T> e, e_inv, e_norm;  // embedding of the next token, enorm
-  std::vector<T> h, h_inv, h_norm;  // X^L rows [M·n, d], hnorm per stream
-  std::vector<T> e_proj;            // [M, d]
+  int64_t M = 0;                       // tokens B·(S−1)
+  kernels::Array<int64_t> next_ids;    // [M]
+  kernels::Array<int64_t> rows;        // the row of X^L each MTP position reads [M]
+  kernels::Array<T> e, e_inv, e_norm;  // embedding of the next token, enorm
+  kernels::Array<T> h, h_inv, h_norm;  // X^L rows [M·n, d], hnorm per stream
+  kernels::Array<T> e_proj;            // [M, d]
   BlockCache<T> block;
-  std::vector<T> x_out;  // [M, n, d]
+  kernels::Array<T> x_out;  // [M, n, d]
   HcHeadCache<T> head;
-  std::vector<T> hc_out, inv_final, final_normed;
-  std::vector<int64_t> targets;
+  kernels::Array<T> hc_out, inv_final, final_normed;
+  kernels::Array<int64_t> targets;
 };
 
 }  // namespace
@@ -103,16 +104,16 @@ struct StageCache<T>::Impl {
   double gradient_weight = 1.0;
   int64_t B = 0, S = 0;
   std::vector<BlockCache<T>> blocks;  // layers first_layer .. last_layer−1
-  std::vector<int64_t> ids;
-  std::vector<Segment> segments;  // empty: unpacked batch
+  std::vector<int64_t> ids;           // the batch's token ids (host, as Batch holds them)
+  std::vector<Segment> segments;      // empty: unpacked batch
   // Head stage.
   kernels::Buffer x_final;  // X^L [N, n, d]
   HcHeadCache<T> head;
-  std::vector<T> hc_out, inv_final, final_normed;
-  std::vector<int64_t> targets;
-  std::vector<T> d_final;  // dLoss/d(final_normed) [N, d], seeded by the forward
+  kernels::Array<T> hc_out, inv_final, final_normed;
+  kernels::Array<int64_t> targets;
+  kernels::Array<T> d_final;  // dLoss/d(final_normed) [N, d], seeded by the forward
   std::vector<MtpCache<T>> mtp;
-  std::vector<T> d_mfinal;  // the MTP head's, [M, d] (when mtp_backward)
+  kernels::Array<T> d_mfinal;  // the MTP head's, [M, d] (when mtp_backward)
   bool mtp_backward = false;
 };
 
@@ -281,13 +282,15 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
                      const kernels::OpContext& ctx, TokenDispatchers<T>* dispatchers = nullptr) {
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
+  const kernels::Backend& ops = ctx.ops();
   bc.shape = shape;
-  bc.x_in.assign(x_in, x_in + N * n * d);
-  bc.u_attn.resize(N * d);
-  bc.inv_attn.resize(N);
-  bc.a.resize(N * d);
-  bc.y_attn.resize(N * d);
-  bc.x_mid.resize(N * n * d);
+  bc.x_in.resize(N * n * d, ops);
+  ops.copy(Tensor::of(x_in, {N, n, d}), bc.x_in.view({N, n, d}));
+  bc.u_attn.resize(N * d, ops);
+  bc.inv_attn.resize(N, ops);
+  bc.a.resize(N * d, ops);
+  bc.y_attn.resize(N * d, ops);
+  bc.x_mid.resize(N * n * d, ops);
   {
     TREX_PROFILE(profile::Op::kMhcPre);
     mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc, ctx);
@@ -319,10 +322,10 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
     mhc_post_forward(md, bc.attn_mhc, x_in, bc.y_attn.data(), bc.x_mid.data(), ctx);
   }
 
-  bc.u_ffn.resize(N * d);
-  bc.inv_ffn.resize(N);
-  bc.x_ffn.resize(N * d);
-  bc.y_ffn.resize(N * d);
+  bc.u_ffn.resize(N * d, ops);
+  bc.inv_ffn.resize(N, ops);
+  bc.x_ffn.resize(N * d, ops);
+  bc.y_ffn.resize(N * d, ops);
   {
     TREX_PROFILE(profile::Op::kMhcPre);
     mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc, ctx);
@@ -350,7 +353,8 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   const SeqShape& shape = bc.shape;
   const int64_t N = shape.tokens(), d = c.hidden_size, n = c.hc_mult;
   const MhcDims md = mhc_dims(c, N);
-  std::vector<T> dx_mid(N * n * d), dy(N * d), dnormed(N * d), du(N * d);
+  const kernels::Backend& ops = ctx.ops();
+  kernels::Array<T> dx_mid(N * n * d, ops), dy(N * d, ops), dnormed(N * d, ops), du(N * d, ops);
   MhcCoefGrads<T> coef;
   {
     TREX_PROFILE(profile::Op::kMhcPost);
@@ -710,16 +714,16 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   const MhcDims md = mhc_dims(c, N);
   const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
                                 params_.value("hc_head_scale")};
-  st.hc_out.resize(N * d);
-  st.inv_final.resize(N);
-  st.final_normed.resize(N * d);
+  st.hc_out.resize(N * d, ops);
+  st.inv_final.resize(N, ops);
+  st.final_normed.resize(N * d, ops);
   {
     TREX_PROFILE(profile::Op::kMhcHead);
     hc_head_forward(md, head_w, st.x_final.template data<T>(), st.hc_out.data(), st.head, ops_);
   }
   rmsnorm_forward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
                   st.inv_final.data(), N, d, c.rms_norm_eps);
-  st.targets.assign(N, -1);
+  st.targets.assign(N, -1, ops);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t + 1 < S; ++t) {
       const int64_t r = b * S + t;
@@ -730,7 +734,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   // A zero weight contributes no gradient: the loss is then computed as a plain mean.
   const bool weighted = step.backward && gradient_weight != 0.0;
   const double weight = weighted ? gradient_weight : 1.0;
-  st.d_final.assign(step.backward ? N * d : 0, T(0));
+  st.d_final.assign(step.backward ? N * d : 0, T(0), ops);
   {
     LmLossOutputs<T> o;
     o.logits = logits;
@@ -756,40 +760,39 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const std::string p = block_prefix(c, layer);
     TREX_PROFILE(profile::Op::kMtpOther);
     mc.M = M;
-    mc.next_ids.resize(M);
-    mc.rows.resize(M);
+    mc.next_ids.resize(M, ops);
+    mc.rows.resize(M, ops);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < S1; ++t) {
         mc.next_ids[b * S1 + t] = batch.input_ids[b * S + t + 1];
         mc.rows[b * S1 + t] = b * S + t;
       }
-    mc.e.resize(M * d);
-    mc.h.resize(M * n * d);
-    ops.gather_rows(embed, Tensor::of(mc.next_ids.data(), {M}), Tensor::of(mc.e.data(), {M, d}));
-    ops.gather_rows(st.x_final.view({N, n * d}), Tensor::of(mc.rows.data(), {M}),
-                    Tensor::of(mc.h.data(), {M, n * d}));
-    mc.e_inv.resize(M);
-    mc.e_norm.resize(M * d);
-    mc.h_inv.resize(M * n);
-    mc.h_norm.resize(M * n * d);
+    mc.e.resize(M * d, ops);
+    mc.h.resize(M * n * d, ops);
+    ops.gather_rows(embed, mc.next_ids.view({M}), mc.e.view({M, d}));
+    ops.gather_rows(st.x_final.view({N, n * d}), mc.rows.view({M}), mc.h.view({M, n * d}));
+    mc.e_inv.resize(M, ops);
+    mc.e_norm.resize(M * d, ops);
+    mc.h_inv.resize(M * n, ops);
+    mc.h_norm.resize(M * n * d, ops);
     rmsnorm_forward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(),
                     mc.e_inv.data(), M, d, c.rms_norm_eps);
     rmsnorm_forward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
                     mc.h_inv.data(), M * n, d, c.rms_norm_eps);
-    mc.e_proj.resize(M * d);
-    std::vector<T> xm(M * n * d);
+    mc.e_proj.resize(M * d, ops);
+    kernels::Array<T> xm(M * n * d, ops);
     {
       TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_flops(M * (n + 1), d, d));
-      ops.linear_forward(Tensor::of(mc.e_norm.data(), {M, d}),
+      ops.linear_forward(mc.e_norm.view({M, d}),
                          Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
-                         Tensor::of(mc.e_proj.data(), {M, d}), {ops_.precision});
-      ops.linear_forward(Tensor::of(mc.h_norm.data(), {M * n, d}),
+                         mc.e_proj.view({M, d}), {ops_.precision});
+      ops.linear_forward(mc.h_norm.view({M * n, d}),
                          Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
-                         Tensor::of(xm.data(), {M * n, d}), {ops_.precision});
+                         xm.view({M * n, d}), {ops_.precision});
     }
-    ops.broadcast_add(Tensor::of(mc.e_proj.data(), {M, d}), Tensor::of(xm.data(), {M, n, d}));
+    ops.broadcast_add(mc.e_proj.view({M, d}), xm.view({M, n, d}));
     const BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
-    mc.x_out.resize(M * n * d);
+    mc.x_out.resize(M * n * d, ops);
     const SeqShape mshape{B, S1};
     const MtpSegments mseg = mtp_segments(segments, S);
     out.indexer += block_forward(c, bw, layer, mshape, mseg.attention, mseg.documents, xm.data(),
@@ -800,9 +803,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const MhcDims mmd = mhc_dims(c, M);
     const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
                                params_.value(p + "hc_head_scale")};
-    mc.hc_out.resize(M * d);
-    mc.inv_final.resize(M);
-    mc.final_normed.resize(M * d);
+    mc.hc_out.resize(M * d, ops);
+    mc.inv_final.resize(M, ops);
+    mc.final_normed.resize(M * d, ops);
     {
       TREX_PROFILE(profile::Op::kMhcHead);
       hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head, ops_);
@@ -811,7 +814,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                     mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     // MTP position t predicts token t+2 from h_t and token t+1: all three must be
     // in one segment (a boundary row has no target; see mtp_segments).
-    mc.targets.assign(M, -1);
+    mc.targets.assign(M, -1, ops);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t + 2 < S; ++t) {
         const int64_t r = b * S + t;
@@ -823,7 +826,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     // only) skips the MTP backward.
     st.mtp_backward = weighted && loss.mtp_weight != 0.0;
     const double lambda = loss.mtp_weight != 0.0 ? loss.mtp_weight : 1.0;
-    st.d_mfinal.assign(st.mtp_backward ? M * d : 0, T(0));
+    st.d_mfinal.assign(st.mtp_backward ? M * d : 0, T(0), ops);
     LmLossOutputs<T> o;
     o.logits = mtp_logits;
     if (st.mtp_backward) {
@@ -872,7 +875,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
       const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
                                  params_.value(p + "hc_head_scale")};
       BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
-      std::vector<T> dhc(M * d), dxo(M * n * d), dxm(M * n * d);
+      kernels::Array<T> dhc(M * d, ops), dxo(M * n * d, ops), dxm(M * n * d, ops);
       rmsnorm_backward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
                        mc.inv_final.data(), st.d_mfinal.data(), dhc.data(),
                        params_.grad(p + "norm.weight"), M, d);
@@ -885,38 +888,35 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
       block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), ops_,
                      token_dispatchers_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
-      std::vector<T> de_proj(M * d, T(0)), dh_norm(M * n * d), dh(M * n * d), de_norm(M * d),
-          de(M * d);
-      ops.sum_copies_add(Tensor::of(dxm.data(), {M, n, d}), Tensor::of(de_proj.data(), {M, d}));
+      kernels::Array<T> de_proj(M * d, ops), dh_norm(M * n * d, ops), dh(M * n * d, ops),
+          de_norm(M * d, ops), de(M * d, ops);
+      ops.sum_copies_add(dxm.view({M, n, d}), de_proj.view({M, d}));
       {
         TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_backward_flops(M * (n + 1), d, d));
         ops.linear_backward(
-            Tensor::of(mc.h_norm.data(), {M * n, d}),
-            Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
-            Tensor::of(dxm.data(), {M * n, d}), Tensor::of(dh_norm.data(), {M * n, d}),
+            mc.h_norm.view({M * n, d}), Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
+            dxm.view({M * n, d}), dh_norm.view({M * n, d}),
             Tensor::optional(params_.grad(p + "h_proj.weight"), {d, d}), {ops_.precision});
-        ops.linear_backward(Tensor::of(mc.e_norm.data(), {M, d}),
-                            Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
-                            Tensor::of(de_proj.data(), {M, d}), Tensor::of(de_norm.data(), {M, d}),
-                            Tensor::optional(params_.grad(p + "e_proj.weight"), {d, d}),
-                            {ops_.precision});
+        ops.linear_backward(
+            mc.e_norm.view({M, d}), Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
+            de_proj.view({M, d}), de_norm.view({M, d}),
+            Tensor::optional(params_.grad(p + "e_proj.weight"), {d, d}), {ops_.precision});
       }
       rmsnorm_backward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
                        dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n, d);
       rmsnorm_backward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
                        de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
       // The MTP block's use of the embedding (shared with the first stage's) and of X^L.
-      ops.scatter_add_rows(Tensor::of(de.data(), {M, d}), Tensor::of(mc.next_ids.data(), {M}),
+      ops.scatter_add_rows(de.view({M, d}), mc.next_ids.view({M}),
                            Tensor::of(params_.grad("embed.weight"), {c.vocab_size, d}));
-      ops.scatter_add_rows(Tensor::of(dh.data(), {M, n * d}), Tensor::of(mc.rows.data(), {M}),
-                           dx.view({N, n * d}));
+      ops.scatter_add_rows(dh.view({M, n * d}), mc.rows.view({M}), dx.view({N, n * d}));
       if (st.step.on_gradients_ready) st.step.on_gradients_ready(layer);
     }
     // Main head backward.
     const MhcDims md = mhc_dims(c, N);
     const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
                                   params_.value("hc_head_scale")};
-    std::vector<T> dhc(N * d), dxh(N * n * d);
+    kernels::Array<T> dhc(N * d, ops), dxh(N * n * d, ops);
     rmsnorm_backward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
                      st.d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
     HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
@@ -924,7 +924,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     TREX_PROFILE(profile::Op::kMhcHead);
     hc_head_backward(md, head_w, st.head, st.x_final.template data<T>(), dhc.data(), hg, dxh.data(),
                      ops_);
-    ops.add(Tensor::of(dxh.data(), {N, n, d}), dx.view({N, n, d}));
+    ops.add(dxh.view({N, n, d}), dx.view({N, n, d}));
   }
   kernels::Buffer dx_prev = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {

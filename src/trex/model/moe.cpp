@@ -140,8 +140,7 @@ class LayerBackward final : public ExpertBackwardCompute<T> {
   void experts(int64_t group, const GroupedRows<T>& rows, const T* dout, T* dx,
                T* dscale) override {
     if (group < 0 || group >= static_cast<int64_t>(cache_.routed.size()) ||
-        static_cast<int64_t>(cache_.routed[static_cast<size_t>(group)].gate_pre.size()) !=
-            rows.rows() * dims_.inter)
+        cache_.routed[static_cast<size_t>(group)].gate_pre.size() != rows.rows() * dims_.inter)
       throw moe_error("cache does not match the dispatcher's rows (run moe_forward first)",
                       "moe.cache");
     grouped_experts_backward(dims_, weights_, grads_, rows,
@@ -209,21 +208,23 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k;
   const int64_t P = N * K;  // (token, slot) pairs
 
-  cache.x.assign(x, x + N * d);
+  const kernels::Backend& ops = ctx.ops();
+  cache.x.resize(N * d, ops);
+  ops.copy(kernels::Tensor::of(x, {N, d}), cache.x.view({N, d}));
 
   // Router: ℓ = x W_gᵀ in fp32 (spec §2.7), s = sqrt(softplus(ℓ)), the
   // selection and the combine weights from the unbiased scores.
   std::optional<profile::Scope> section(std::in_place, profile::Op::kRouter);
-  cache.logits.assign(static_cast<size_t>(N * E), T(0));
-  cache.scores.assign(static_cast<size_t>(N * E), T(0));
+  cache.logits.assign(N * E, T(0), ops);
+  cache.scores.assign(N * E, T(0), ops);
   router_scores_forward(dims, weights.gate, x, cache.logits.data(), cache.scores.data(), ctx);
   if (fixed_selection) {
     check_expert_index(dims, cache.expert_index);
   } else {
-    cache.expert_index.assign(static_cast<size_t>(P), 0);
+    cache.expert_index.assign(P, 0, ops);
     select_experts(dims, weights, cache.scores.data(), token_ids, cache.expert_index.data(), ctx);
   }
-  cache.combine.assign(static_cast<size_t>(P), T(0));
+  cache.combine.assign(P, T(0), ops);
   combine_weights_forward(dims, cache.scores.data(), cache.expert_index.data(),
                           cache.combine.data(), ctx);
 
@@ -258,8 +259,7 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
   const int64_t N = dims.tokens(), d = dims.hidden, E = dims.n_experts, K = dims.top_k;
   const int64_t P = N * K;
   if (!dy) throw moe_error("null output gradient", "moe.dy");
-  if (static_cast<int64_t>(cache.expert_index.size()) != P ||
-      static_cast<int64_t>(cache.x.size()) != N * d || !cache.dispatch)
+  if (cache.expert_index.size() != P || cache.x.size() != N * d || !cache.dispatch)
     throw moe_error("cache does not match the dims (run moe_forward first)", "moe.cache");
   for (const std::vector<T*>* expert_grads : {&grads.w1, &grads.w2, &grads.w3})
     if (!expert_grads->empty() && static_cast<int64_t>(expert_grads->size()) != E)
@@ -267,11 +267,12 @@ void moe_backward(const MoeDims& dims, const MoeWeights<T>& weights, const MoeCa
                       "moe.grads");
 
   // Router gradient inputs: the balance-loss frequencies and every token's sequence.
+  const kernels::Backend& ops = ctx.ops();
   const BalanceLossBackward balance = balance_loss_backward_inputs(
       dims, cache.expert_index.data(), cache.balance_loss_active && d_balance_loss != T(0),
       static_cast<double>(d_balance_loss), ctx);
-  std::vector<T> dlogits(static_cast<size_t>(N * E), T(0));
-  std::vector<T> d_combine(static_cast<size_t>(P), T(0));  // dLoss/dw of each pair
+  kernels::Array<T> dlogits(N * E, ops);
+  kernels::Array<T> d_combine(P, ops);  // dLoss/dw of each pair
 
   // dx = the shared expert's, then the routed rows per token in slot order;
   // the router backward of each token range once its rows are back.

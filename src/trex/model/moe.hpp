@@ -36,22 +36,23 @@ MoeDims moe_dims(const ModelConfig& config, int64_t layer, int64_t batch, int64_
 template <class T>
 struct MoeCache {
   // Selection (integer constants for backward; reused by fixed_selection).
-  std::vector<int32_t> expert_index;  // [N, K]
-  std::vector<int64_t> expert_load;   // [E] (token, slot) pairs routed to each expert in this
-                                      // call (input of update_router_bias; sum over micro-batches)
-  double balance_loss = 0.0;          // L_bal (0 when not computed)
+  kernels::Array<int32_t> expert_index;  // [N, K]
+  // [E] (token, slot) pairs routed to each expert in this call: host bookkeeping
+  // (the trainer sums it over micro-batches for update_router_bias).
+  std::vector<int64_t> expert_load;
+  double balance_loss = 0.0;  // L_bal (0 when not computed)
   bool balance_loss_active = false;
 
   // Saved activations.
-  std::vector<T> x;        // [N, d] block input
-  std::vector<T> logits;   // [N, E] ℓ
-  std::vector<T> scores;   // [N, E] s
-  std::vector<T> combine;  // [N, K] w
+  kernels::Array<T> x;        // [N, d] block input
+  kernels::Array<T> logits;   // [N, E] ℓ
+  kernels::Array<T> scores;   // [N, E] s
+  kernels::Array<T> combine;  // [N, K] w
   // The routed experts' activations per group of rows the dispatcher ran
   // (the local dispatcher: one group, every pair sorted by expert).
   std::vector<ExpertActivations<T>> routed;
-  std::vector<T> shared_gate_pre;  // [N, I]
-  std::vector<T> shared_up_pre;    // [N, I]
+  kernels::Array<T> shared_gate_pre;  // [N, I]
+  kernels::Array<T> shared_up_pre;    // [N, I]
   // The dispatcher's own state for the backward (token_dispatcher.hpp).
   std::unique_ptr<DispatchState> dispatch;
 };

@@ -42,22 +42,21 @@ void grouped_experts_forward(const MoeDims& dims, const MoeWeights<T>& weights,
                              const kernels::OpContext& ctx) {
   const int64_t d = dims.hidden, I = dims.inter, n_rows = rows.rows();
   TREX_PROFILE(profile::Op::kGemmExpert, 3 * profile::linear_flops(n_rows, I, d));
-  saved.gate_pre.assign(static_cast<size_t>(n_rows * I), T(0));
-  saved.up_pre.assign(static_cast<size_t>(n_rows * I), T(0));
-  std::vector<T> h(static_cast<size_t>(n_rows * I));
   const kernels::Backend& ops = ctx.ops();
+  saved.gate_pre.assign(n_rows * I, T(0), ops);
+  saved.up_pre.assign(n_rows * I, T(0), ops);
+  kernels::Array<T> h(n_rows * I, ops);
   const Tensor offsets =
       Tensor::of(rows.offsets.data(), {static_cast<int64_t>(rows.offsets.size())});
   const Tensor x = Tensor::of(rows.x, {n_rows, d});
-  const Tensor gate_pre = Tensor::of(saved.gate_pre.data(), {n_rows, I});
-  const Tensor up_pre = Tensor::of(saved.up_pre.data(), {n_rows, I});
+  const Tensor gate_pre = saved.gate_pre.view({n_rows, I});
+  const Tensor up_pre = saved.up_pre.view({n_rows, I});
   ops.grouped_linear_forward(offsets, x, expert_weights(weights.w1, I, d), gate_pre, ctx.precision);
   ops.grouped_linear_forward(offsets, x, expert_weights(weights.w3, I, d), up_pre, ctx.precision);
   ops.swiglu_forward(gate_pre, up_pre, Tensor::of(rows.scale, {n_rows}), dims.swiglu_limit,
-                     Tensor::of(h.data(), {n_rows, I}));
-  ops.grouped_linear_forward(offsets, Tensor::of(h.data(), {n_rows, I}),
-                             expert_weights(weights.w2, d, I), Tensor::of(out, {n_rows, d}),
-                             ctx.precision);
+                     h.view({n_rows, I}));
+  ops.grouped_linear_forward(offsets, h.view({n_rows, I}), expert_weights(weights.w2, d, I),
+                             Tensor::of(out, {n_rows, d}), ctx.precision);
 }
 
 template <class T>
@@ -67,105 +66,102 @@ void grouped_experts_backward(const MoeDims& dims, const MoeWeights<T>& weights,
                               const kernels::OpContext& ctx) {
   const int64_t d = dims.hidden, I = dims.inter, n_rows = rows.rows();
   TREX_PROFILE(profile::Op::kGemmExpert, 3 * profile::linear_backward_flops(n_rows, I, d));
-  std::vector<T> h(static_cast<size_t>(n_rows * I)), dh(static_cast<size_t>(n_rows * I)),
-      dg(static_cast<size_t>(n_rows * I)), dv(static_cast<size_t>(n_rows * I));
   const kernels::Backend& ops = ctx.ops();
+  kernels::Array<T> h(n_rows * I, ops), dh(n_rows * I, ops), dg(n_rows * I, ops),
+      dv(n_rows * I, ops);
   const Tensor offsets =
       Tensor::of(rows.offsets.data(), {static_cast<int64_t>(rows.offsets.size())});
   const Tensor x = Tensor::of(rows.x, {n_rows, d});
   const Tensor scale = Tensor::of(rows.scale, {n_rows});
-  const Tensor gate_pre = Tensor::of(saved.gate_pre.data(), {n_rows, I});
-  const Tensor up_pre = Tensor::of(saved.up_pre.data(), {n_rows, I});
+  const Tensor gate_pre = saved.gate_pre.view({n_rows, I});
+  const Tensor up_pre = saved.up_pre.view({n_rows, I});
   const Tensor dx_rows = Tensor::optional(dx, {n_rows, d});
   // h is recomputed; dh = dout · W2 (gradient w.r.t. the scaled h), dW2 += doutᵀ · h.
-  ops.swiglu_forward(gate_pre, up_pre, scale, dims.swiglu_limit, Tensor::of(h.data(), {n_rows, I}));
-  ops.grouped_linear_backward(offsets, Tensor::of(h.data(), {n_rows, I}),
-                              expert_weights(weights.w2, d, I), Tensor::of(dout, {n_rows, d}),
-                              Tensor::of(dh.data(), {n_rows, I}), expert_grads(grads.w2, d, I),
-                              {ctx.precision});
-  ops.swiglu_backward(gate_pre, up_pre, scale, Tensor::of(dh.data(), {n_rows, I}),
-                      dims.swiglu_limit, Tensor::of(dg.data(), {n_rows, I}),
-                      Tensor::of(dv.data(), {n_rows, I}), Tensor::of(dscale, {n_rows}));
-  ops.grouped_linear_backward(offsets, x, expert_weights(weights.w1, I, d),
-                              Tensor::of(dg.data(), {n_rows, I}), dx_rows,
-                              expert_grads(grads.w1, I, d), {ctx.precision});
-  ops.grouped_linear_backward(offsets, x, expert_weights(weights.w3, I, d),
-                              Tensor::of(dv.data(), {n_rows, I}), dx_rows,
-                              expert_grads(grads.w3, I, d), {ctx.precision, /*accumulate=*/true});
+  ops.swiglu_forward(gate_pre, up_pre, scale, dims.swiglu_limit, h.view({n_rows, I}));
+  ops.grouped_linear_backward(offsets, h.view({n_rows, I}), expert_weights(weights.w2, d, I),
+                              Tensor::of(dout, {n_rows, d}), dh.view({n_rows, I}),
+                              expert_grads(grads.w2, d, I), {ctx.precision});
+  ops.swiglu_backward(gate_pre, up_pre, scale, dh.view({n_rows, I}), dims.swiglu_limit,
+                      dg.view({n_rows, I}), dv.view({n_rows, I}), Tensor::of(dscale, {n_rows}));
+  ops.grouped_linear_backward(offsets, x, expert_weights(weights.w1, I, d), dg.view({n_rows, I}),
+                              dx_rows, expert_grads(grads.w1, I, d), {ctx.precision});
+  ops.grouped_linear_backward(offsets, x, expert_weights(weights.w3, I, d), dv.view({n_rows, I}),
+                              dx_rows, expert_grads(grads.w3, I, d),
+                              {ctx.precision, /*accumulate=*/true});
 }
 
 template <class T>
 void shared_expert_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
-                           std::vector<T>& gate_pre, std::vector<T>& up_pre, T* y,
+                           kernels::Array<T>& gate_pre, kernels::Array<T>& up_pre, T* y,
                            const kernels::OpContext& ctx) {
   const int64_t N = dims.tokens(), d = dims.hidden, I = dims.inter;
+  const kernels::Backend& ops = ctx.ops();
   if (!has_shared_expert(weights)) {
-    gate_pre.clear();
-    up_pre.clear();
-    std::fill_n(y, N * d, T(0));
+    gate_pre.resize(0, ops);
+    up_pre.resize(0, ops);
+    ops.fill(Tensor::of(y, {N, d}), 0.0);
     return;
   }
   TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_flops(N, I, d));
-  gate_pre.assign(static_cast<size_t>(N * I), T(0));
-  up_pre.assign(static_cast<size_t>(N * I), T(0));
-  std::vector<T> hs(static_cast<size_t>(N * I));
-  const kernels::Backend& ops = ctx.ops();
+  gate_pre.assign(N * I, T(0), ops);
+  up_pre.assign(N * I, T(0), ops);
+  kernels::Array<T> hs(N * I, ops);
   const kernels::LinearOptions linear{ctx.precision};
   const Tensor xs = Tensor::of(x, {N, d});
-  const Tensor gate = Tensor::of(gate_pre.data(), {N, I});
-  const Tensor up = Tensor::of(up_pre.data(), {N, I});
+  const Tensor gate = gate_pre.view({N, I});
+  const Tensor up = up_pre.view({N, I});
   ops.linear_forward(xs, Tensor::of(weights.shared_w1, {I, d}), gate, linear);
   ops.linear_forward(xs, Tensor::of(weights.shared_w3, {I, d}), up, linear);
-  ops.swiglu_forward(gate, up, Tensor(), dims.swiglu_limit, Tensor::of(hs.data(), {N, I}));
-  ops.linear_forward(Tensor::of(hs.data(), {N, I}), Tensor::of(weights.shared_w2, {d, I}),
-                     Tensor::of(y, {N, d}), linear);
+  ops.swiglu_forward(gate, up, Tensor(), dims.swiglu_limit, hs.view({N, I}));
+  ops.linear_forward(hs.view({N, I}), Tensor::of(weights.shared_w2, {d, I}), Tensor::of(y, {N, d}),
+                     linear);
 }
 
 template <class T>
 void shared_expert_backward(const MoeDims& dims, const MoeWeights<T>& weights,
-                            const MoeGrads<T>& grads, const T* x, const std::vector<T>& gate_pre,
-                            const std::vector<T>& up_pre, const T* dy, T* dx,
+                            const MoeGrads<T>& grads, const T* x, const kernels::Array<T>& gate_pre,
+                            const kernels::Array<T>& up_pre, const T* dy, T* dx,
                             const kernels::OpContext& ctx) {
   const int64_t N = dims.tokens(), d = dims.hidden, I = dims.inter;
+  const kernels::Backend& ops = ctx.ops();
   if (!has_shared_expert(weights)) {
-    if (dx) std::fill_n(dx, N * d, T(0));
+    if (dx) ops.fill(Tensor::of(dx, {N, d}), 0.0);
     return;
   }
   TREX_PROFILE(profile::Op::kGemmShared, 3 * profile::linear_backward_flops(N, I, d));
-  std::vector<T> hs(static_cast<size_t>(N * I)), dhs(static_cast<size_t>(N * I)),
-      dgs(static_cast<size_t>(N * I)), dvs(static_cast<size_t>(N * I));
-  const kernels::Backend& ops = ctx.ops();
+  kernels::Array<T> hs(N * I, ops), dhs(N * I, ops), dgs(N * I, ops), dvs(N * I, ops);
   const Tensor xs = Tensor::of(x, {N, d});
-  const Tensor gate = Tensor::of(gate_pre.data(), {N, I});
-  const Tensor up = Tensor::of(up_pre.data(), {N, I});
+  const Tensor gate = gate_pre.view({N, I});
+  const Tensor up = up_pre.view({N, I});
   const Tensor dxs = Tensor::optional(dx, {N, d});
-  ops.swiglu_forward(gate, up, Tensor(), dims.swiglu_limit, Tensor::of(hs.data(), {N, I}));
-  ops.linear_backward(Tensor::of(hs.data(), {N, I}), Tensor::of(weights.shared_w2, {d, I}),
-                      Tensor::of(dy, {N, d}), Tensor::of(dhs.data(), {N, I}),
+  ops.swiglu_forward(gate, up, Tensor(), dims.swiglu_limit, hs.view({N, I}));
+  ops.linear_backward(hs.view({N, I}), Tensor::of(weights.shared_w2, {d, I}),
+                      Tensor::of(dy, {N, d}), dhs.view({N, I}),
                       Tensor::optional(grads.shared_w2, {d, I}), {ctx.precision});
-  ops.swiglu_backward(gate, up, Tensor(), Tensor::of(dhs.data(), {N, I}), dims.swiglu_limit,
-                      Tensor::of(dgs.data(), {N, I}), Tensor::of(dvs.data(), {N, I}), Tensor());
-  ops.linear_backward(xs, Tensor::of(weights.shared_w1, {I, d}), Tensor::of(dgs.data(), {N, I}),
-                      dxs, Tensor::optional(grads.shared_w1, {I, d}), {ctx.precision});
-  ops.linear_backward(xs, Tensor::of(weights.shared_w3, {I, d}), Tensor::of(dvs.data(), {N, I}),
-                      dxs, Tensor::optional(grads.shared_w3, {I, d}),
+  ops.swiglu_backward(gate, up, Tensor(), dhs.view({N, I}), dims.swiglu_limit, dgs.view({N, I}),
+                      dvs.view({N, I}), Tensor());
+  ops.linear_backward(xs, Tensor::of(weights.shared_w1, {I, d}), dgs.view({N, I}), dxs,
+                      Tensor::optional(grads.shared_w1, {I, d}), {ctx.precision});
+  ops.linear_backward(xs, Tensor::of(weights.shared_w3, {I, d}), dvs.view({N, I}), dxs,
+                      Tensor::optional(grads.shared_w3, {I, d}),
                       {ctx.precision, /*accumulate=*/dx != nullptr});
 }
 
-#define TREX_MOE_EXPERTS_INSTANTIATE(T)                                                          \
-  template bool has_shared_expert<T>(const MoeWeights<T>&);                                      \
-  template void grouped_experts_forward<T>(const MoeDims&, const MoeWeights<T>&,                 \
-                                           const GroupedRows<T>&, ExpertActivations<T>&, T*,     \
-                                           const kernels::OpContext&);                           \
-  template void grouped_experts_backward<T>(                                                     \
-      const MoeDims&, const MoeWeights<T>&, const MoeGrads<T>&, const GroupedRows<T>&,           \
-      const ExpertActivations<T>&, const T*, T*, T*, const kernels::OpContext&);                 \
-  template void shared_expert_forward<T>(const MoeDims&, const MoeWeights<T>&, const T*,         \
-                                         std::vector<T>&, std::vector<T>&, T*,                   \
-                                         const kernels::OpContext&);                             \
-  template void shared_expert_backward<T>(                                                       \
-      const MoeDims&, const MoeWeights<T>&, const MoeGrads<T>&, const T*, const std::vector<T>&, \
-      const std::vector<T>&, const T*, T*, const kernels::OpContext&);
+#define TREX_MOE_EXPERTS_INSTANTIATE(T)                                                           \
+  template bool has_shared_expert<T>(const MoeWeights<T>&);                                       \
+  template void grouped_experts_forward<T>(const MoeDims&, const MoeWeights<T>&,                  \
+                                           const GroupedRows<T>&, ExpertActivations<T>&, T*,      \
+                                           const kernels::OpContext&);                            \
+  template void grouped_experts_backward<T>(                                                      \
+      const MoeDims&, const MoeWeights<T>&, const MoeGrads<T>&, const GroupedRows<T>&,            \
+      const ExpertActivations<T>&, const T*, T*, T*, const kernels::OpContext&);                  \
+  template void shared_expert_forward<T>(const MoeDims&, const MoeWeights<T>&, const T*,          \
+                                         kernels::Array<T>&, kernels::Array<T>&, T*,              \
+                                         const kernels::OpContext&);                              \
+  template void shared_expert_backward<T>(const MoeDims&, const MoeWeights<T>&,                   \
+                                          const MoeGrads<T>&, const T*, const kernels::Array<T>&, \
+                                          const kernels::Array<T>&, const T*, T*,                 \
+                                          const kernels::OpContext&);
 
 TREX_MOE_EXPERTS_INSTANTIATE(float)
 TREX_MOE_EXPERTS_INSTANTIATE(double)

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "trex/kernels/array.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/model/moe_types.hpp"
 
@@ -21,8 +22,8 @@ namespace trex::model {
 // What an expert forward keeps for its backward.
 template <class T>
 struct ExpertActivations {
-  std::vector<T> gate_pre;  // [rows, I] x W1ᵀ before the clamp
-  std::vector<T> up_pre;    // [rows, I] x W3ᵀ before the clamp
+  kernels::Array<T> gate_pre;  // [rows, I] x W1ᵀ before the clamp
+  kernels::Array<T> up_pre;    // [rows, I] x W3ᵀ before the clamp
 };
 
 // Rows grouped by expert: expert e's rows are [offsets[e], offsets[e + 1]).
@@ -58,13 +59,13 @@ void grouped_experts_backward(const MoeDims& dims, const MoeWeights<T>& weights,
 // up_pre [N, I] are kept for the backward (emptied without one).
 template <class T>
 void shared_expert_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
-                           std::vector<T>& gate_pre, std::vector<T>& up_pre, T* y,
+                           kernels::Array<T>& gate_pre, kernels::Array<T>& up_pre, T* y,
                            const kernels::OpContext& ctx = {});
 // dy [N, d] -> dx [N, d] (written; nullable), shared weight gradients accumulated.
 template <class T>
 void shared_expert_backward(const MoeDims& dims, const MoeWeights<T>& weights,
-                            const MoeGrads<T>& grads, const T* x, const std::vector<T>& gate_pre,
-                            const std::vector<T>& up_pre, const T* dy, T* dx,
+                            const MoeGrads<T>& grads, const T* x, const kernels::Array<T>& gate_pre,
+                            const kernels::Array<T>& up_pre, const T* dy, T* dx,
                             const kernels::OpContext& ctx = {});
 
 }  // namespace trex::model

@@ -92,9 +92,9 @@ void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* 
                           Tensor(), Tensor(), Tensor::of(expert_index, {N, K}));
 }
 
-void check_expert_index(const MoeDims& dims, const std::vector<int32_t>& expert_index) {
+void check_expert_index(const MoeDims& dims, const kernels::Array<int32_t>& expert_index) {
   const int64_t P = dims.tokens() * dims.top_k, E = dims.n_experts;
-  if (static_cast<int64_t>(expert_index.size()) != P)
+  if (expert_index.size() != P)
     throw moe_error("fixed_selection needs cache.expert_index of size tokens*top_k",
                     "moe.expert_index");
   for (int64_t p = 0; p < P; ++p)
@@ -120,12 +120,12 @@ double balance_loss_forward(const MoeDims& dims, const T* scores, const int32_t*
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
   const std::vector<int64_t> sequences = balance_ranges(dims);
   const int64_t B = static_cast<int64_t>(sequences.size()) / 2;
-  std::vector<double> freq(static_cast<size_t>(B * E));
   const kernels::Backend& ops = ctx.ops();
+  kernels::Array<double> freq(B * E, ops);
   ops.router_balance_frequencies(Tensor::of(expert_index, {N, K}), sequence_tensor(sequences),
-                                 Tensor::of(freq.data(), {B, E}));
+                                 freq.view({B, E}));
   return ops.router_balance_loss(dims.balance_loss_weight, Tensor::of(scores, {N, E}),
-                                 Tensor::of(freq.data(), {B, E}), sequence_tensor(sequences));
+                                 freq.view({B, E}), sequence_tensor(sequences));
 }
 
 BalanceLossBackward balance_loss_backward_inputs(const MoeDims& dims, const int32_t* expert_index,
@@ -139,10 +139,10 @@ BalanceLossBackward balance_loss_backward_inputs(const MoeDims& dims, const int3
   balance.sequences = balance_ranges(dims);
   const int64_t B = static_cast<int64_t>(balance.sequences.size()) / 2;
   balance.sequence_of.assign(static_cast<size_t>(N), -1);
-  balance.freq.assign(static_cast<size_t>(B * E), 0.0);
+  balance.freq.assign(B * E, 0.0, ctx.ops());
   ctx.ops().router_balance_frequencies(Tensor::of(expert_index, {N, K}),
                                        sequence_tensor(balance.sequences),
-                                       Tensor::of(balance.freq.data(), {B, E}));
+                                       balance.freq.view({B, E}));
   for (int64_t b = 0; b < B; ++b)
     std::fill_n(balance.sequence_of.begin() + balance.sequences[2 * b],
                 balance.sequences[2 * b + 1], b);
@@ -158,7 +158,7 @@ void router_tokens_backward(const MoeDims& dims, const BalanceLossBackward& bala
   kernels::RouterBalanceGrad balance_grad;
   if (balance.active) {
     const int64_t B = static_cast<int64_t>(balance.sequences.size()) / 2;
-    balance_grad = {sequence_tensor(balance.sequences), Tensor::of(balance.freq.data(), {B, E}),
+    balance_grad = {sequence_tensor(balance.sequences), balance.freq.view({B, E}),
                     Tensor::of(balance.sequence_of.data(), {N}), dims.balance_loss_weight,
                     balance.d_loss};
   }

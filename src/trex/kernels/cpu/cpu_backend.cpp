@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "trex/kernels/cpu/attention.hpp"
@@ -77,6 +78,27 @@ class CpuBackend final : public Backend {
   void free_bytes(void* data, size_t) const override { std::free(data); }
 
  private:
+  void do_fill(const Tensor& x, double value) const override {
+    const auto fill_as = [&](auto* data) {
+      using T = std::remove_pointer_t<decltype(data)>;
+      std::fill_n(data, x.numel(), static_cast<T>(value));
+    };
+    switch (x.dtype()) {
+      case DType::kF64:
+        fill_as(x.data<double>());
+        break;
+      case DType::kI64:
+        fill_as(x.data<int64_t>());
+        break;
+      case DType::kI32:
+        fill_as(x.data<int32_t>());
+        break;
+      default:
+        fill_as(x.data<float>());
+        break;
+    }
+  }
+
   void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                          const LinearOptions& options) const override {
     with_float_type(x.dtype(), [&](auto tag) {
