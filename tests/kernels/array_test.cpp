@@ -51,6 +51,12 @@ TEST(KernelArray, AssignFillsEveryElementThroughTheBackend) {
   Array<int32_t> index;
   index.assign(3, 4, ops);
   EXPECT_EQ(std::vector<int32_t>(index.begin(), index.end()), (std::vector<int32_t>{4, 4, 4}));
+  Array<float> f;
+  f.assign(2, 2.5f, ops);
+  EXPECT_EQ(std::vector<float>(f.begin(), f.end()), (std::vector<float>{2.5f, 2.5f}));
+  Array<double> g;
+  g.assign(2, -0.125, ops);
+  EXPECT_EQ(std::vector<double>(g.begin(), g.end()), (std::vector<double>{-0.125, -0.125}));
 }
 
 TEST(KernelArray, ViewsCarryDtypeShapeAndDeviceWithinTheSize) {
