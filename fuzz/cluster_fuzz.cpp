@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "fuzz_common.hpp"
-#include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/rank_topology.hpp"
 #include "trex/plan/cluster.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/expert_plan.hpp"
 
 namespace {
 

@@ -28,7 +28,7 @@ set(rejected_cases
     "core:trex/io/tokenizer.hpp"
     "parallel:trex/train/trainer.hpp"
     "infer:trex/train/trainer.hpp"
-    "plan:trex/parallel/expert_placement.hpp"
+    "plan:trex/parallel/expert_map.hpp"
     "or_eval:trex/model/config.hpp"
     "or_families:trex/or/solver/linear_model.hpp"
     "or_solver:trex/or/eval/eval.hpp")

@@ -1,7 +1,7 @@
 // Expert placement: topology / load / map files, the traffic model on a
 // hand-computed case, known optima, brute force on tiny instances, never worse
 // than the contiguous map, the shipped skewed example and the CLI.
-#include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/expert_plan.hpp"
 
 #include <gtest/gtest.h>
 

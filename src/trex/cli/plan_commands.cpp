@@ -13,7 +13,7 @@
 #include "trex/cli/commands.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
-#include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/expert_plan.hpp"
 #include "trex/plan/calibrate.hpp"
 #include "trex/plan/cluster.hpp"
 #include "trex/plan/planner.hpp"

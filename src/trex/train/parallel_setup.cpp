@@ -6,7 +6,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/log.hpp"
-#include "trex/parallel/expert_placement.hpp"
+#include "trex/parallel/expert_map.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/metrics.hpp"
 
