@@ -135,6 +135,19 @@ void expect_site(const MhcSiteTensors& site, const char* op, DType dt, int64_t r
   check(site.scale, op, "scale", dt, {scales});
 }
 
+// The post site's inputs, shared by its forward and backward.
+void expect_mhc_post_inputs(const MhcDims& dims, const Tensor& post, const Tensor& comb,
+                            const Tensor& X, const Tensor& y, const char* op) {
+  validate(dims);
+  expect_float(X, op, "X");
+  const DType dt = X.dtype();
+  const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
+  expect_tensor(post, op, "post", dt, {N, n});
+  expect_tensor(comb, op, "comb", dt, {N, n, n});
+  expect_tensor(X, op, "X", dt, {N, n, d});
+  expect_tensor(y, op, "y", dt, {N, d});
+}
+
 void expect_state(const MhcStateTensors& state, const char* op, DType dt, const MhcDims& dims,
                   int64_t rows, bool site) {
   const int64_t N = dims.tokens, n = dims.hc_mult;
@@ -165,14 +178,9 @@ void Backend::mhc_pre_forward(const MhcDims& dims, const MhcSiteTensors& weights
 void Backend::mhc_post_forward(const MhcDims& dims, const Tensor& post, const Tensor& comb,
                                const Tensor& X, const Tensor& y, const Tensor& Xout) const {
   constexpr const char* op = "mhc_post_forward";
-  validate(dims);
-  expect_float(X, op, "X");
+  expect_mhc_post_inputs(dims, post, comb, X, y, op);
   const DType dt = X.dtype();
   const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
-  expect_tensor(post, op, "post", dt, {N, n});
-  expect_tensor(comb, op, "comb", dt, {N, n, n});
-  expect_tensor(X, op, "X", dt, {N, n, d});
-  expect_tensor(y, op, "y", dt, {N, d});
   expect_tensor(Xout, op, "Xout", dt, {N, n, d});
   if (N > 0 && Xout.raw() == X.raw())
     throw Error(std::string(op) + ": Xout must not alias X").field("Xout");
@@ -184,14 +192,9 @@ void Backend::mhc_post_backward(const MhcDims& dims, const Tensor& post, const T
                                 const Tensor& dX, const Tensor& dy, const Tensor& dpost,
                                 const Tensor& dcomb) const {
   constexpr const char* op = "mhc_post_backward";
-  validate(dims);
-  expect_float(X, op, "X");
+  expect_mhc_post_inputs(dims, post, comb, X, y, op);
   const DType dt = X.dtype();
   const int64_t N = dims.tokens, n = dims.hc_mult, d = dims.hidden;
-  expect_tensor(post, op, "post", dt, {N, n});
-  expect_tensor(comb, op, "comb", dt, {N, n, n});
-  expect_tensor(X, op, "X", dt, {N, n, d});
-  expect_tensor(y, op, "y", dt, {N, d});
   expect_tensor(dXout, op, "dXout", dt, {N, n, d});
   expect_optional(dX, op, "dX", dt, {N, n, d});
   expect_optional(dy, op, "dy", dt, {N, d});
@@ -253,15 +256,25 @@ void Backend::hc_head_backward(const MhcDims& dims, const MhcSiteTensors& weight
   do_hc_head_backward(dims, weights, state, X, dh, grads, dX);
 }
 
-void Backend::sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
-                               const Tensor& comb) const {
-  constexpr const char* op = "sinkhorn_forward";
+namespace {
+
+// Sinkhorn's logits: a float [n, n] with n > 0, and at least one iteration; returns n.
+int64_t expect_sinkhorn_logits(const Tensor& logits, int64_t iters, const char* op) {
   expect_float(logits, op, "logits");
   expect_tensor(logits, op, "logits", logits.dtype(), {-1, -1});
   const int64_t n = logits.size(0);
   if (n <= 0) throw Error("sinkhorn: n must be > 0").field("hc_mult");
   if (iters < 1) throw Error("sinkhorn: iterations must be >= 1").field("hc_sinkhorn_iters");
   expect_tensor(logits, op, "logits", logits.dtype(), {n, n});
+  return n;
+}
+
+}  // namespace
+
+void Backend::sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
+                               const Tensor& comb) const {
+  constexpr const char* op = "sinkhorn_forward";
+  const int64_t n = expect_sinkhorn_logits(logits, iters, op);
   expect_tensor(comb, op, "comb", logits.dtype(), {n, n});
   do_sinkhorn_forward(logits, iters, eps, comb);
 }
@@ -269,12 +282,7 @@ void Backend::sinkhorn_forward(const Tensor& logits, int64_t iters, double eps,
 void Backend::sinkhorn_backward(const Tensor& logits, int64_t iters, double eps,
                                 const Tensor& dcomb, const Tensor& dlogits) const {
   constexpr const char* op = "sinkhorn_backward";
-  expect_float(logits, op, "logits");
-  expect_tensor(logits, op, "logits", logits.dtype(), {-1, -1});
-  const int64_t n = logits.size(0);
-  if (n <= 0) throw Error("sinkhorn: n must be > 0").field("hc_mult");
-  if (iters < 1) throw Error("sinkhorn: iterations must be >= 1").field("hc_sinkhorn_iters");
-  expect_tensor(logits, op, "logits", logits.dtype(), {n, n});
+  const int64_t n = expect_sinkhorn_logits(logits, iters, op);
   expect_tensor(dcomb, op, "dcomb", logits.dtype(), {n, n});
   expect_tensor(dlogits, op, "dlogits", logits.dtype(), {n, n});
   do_sinkhorn_backward(logits, iters, eps, dcomb, dlogits);
