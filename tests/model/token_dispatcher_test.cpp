@@ -63,7 +63,8 @@ class RecordingForward final : public ExpertForwardCompute<double> {
   explicit RecordingForward(double* y) : y_(y) {}
   void experts(int64_t group, const GroupedRows<double>& rows, double* out) override {
     groups.push_back(group);
-    offsets.assign(rows.offsets.begin(), rows.offsets.end());
+    const int64_t* first = rows.offsets.data<int64_t>();  // CPU backend: host memory
+    offsets.assign(first, first + rows.offsets.numel());
     for (int64_t r = 0; r < rows.rows(); ++r)
       for (int64_t i = 0; i < Routing::d; ++i) out[r * Routing::d + i] = mark(r, i, rows.scale[r]);
     x.assign(rows.x, rows.x + rows.rows() * Routing::d);
@@ -124,7 +125,8 @@ TEST(TokenDispatcherLocal, GroupsRowsByExpertAndCombinesInSlotOrder) {
     void experts(int64_t group, const GroupedRows<double>& rows, const double* dout, double* dx,
                  double* dscale) override {
       groups.push_back(group);
-      offsets.assign(rows.offsets.begin(), rows.offsets.end());
+      const int64_t* first = rows.offsets.data<int64_t>();  // CPU backend: host memory
+      offsets.assign(first, first + rows.offsets.numel());
       dout_rows.assign(dout, dout + rows.rows() * Routing::d);
       for (int64_t r = 0; r < rows.rows(); ++r) {
         dscale[r] = 0.25 * static_cast<double>(r);

@@ -39,10 +39,17 @@ class Array {
     backend.fill(view({n}), static_cast<double>(value));
   }
 
+  // n elements from backend, copied from host memory src (Backend::copy_from_host).
+  void assign_from_host(const T* src, int64_t n, const Backend& backend) {
+    resize(n, backend);
+    backend.copy_from_host(src, view({n}));
+  }
+
   int64_t size() const { return buffer_.numel(); }
   bool empty() const { return size() == 0; }
   T* data() const { return empty() ? nullptr : buffer_.data<T>(); }
   const Device& device() const { return buffer_.device(); }
+  const Backend* backend() const { return buffer_.backend(); }  // null: nothing allocated
   // The first product(shape) elements as a tensor of this dtype and shape.
   Tensor view(std::initializer_list<int64_t> shape) const {
     Tensor t(data(), dtype_of<T>(), shape, buffer_.device());

@@ -1,6 +1,8 @@
 #include "trex/kernels/backend.hpp"
 
+#include <exception>
 #include <string>
+#include <vector>
 
 namespace trex::kernels {
 
@@ -23,6 +25,34 @@ void Backend::fill(const Tensor& x, double value) const {
                 ", expected F32, F64, I64 or I32")
         .field("x");
   do_fill(x, value);
+}
+
+void Backend::copy_from_host(const void* src, const Tensor& dst) const {
+  if (!dst.defined()) throw Error("copy_from_host: dst is missing").field("dst");
+  if (!src && dst.numel() > 0) throw Error("copy_from_host: src is null").field("src");
+  if (dst.numel() > 0) do_copy_from_host(src, dst);
+}
+
+void Backend::copy_to_host(const Tensor& src, void* dst) const {
+  if (!src.defined()) throw Error("copy_to_host: src is missing").field("src");
+  if (!dst && src.numel() > 0) throw Error("copy_to_host: dst is null").field("dst");
+  if (src.numel() > 0) do_copy_to_host(src, dst);
+}
+
+void Backend::run_independent(int64_t count, const std::function<void(int64_t)>& task) const {
+  if (count < 0) throw Error("run_independent: negative task count").field("count");
+  // An exception must not leave a worker thread (or a stream callback): each
+  // task's is kept and the first in task order rethrown.
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(count));
+  do_run_independent(count, [&](int64_t i) {
+    try {
+      task(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
@@ -370,6 +400,103 @@ void Backend::sum_copies_add(const Tensor& x, const Tensor& y) const {
   do_sum_copies_add(x, y);
 }
 
+void Backend::sequence_positions(const Tensor& positions, int64_t period, int64_t stride) const {
+  expect_tensor(positions, "sequence_positions", "positions", DType::kI64, {-1});
+  if (period <= 0) throw Error("sequence_positions: period must be positive").field("period");
+  do_sequence_positions(positions, period, stride);
+}
+
+namespace {
+
+void expect_index(const Tensor& index, const char* op, const char* name, bool i64_allowed) {
+  if (!index.defined()) throw Error(std::string(op) + ": " + name + " is missing").field(name);
+  const bool ok = index.dtype() == DType::kI32 || (i64_allowed && index.dtype() == DType::kI64);
+  if (!ok || index.rank() != 1)
+    throw Error(std::string(op) + ": " + name + " is " + safetensors_name(index.dtype()) + " " +
+                index.shape_string() + ", expected " + (i64_allowed ? "I64 or I32" : "I32") +
+                " [n]")
+        .field(name);
+}
+
+}  // namespace
+
+IndexScan Backend::scan_indices(const Tensor& index, int64_t lo, int64_t hi) const {
+  expect_index(index, "scan_indices", "index", true);
+  if (hi < 0 || lo > hi) throw Error("scan_indices: [lo, hi) is not a range").field("hi");
+  return do_scan_indices(index, lo, hi);
+}
+
+void Backend::count_indices(const Tensor& index, const Tensor& counts) const {
+  expect_index(index, "count_indices", "index", false);
+  expect_tensor(counts, "count_indices", "counts", DType::kI64, {-1});
+  do_count_indices(index, counts);
+}
+
+void Backend::counting_sort(const Tensor& keys, const Tensor& offsets, const Tensor& order,
+                            const Tensor& rank) const {
+  constexpr const char* op = "counting_sort";
+  expect_index(keys, op, "keys", false);
+  expect_tensor(offsets, op, "offsets", DType::kI64, {-1});
+  if (offsets.size(0) < 1)
+    throw Error("counting_sort: offsets needs E+1 >= 1 entries").field("offsets");
+  expect_tensor(order, op, "order", DType::kI64, {keys.size(0)});
+  expect_tensor(rank, op, "rank", DType::kI64, {keys.size(0)});
+  do_counting_sort(keys, offsets, order, rank);
+}
+
+namespace {
+
+// The key-set dims and the optional selection of N query rows.
+int64_t expect_key_set_inputs(const AttentionKeySetDims& dims, const Tensor& selected,
+                              const Tensor& comp_offsets, const char* op) {
+  expect_tensor(comp_offsets, op, "comp_offsets", DType::kI64, {-1});
+  const int64_t N = comp_offsets.size(0) - 1;
+  if (N < 0 || dims.core.seq <= 0 || N % dims.core.seq != 0 || dims.core.window <= 0 ||
+      dims.heads <= 0)
+    throw Error(std::string(op) + ": " + std::to_string(N) + " rows are not sequences of " +
+                std::to_string(dims.core.seq) + " with a positive window and heads")
+        .field("dims");
+  if (dims.compressed && (dims.ratio <= 0 || dims.blocks < 0))
+    throw Error(std::string(op) + ": compressed keys need ratio > 0 and blocks >= 0").field("dims");
+  if (selected.defined() && !dims.compressed)
+    throw Error(std::string(op) + ": a selection without compressed keys").field("selected");
+  expect_optional(selected, op, "selected", DType::kI64, {N, -1});
+  return N;
+}
+
+}  // namespace
+
+int64_t Backend::first_invisible_selection(const AttentionKeySetDims& dims,
+                                           const Tensor& selected) const {
+  constexpr const char* op = "first_invisible_selection";
+  expect_tensor(selected, op, "selected", DType::kI64, {-1, -1});
+  if (dims.core.seq <= 0 || selected.size(0) % dims.core.seq != 0 || !dims.compressed ||
+      dims.ratio <= 0)
+    throw Error(std::string(op) + ": " + std::to_string(selected.size(0)) +
+                " rows are not sequences of " + std::to_string(dims.core.seq) +
+                " over compressed keys")
+        .field("dims");
+  return do_first_invisible_selection(dims, selected);
+}
+
+AttentionKeySetSizes Backend::attention_key_offsets(const AttentionKeySetDims& dims,
+                                                    const Tensor& selected,
+                                                    const Tensor& comp_offsets,
+                                                    const Tensor& prob_offsets) const {
+  constexpr const char* op = "attention_key_offsets";
+  const int64_t N = expect_key_set_inputs(dims, selected, comp_offsets, op);
+  expect_tensor(prob_offsets, op, "prob_offsets", DType::kI64, {N + 1});
+  return do_attention_key_offsets(dims, selected, comp_offsets, prob_offsets);
+}
+
+void Backend::attention_compressed_keys(const AttentionKeySetDims& dims, const Tensor& selected,
+                                        const Tensor& comp_offsets, const Tensor& comp_list) const {
+  constexpr const char* op = "attention_compressed_keys";
+  expect_key_set_inputs(dims, selected, comp_offsets, op);
+  expect_tensor(comp_list, op, "comp_list", DType::kI64, {-1});
+  do_attention_compressed_keys(dims, selected, comp_offsets, comp_list);
+}
+
 namespace {
 
 // q [N, H, c] and the key sets of its N queries; returns the compressed entries E.
@@ -391,10 +518,6 @@ int64_t expect_attention_keys(const AttentionCoreDims& dims, const Tensor& q,
   return keys.compressed.size(0);
 }
 
-int64_t probabilities(const AttentionKeyTensors& keys, int64_t N) {
-  return keys.prob_offsets.data<int64_t>()[N];
-}
-
 }  // namespace
 
 void Backend::attention_core_forward(const AttentionCoreDims& dims, const Tensor& q,
@@ -406,7 +529,7 @@ void Backend::attention_core_forward(const AttentionCoreDims& dims, const Tensor
   const DType dt = q.dtype();
   const int64_t N = q.size(0), H = q.size(1), c = q.size(2);
   expect_tensor(sink, op, "sink", dt, {H});
-  expect_tensor(prob, op, "prob", dt, {probabilities(keys, N)});
+  expect_tensor(prob, op, "prob", dt, {-1});  // length: check_attention_probabilities
   expect_tensor(sink_prob, op, "sink_prob", dt, {N, H});
   expect_tensor(o, op, "o", dt, {N, H, c});
   do_attention_core_forward(dims, q, keys, sink, prob, sink_prob, o);
@@ -421,7 +544,7 @@ void Backend::attention_core_backward(const AttentionCoreDims& dims, const Tenso
   const int64_t E = expect_attention_keys(dims, q, keys, op);
   const DType dt = q.dtype();
   const int64_t N = q.size(0), H = q.size(1), c = q.size(2);
-  expect_tensor(prob, op, "prob", dt, {probabilities(keys, N)});
+  expect_tensor(prob, op, "prob", dt, {-1});  // length: check_attention_probabilities
   expect_tensor(sink_prob, op, "sink_prob", dt, {N, H});
   expect_tensor(o, op, "o", dt, {N, H, c});
   expect_tensor(d_o, op, "d_o", dt, {N, H, c});
@@ -572,16 +695,10 @@ double Backend::lm_head_cross_entropy(const Tensor& h, const Tensor& head, const
 
 namespace {
 
-// Balance sequences I64 [B, 2] (first row, length): non-empty, inside the N tokens.
-void expect_sequences(const Tensor& sequences, int64_t N, const char* op) {
+// Balance sequences I64 [B, 2] (first row, length); their contents:
+// check_balance_sequences.
+void expect_sequences(const Tensor& sequences, const char* op) {
   expect_tensor(sequences, op, "sequences", DType::kI64, {-1, 2});
-  const int64_t* s = sequences.data<int64_t>();
-  for (int64_t b = 0; b < sequences.size(0); ++b)
-    if (s[2 * b] < 0 || s[2 * b + 1] <= 0 || s[2 * b] + s[2 * b + 1] > N)
-      throw Error(std::string(op) + ": sequence " + std::to_string(b) + " [" +
-                  std::to_string(s[2 * b]) + ", +" + std::to_string(s[2 * b + 1]) +
-                  ") is empty or not inside the " + std::to_string(N) + " tokens")
-          .field("sequences");
 }
 
 }  // namespace
@@ -631,7 +748,7 @@ void Backend::router_balance_frequencies(const Tensor& expert_index, const Tenso
                                          const Tensor& freq) const {
   constexpr const char* op = "router_balance_frequencies";
   expect_tensor(expert_index, op, "expert_index", DType::kI32, {-1, -1});
-  expect_sequences(sequences, expert_index.size(0), op);
+  expect_sequences(sequences, op);
   expect_tensor(freq, op, "freq", DType::kF64, {sequences.size(0), -1});
   do_router_balance_frequencies(expert_index, sequences, freq);
 }
@@ -641,7 +758,7 @@ double Backend::router_balance_loss(double weight, const Tensor& scores, const T
   constexpr const char* op = "router_balance_loss";
   expect_float(scores, op, "scores");
   expect_tensor(scores, op, "scores", scores.dtype(), {-1, -1});
-  expect_sequences(sequences, scores.size(0), op);
+  expect_sequences(sequences, op);
   expect_tensor(freq, op, "freq", DType::kF64, {sequences.size(0), scores.size(1)});
   return do_router_balance_loss(weight, scores, freq, sequences);
 }
@@ -667,7 +784,7 @@ void Backend::router_backward(const RouterCombineParams& params, const RouterBal
                 std::to_string(end) + ") are not inside the " + std::to_string(N) + " tokens")
         .field("tokens");
   if (balance.sequences.defined()) {
-    expect_sequences(balance.sequences, N, op);
+    expect_sequences(balance.sequences, op);
     expect_tensor(balance.freq, op, "freq", DType::kF64, {balance.sequences.size(0), E});
     expect_tensor(balance.sequence_of, op, "sequence_of", DType::kI64, {N});
   } else if (balance.freq.defined() || balance.sequence_of.defined()) {
@@ -718,29 +835,19 @@ void Backend::swiglu_backward(const Tensor& gate_pre, const Tensor& up_pre, cons
 
 namespace {
 
-// offsets I64 [G+1] ascending from 0 to rows; each group with rows has a
-// weight [N, K] (the others may leave theirs undefined). Returns G.
-int64_t expect_row_groups(const Tensor& offsets, int64_t rows, std::span<const Tensor> w, DType dt,
-                          int64_t N, int64_t K, const char* op) {
+// offsets I64 [G+1] (their contents: check_row_groups); w has G entries,
+// each [N, K] or undefined (a group without rows). Returns G.
+int64_t expect_row_groups(const Tensor& offsets, std::span<const Tensor> w, DType dt, int64_t N,
+                          int64_t K, const char* op) {
   expect_tensor(offsets, op, "offsets", DType::kI64, {-1});
   const int64_t G = offsets.size(0) - 1;
-  const int64_t* o = offsets.data<int64_t>();
-  bool ascending = G >= 0 && o[0] == 0 && o[G] == rows;
-  for (int64_t g = 0; ascending && g < G; ++g) ascending = o[g] <= o[g + 1];
-  if (!ascending)
-    throw Error(std::string(op) + ": offsets " + offsets.shape_string() +
-                " do not ascend from 0 to the " + std::to_string(rows) + " rows of x")
-        .field("offsets");
-  if (static_cast<int64_t>(w.size()) != G)
+  if (G < 0 || static_cast<int64_t>(w.size()) != G)
     throw Error(std::string(op) + ": " + std::to_string(w.size()) + " weights for " +
                 std::to_string(G) + " groups")
         .field("w");
   for (int64_t g = 0; g < G; ++g) {
     const std::string name = "w[" + std::to_string(g) + "]";
-    if (o[g + 1] > o[g])
-      expect_tensor(w[static_cast<size_t>(g)], op, name.c_str(), dt, {N, K});
-    else
-      expect_optional(w[static_cast<size_t>(g)], op, name.c_str(), dt, {N, K});
+    expect_optional(w[static_cast<size_t>(g)], op, name.c_str(), dt, {N, K});
   }
   return G;
 }
@@ -755,7 +862,7 @@ void Backend::grouped_linear_forward(const Tensor& offsets, const Tensor& x,
   const DType dt = x.dtype();
   expect_tensor(x, op, "x", dt, {-1, -1});
   expect_tensor(y, op, "y", dt, {x.size(0), -1});
-  expect_row_groups(offsets, x.size(0), w, dt, y.size(1), x.size(1), op);
+  expect_row_groups(offsets, w, dt, y.size(1), x.size(1), op);
   do_grouped_rows_linear_forward(offsets, x, w, y, precision);
 }
 
@@ -770,7 +877,7 @@ void Backend::grouped_linear_backward(const Tensor& offsets, const Tensor& x,
   const int64_t R = x.size(0), K = x.size(1);
   expect_tensor(dy, op, "dy", dt, {R, -1});
   const int64_t N = dy.size(1);
-  const int64_t G = expect_row_groups(offsets, R, w, dt, N, K, op);
+  const int64_t G = expect_row_groups(offsets, w, dt, N, K, op);
   expect_optional(dx, op, "dx", dt, {R, K});
   if (!dw.empty() && static_cast<int64_t>(dw.size()) != G)
     throw Error(std::string(op) + ": " + std::to_string(dw.size()) + " weight gradients for " +
@@ -939,14 +1046,7 @@ double Backend::sum_squares(const Tensor& x, const Tensor& bounds) const {
   constexpr const char* op = "sum_squares";
   expect_tensor(x, op, "x", DType::kF32, {-1});
   expect_tensor(bounds, op, "bounds", DType::kI64, {-1, 2});
-  const int64_t* b = bounds.data<int64_t>();
-  for (int64_t i = 0; i < bounds.size(0); ++i)
-    if (b[2 * i] < 0 || b[2 * i] > b[2 * i + 1] || b[2 * i + 1] > x.size(0))
-      throw Error(std::string(op) + ": range " + std::to_string(i) + " [" +
-                  std::to_string(b[2 * i]) + ", " + std::to_string(b[2 * i + 1]) +
-                  ") is not inside x " + x.shape_string())
-          .field("bounds");
-  return do_sum_squares(x, bounds);
+  return do_sum_squares(x, bounds);  // the ranges' contents: check_sum_ranges
 }
 
 }  // namespace trex::kernels

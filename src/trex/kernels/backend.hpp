@@ -20,6 +20,7 @@
 // - "written" outputs are overwritten; "+=" outputs accumulate.
 // - Ops run in the order they are called on the backend's stream.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -89,6 +90,19 @@ class Backend {
   Buffer allocate(DType dtype, int64_t numel) const;
   // Every element of x (F32, F64, I64 or I32) = value (converted to x's dtype).
   void fill(const Tensor& x, double value) const;
+  // dst (this backend's memory) = dst.numel() elements of dst's dtype read from
+  // host memory src; copy_to_host the other way. The only way model code moves
+  // data between the host and a backend's memory (batch metadata in, loss
+  // bookkeeping and diagnostics out).
+  void copy_from_host(const void* src, const Tensor& dst) const;
+  void copy_to_host(const Tensor& src, void* dst) const;
+
+  // ---- Scheduling -----------------------------------------------------------
+  // task(0) … task(count−1), independent of one another (each touches only its
+  // own outputs), possibly at the same time (the CPU: threads; a device: one
+  // stream each). Returns when all have run; the first task's exception (in
+  // task order) is rethrown after all have finished.
+  void run_independent(int64_t count, const std::function<void(int64_t)>& task) const;
 
   // ---- Linear layers (weights [out, in], y = x·wᵀ) ----------------------------
   // x [M, K], w [N, K] -> y [M, N] (written, or += with options.accumulate).
@@ -168,6 +182,36 @@ class Backend {
   void broadcast_add(const Tensor& y, const Tensor& x) const;
   // x [R, k, w] -> y [R, w] += Σ_j x[:, j] (j in order).
   void sum_copies_add(const Tensor& x, const Tensor& y) const;
+
+  // ---- Index bookkeeping (positions, key sets, routing plans) -----------------
+  // positions I64 [n] (written): entry i = (i mod period)·stride (period > 0).
+  void sequence_positions(const Tensor& positions, int64_t period, int64_t stride) const;
+  // Scans index (I64 or I32 [n]): the entries in [0, hi) are counted; the
+  // first outside [lo, hi) is reported (lo < 0 lets negative "ignore" entries
+  // through uncounted).
+  IndexScan scan_indices(const Tensor& index, int64_t lo, int64_t hi) const;
+  // counts I64 [E] (written): how many entries of index (I32 [n], all in
+  // [0, E)) equal each value.
+  void count_indices(const Tensor& index, const Tensor& counts) const;
+  // Stable counting sort of keys (I32 [n], all in [0, E)): offsets I64 [E+1]
+  // (written) start each key's block, order I64 [n] (written) lists the
+  // positions in sorted order, rank I64 [n] (written) = each position's
+  // place in it (order's inverse).
+  void counting_sort(const Tensor& keys, const Tensor& offsets, const Tensor& order,
+                     const Tensor& rank) const;
+  // The first query row whose selection (I64 [N, k], −1 pads) names an entry
+  // it cannot see (dims.visible), or −1.
+  int64_t first_invisible_selection(const AttentionKeySetDims& dims, const Tensor& selected) const;
+  // The key-set offsets of N queries (AttentionKeyTensors): comp_offsets,
+  // prob_offsets I64 [N+1] (written); selected? I64 [N, k] (every entry
+  // visible). Returns the totals (a device backend copies them to the host:
+  // the caller sizes comp_list and prob with them).
+  AttentionKeySetSizes attention_key_offsets(const AttentionKeySetDims& dims,
+                                             const Tensor& selected, const Tensor& comp_offsets,
+                                             const Tensor& prob_offsets) const;
+  // comp_list I64 [comp_offsets[N]] (written): each query's compressed entry rows.
+  void attention_compressed_keys(const AttentionKeySetDims& dims, const Tensor& selected,
+                                 const Tensor& comp_offsets, const Tensor& comp_list) const;
 
   // ---- Attention core (spec §2.3–2.6; model/attention.hpp) -------------------
   // q [N, H, c], sink [H] -> prob [prob_offsets[N]] (softmax over each query's
@@ -340,6 +384,25 @@ class Backend {
  private:
   // The ops, in the order above (checked operands).
   virtual void do_fill(const Tensor& x, double value) const = 0;
+  virtual void do_copy_from_host(const void* src, const Tensor& dst) const = 0;
+  virtual void do_copy_to_host(const Tensor& src, void* dst) const = 0;
+  virtual void do_run_independent(int64_t count,
+                                  const std::function<void(int64_t)>& task) const = 0;
+  virtual void do_sequence_positions(const Tensor& positions, int64_t period,
+                                     int64_t stride) const = 0;
+  virtual IndexScan do_scan_indices(const Tensor& index, int64_t lo, int64_t hi) const = 0;
+  virtual void do_count_indices(const Tensor& index, const Tensor& counts) const = 0;
+  virtual void do_counting_sort(const Tensor& keys, const Tensor& offsets, const Tensor& order,
+                                const Tensor& rank) const = 0;
+  virtual int64_t do_first_invisible_selection(const AttentionKeySetDims& dims,
+                                               const Tensor& selected) const = 0;
+  virtual AttentionKeySetSizes do_attention_key_offsets(const AttentionKeySetDims& dims,
+                                                        const Tensor& selected,
+                                                        const Tensor& comp_offsets,
+                                                        const Tensor& prob_offsets) const = 0;
+  virtual void do_attention_compressed_keys(const AttentionKeySetDims& dims, const Tensor& selected,
+                                            const Tensor& comp_offsets,
+                                            const Tensor& comp_list) const = 0;
   virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                  const LinearOptions& options) const = 0;
   virtual void do_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,

@@ -39,6 +39,38 @@ struct AttentionCoreDims {
   int64_t window_keys(int64_t row) const { return row % seq - window_start(row) + 1; }
 };
 
+// How the key sets of N = B·S attention queries are built
+// (Backend::attention_key_offsets): the window of AttentionCoreDims, then the
+// compressed entries of the query's sequence b (entry rows b·blocks + i) —
+// with the indexer's selection (I64 [N, k], −1 pads) the selected ones in
+// selection order, otherwise (compressed) every visible one, i = 0, 1, …;
+// without either, none. Entry i is visible to token t when (i+1)·ratio ≤ t+1.
+struct AttentionKeySetDims {
+  AttentionCoreDims core;
+  int64_t heads = 0;   // H: probabilities per key
+  int64_t ratio = 0;   // m (> 0 when compressed)
+  int64_t blocks = 0;  // compressed entries per sequence
+  bool compressed = false;
+  int64_t visible(int64_t row) const {
+    if (!compressed) return 0;
+    const int64_t complete = (row % core.seq + 1) / ratio;
+    return complete < blocks ? complete : blocks;
+  }
+};
+// The totals of Backend::attention_key_offsets: comp_offsets[N], prob_offsets[N].
+struct AttentionKeySetSizes {
+  int64_t compressed_keys = 0;
+  int64_t probabilities = 0;
+};
+
+// What Backend::scan_indices found: how many entries lie in [0, hi), and the
+// first entry outside [lo, hi) (position −1: none).
+struct IndexScan {
+  int64_t counted = 0;
+  int64_t first_bad = -1;
+  int64_t bad_value = 0;
+};
+
 // Softmax-gated pooling of a KV compressor (spec §2.4): B sequences of S token
 // rows, entries (b, i) for i < S / ratio (row b·blocks + i). Entry i pools the
 // tokens of block i (and, overlapping, of block i−1: 2·ratio slots) per channel

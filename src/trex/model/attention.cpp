@@ -109,6 +109,17 @@ void require_weights(const AttentionDims& dims, const AttentionWeights<T>& w) {
   }
 }
 
+// How the key sets of this layer's queries are built.
+kernels::AttentionKeySetDims key_set_dims(const AttentionDims& dims, const SeqShape& shape) {
+  kernels::AttentionKeySetDims k;
+  k.core = {shape.S, dims.window};
+  k.heads = dims.heads;
+  k.compressed = dims.has_compressor();
+  k.ratio = dims.ratio;
+  k.blocks = k.compressed ? dims.compressor().blocks(shape.S) : 0;
+  return k;
+}
+
 // The key sets of every query row (kernels::AttentionKeyTensors).
 template <class T>
 kernels::AttentionKeyTensors key_tensors(const AttentionCache<T>& cache, int64_t N, int64_t c) {
@@ -125,9 +136,19 @@ std::vector<int64_t> attention_compressed_set(const AttentionDims& dims,
                                               int64_t t) {
   const int64_t row = b * cache.shape.S + t;
   const int64_t blocks = dims.has_compressor() ? dims.compressor().blocks(cache.shape.S) : 0;
-  std::vector<int64_t> set;
-  for (int64_t k = cache.comp_offsets[row]; k < cache.comp_offsets[row + 1]; ++k)
-    set.push_back(cache.comp_list[k] - b * blocks);
+  if (!cache.comp_offsets.backend() || row < 0 || row + 1 >= cache.comp_offsets.size())
+    throw Error("no key set for row " + std::to_string(row) + " (run attention_forward first)")
+        .field("cache");
+  const kernels::Backend& ops = *cache.comp_offsets.backend();
+  int64_t range[2];
+  ops.copy_to_host(Tensor::of(cache.comp_offsets.data() + row, {2}, cache.comp_offsets.device()),
+                   range);
+  std::vector<int64_t> set(static_cast<size_t>(range[1] - range[0]));
+  ops.copy_to_host(Tensor::of(cache.comp_list.data() + range[0], {range[1] - range[0]},
+                              cache.comp_list.device()),
+                   set.data());
+  // Entry rows of sequence b -> its block numbers.
+  std::transform(set.begin(), set.end(), set.begin(), [&](int64_t e) { return e - b * blocks; });
   return set;
 }
 
@@ -153,7 +174,7 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   const kernels::Backend& ops = ctx.ops();
   const int64_t d = dims.hidden;
   cache.positions.resize(N, ops);
-  for (int64_t r = 0; r < N; ++r) cache.positions[r] = r % shape.S;
+  ops.sequence_positions(cache.positions.view({N}), std::max<int64_t>(shape.S, 1), 1);
   cache.a.resize(N * d, ops);
   ops.copy(Tensor::of(a, {N, d}), cache.a.view({N, d}));
   if (N == 0) return 0.0;
@@ -212,48 +233,23 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
           .field("indexer.selected");
     }
   }
-  // The compressed key sets, on the host: first their sizes (comp_offsets), then
-  // the entries.
-  cache.comp_offsets.assign(N + 1, 0, ops);
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t t = r % shape.S;
-    int64_t count = 0;
-    if (dims.has_indexer()) {
-      for (int64_t k = 0; k < dims.index_topk; ++k) {
-        const int64_t i = cache.indexer.selected[r * dims.index_topk + k];
-        if (i < 0) continue;
-        if (i >= visible_blocks(t, dims.ratio, blocks))
-          throw Error("selected compressed entry is not visible").field("indexer.selected");
-        ++count;
-      }
-    } else if (dims.has_compressor()) {
-      count = visible_blocks(t, dims.ratio, blocks);
-    }
-    cache.comp_offsets[r + 1] = cache.comp_offsets[r] + count;
-  }
-  cache.comp_list.resize(cache.comp_offsets[N], ops);
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t b = r / shape.S;
-    int64_t* entry = cache.comp_list.data() + cache.comp_offsets[r];
-    if (dims.has_indexer()) {
-      for (int64_t k = 0; k < dims.index_topk; ++k) {
-        const int64_t i = cache.indexer.selected[r * dims.index_topk + k];
-        if (i >= 0) *entry++ = b * blocks + i;
-      }
-    } else if (dims.has_compressor()) {
-      const int64_t visible = cache.comp_offsets[r + 1] - cache.comp_offsets[r];
-      for (int64_t i = 0; i < visible; ++i) *entry++ = b * blocks + i;
-    }
-  }
-  cache.prob_offsets.assign(N + 1, 0, ops);
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t keys = (r % shape.S - cache.window_start(r, dims.window) + 1) +
-                         (cache.comp_offsets[r + 1] - cache.comp_offsets[r]);
-    cache.prob_offsets[r + 1] = cache.prob_offsets[r] + H * keys;
-  }
+  // The compressed key sets: first their sizes (comp_offsets, prob_offsets),
+  // then the entries.
+  const kernels::AttentionKeySetDims key_dims = key_set_dims(dims, shape);
+  const Tensor selected =
+      dims.has_indexer() ? cache.indexer.selected.view({N, dims.index_topk}) : Tensor();
+  if (selected.defined() && ops.first_invisible_selection(key_dims, selected) >= 0)
+    throw Error("selected compressed entry is not visible").field("indexer.selected");
+  cache.comp_offsets.resize(N + 1, ops);
+  cache.prob_offsets.resize(N + 1, ops);
+  const kernels::AttentionKeySetSizes sizes = ops.attention_key_offsets(
+      key_dims, selected, cache.comp_offsets.view({N + 1}), cache.prob_offsets.view({N + 1}));
+  cache.comp_list.resize(sizes.compressed_keys, ops);
+  ops.attention_compressed_keys(key_dims, selected, cache.comp_offsets.view({N + 1}),
+                                cache.comp_list.view({sizes.compressed_keys}));
 
   // Core: per query token, gather window + compressed keys; softmax with sink.
-  const int64_t probs = cache.prob_offsets[N];
+  const int64_t probs = sizes.probabilities;
   cache.prob.assign(probs, T(0), ops);
   cache.sink_prob.assign(N * H, T(0), ops);
   cache.o.assign(N * hc, T(0), ops);
@@ -334,10 +330,9 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   kernels::Array<T> dcompressed(cache.compressed.size(), ops);
   ops.attention_core_backward(
       kernels::AttentionCoreDims{shape.S, dims.window}, cache.q.view({N, H, c}),
-      key_tensors(cache, N, c), cache.prob.view({cache.prob_offsets[N]}),
-      cache.sink_prob.view({N, H}), cache.o.view({N, H, c}), d_o.view({N, H, c}),
-      dq.view({N, H, c}), dkv.view({N, c}), dcompressed.view({dcompressed.size() / c, c}),
-      Tensor::optional(grads.attn_sink, {H}));
+      key_tensors(cache, N, c), cache.prob.view({cache.prob.size()}), cache.sink_prob.view({N, H}),
+      cache.o.view({N, H, c}), d_o.view({N, H, c}), dq.view({N, H, c}), dkv.view({N, c}),
+      dcompressed.view({dcompressed.size() / c, c}), Tensor::optional(grads.attn_sink, {H}));
 
   // Query path back to a (da written here).
   ops.rope(cache.rope, dq.view({N, H, c}), positions, true);

@@ -1,5 +1,6 @@
 #include "trex/model/compressor.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "trex/core/error.hpp"
@@ -64,7 +65,7 @@ void compressor_forward(const CompressorDims& dims, const CompressorWeights<T>& 
   cache.pooled.assign(entries * cx, T(0), ops);
   cache.inv_rms.assign(entries, T(0), ops);
   cache.positions.resize(entries, ops);
-  for (int64_t entry = 0; entry < entries; ++entry) cache.positions[entry] = (entry % N) * m;
+  ops.sequence_positions(cache.positions.view({entries}), std::max<int64_t>(N, 1), m);
   ops.compressor_pool_forward(pool_dims(dims, shape), gate.view({tokens, width}),
                               cache.proj.view({tokens, width}), Tensor::of(w.ape, {m, width}),
                               cache.prob.view({entries, slots, cx}),

@@ -92,7 +92,7 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
                          linear);
     }
     kernels::Array<int64_t> positions(tokens, ops);
-    for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
+    ops.sequence_positions(positions.view({tokens}), shape.S, 1);
     ops.rope(rope, cache.q.view({tokens, dims.heads, dims.head_dim}), positions.view({tokens}),
              false);
     {
@@ -115,13 +115,14 @@ void indexer_forward(const IndexerDims& dims, const IndexerWeights<T>& w, const 
     if (cache.selected.size() != tokens * k_max)
       throw Error("fixed_selection without a stored selection for this shape")
           .field("indexer.selected");
-    for (int64_t r = 0; r < tokens; ++r) {
-      const int64_t visible = visible_blocks(r % shape.S, dims.ratio, cache.blocks);
-      for (int64_t k = 0; k < k_max; ++k) {
-        const int64_t i = cache.selected[r * k_max + k];
-        if (i >= visible) throw Error("stored selection is not visible").field("indexer.selected");
-      }
-    }
+    kernels::AttentionKeySetDims visibility;
+    visibility.core = {shape.S, 1};
+    visibility.compressed = true;
+    visibility.ratio = dims.ratio;
+    visibility.blocks = cache.blocks;
+    if (tokens > 0 &&
+        ops.first_invisible_selection(visibility, cache.selected.view({tokens, k_max})) >= 0)
+      throw Error("stored selection is not visible").field("indexer.selected");
   } else {
     cache.selected.assign(tokens * k_max, -1, ops);
     IndexerSelectionStats* const probe = g_probe.load(std::memory_order_acquire);
@@ -182,7 +183,7 @@ void indexer_backward(const IndexerDims& dims, const IndexerWeights<T>& w, const
       cache.selected.view({tokens, k_max}), cache.dscores.view({tokens, k_max}), scale,
       dq.view({tokens, nh, hd}), dweights.view({tokens, nh}), dkeys.view({dkeys.size() / hd, hd}));
   kernels::Array<int64_t> positions(tokens, ops);
-  for (int64_t r = 0; r < tokens; ++r) positions[r] = r % shape.S;
+  ops.sequence_positions(positions.view({tokens}), shape.S, 1);
   ops.rope(rope, dq.view({tokens, nh, hd}), positions.view({tokens}),
            /*inverse=*/true);
   if (grads.wq_b) {

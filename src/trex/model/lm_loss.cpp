@@ -1,6 +1,7 @@
 #include "trex/model/lm_loss.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "trex/core/error.hpp"
@@ -9,18 +10,17 @@
 namespace trex::model {
 
 template <class Index>
-int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t vocab) {
+int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t vocab,
+                              const kernels::OpContext& ctx) {
   if (tokens > 0 && targets == nullptr) throw Error("lm loss: null targets").field("targets");
-  int64_t counted = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t target = static_cast<int64_t>(targets[t]);
-    if (target >= vocab)
-      throw Error("lm loss: target " + std::to_string(target) + " at token " + std::to_string(t) +
-                  " is >= vocab size " + std::to_string(vocab))
-          .field("targets");
-    if (target >= 0) ++counted;
-  }
-  return counted;
+  // Negative targets are ignored: any value below vocab passes, those >= 0 count.
+  const kernels::IndexScan scan = ctx.ops().scan_indices(
+      kernels::Tensor::of(targets, {tokens}), std::numeric_limits<int64_t>::min(), vocab);
+  if (scan.first_bad >= 0)
+    throw Error("lm loss: target " + std::to_string(scan.bad_value) + " at token " +
+                std::to_string(scan.first_bad) + " is >= vocab size " + std::to_string(vocab))
+        .field("targets");
+  return scan.counted;
 }
 
 template <class T, class Index>
@@ -37,7 +37,7 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
   // direction, the cross-entropy and the chunk bookkeeping as loss.ce.
   TREX_PROFILE(profile::Op::kLoss, profile::Phase::kForward);
   LmLossResult result;
-  result.counted = lm_loss_count_targets(targets, N, V);
+  result.counted = lm_loss_count_targets(targets, N, V, ctx);
   if (N == 0) return result;
   if (h == nullptr) throw Error("lm loss: null hidden states").field("h");
   if (head == nullptr) throw Error("lm loss: null head weight").field("head.weight");
@@ -52,8 +52,10 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
   return result;
 }
 
-template int64_t lm_loss_count_targets<int32_t>(const int32_t*, int64_t, int64_t);
-template int64_t lm_loss_count_targets<int64_t>(const int64_t*, int64_t, int64_t);
+template int64_t lm_loss_count_targets<int32_t>(const int32_t*, int64_t, int64_t,
+                                                const kernels::OpContext&);
+template int64_t lm_loss_count_targets<int64_t>(const int64_t*, int64_t, int64_t,
+                                                const kernels::OpContext&);
 template LmLossResult lm_head_cross_entropy<float, int32_t>(const LmLossDims&, const float*,
                                                             const float*, const int32_t*, double,
                                                             const LmLossOutputs<float>&,

@@ -44,7 +44,8 @@ struct LmLossOutputs {
 // Counts targets in [0, vocab) (what `counted` will be), e.g. to choose loss_scale = 1/count
 // before the fused call. Throws trex::Error (field "targets") on a target >= vocab.
 template <class Index>
-int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t vocab);
+int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t vocab,
+                              const kernels::OpContext& ctx = {});
 
 // Forward and (when dh/dhead are given) backward in one pass. Index = int32_t or int64_t.
 // Throws trex::Error naming the field on bad dims or a target >= vocab.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <numeric>
 #include <string>
 
 #include "trex/core/error.hpp"
@@ -104,7 +105,7 @@ struct StageCache<T>::Impl {
   double gradient_weight = 1.0;
   int64_t B = 0, S = 0;
   std::vector<BlockCache<T>> blocks;  // layers first_layer .. last_layer−1
-  std::vector<int64_t> ids;           // the batch's token ids (host, as Batch holds them)
+  kernels::Array<int64_t> ids;        // the batch's token ids [N]
   std::vector<Segment> segments;      // empty: unpacked batch
   // Head stage.
   kernels::Buffer x_final;  // X^L [N, n, d]
@@ -252,22 +253,12 @@ double segmented_attention_forward(const AttentionDims& dims, const AttentionWei
   const int64_t count = static_cast<int64_t>(segments.size()), d = dims.hidden;
   caches.resize(segments.size());
   std::vector<double> losses(segments.size(), 0.0);
-  std::vector<std::exception_ptr> errors(segments.size());
-#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
-  for (int64_t i = 0; i < count; ++i) {
+  ctx.ops().run_independent(count, [&](int64_t i) {
     const Segment& seg = segments[static_cast<size_t>(i)];
-    try {
-      losses[i] = attention_forward(dims, w, SeqShape{1, seg.len}, a + seg.row * d, caches[i],
-                                    out + seg.row * d, options, ctx);
-    } catch (...) {
-      errors[i] = std::current_exception();  // an exception must not leave the parallel region
-    }
-  }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  double total = 0.0;
-  for (double l : losses) total += l;
-  return total;
+    losses[i] = attention_forward(dims, w, SeqShape{1, seg.len}, a + seg.row * d, caches[i],
+                                  out + seg.row * d, options, ctx);
+  });
+  return std::accumulate(losses.begin(), losses.end(), 0.0);
 }
 
 // One block forward: X_in [N, n, d] → x_out. `segments` empty: every row is one
@@ -514,6 +505,42 @@ std::vector<int64_t> segment_index(const std::vector<Segment>& segments, int64_t
   return segment_of;
 }
 
+// What the losses read, built on the host from the batch and uploaded: the LM
+// target of every token (−1: none), and for the MTP block (B·(S−1) positions)
+// its input token ids, the rows of X^L it reads and its targets.
+struct LossTargets {
+  std::vector<int64_t> lm;
+  std::vector<int64_t> mtp_next_ids, mtp_rows, mtp;
+};
+
+LossTargets loss_targets(const Batch& batch, const std::vector<Segment>& segments, bool mtp) {
+  const int64_t B = batch.B, S = batch.S, S1 = S - 1;
+  const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
+  const std::vector<int64_t> segment_of = segment_index(segments, B, S);
+  LossTargets out;
+  out.lm.assign(static_cast<size_t>(B * S), -1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < S; ++t) {
+      const int64_t r = b * S + t;
+      if (labels[r + 1] >= 0 && segment_of[r] == segment_of[r + 1]) out.lm[r] = labels[r + 1];
+    }
+  if (!mtp) return out;
+  out.mtp_next_ids.resize(static_cast<size_t>(B * S1));
+  out.mtp_rows.resize(static_cast<size_t>(B * S1));
+  // MTP position t predicts token t+2 from h_t and token t+1: all three must be
+  // in one segment (a boundary row has no target; see mtp_segments).
+  out.mtp.assign(static_cast<size_t>(B * S1), -1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < S1; ++t) {
+      const int64_t r = b * S + t;
+      out.mtp_next_ids[b * S1 + t] = batch.input_ids[r + 1];
+      out.mtp_rows[b * S1 + t] = r;
+      if (t + 2 < S && labels[r + 2] >= 0 && segment_of[r] == segment_of[r + 2])
+        out.mtp[b * S1 + t] = labels[r + 2];
+    }
+  return out;
+}
+
 }  // namespace
 
 template <class T>
@@ -611,15 +638,8 @@ template <class T>
 int64_t Model<T>::count_lm_targets(const Batch& batch) const {
   check_batch(config_, batch);
   const std::vector<Segment> segments = packed_segments(batch);
-  const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
-  const std::vector<int64_t> segment_of = segment_index(segments, batch.B, batch.S);
-  int64_t count = 0;
-  for (int64_t b = 0; b < batch.B; ++b)
-    for (int64_t t = 0; t + 1 < batch.S; ++t) {
-      const int64_t r = b * batch.S + t;
-      if (labels[r + 1] >= 0 && segment_of[r] == segment_of[r + 1]) ++count;
-    }
-  return count;
+  const std::vector<int64_t> lm = loss_targets(batch, segments, false).lm;
+  return std::count_if(lm.begin(), lm.end(), [](int64_t target) { return target >= 0; });
 }
 
 template <class T>
@@ -654,7 +674,6 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                 V = c.vocab_size;
   const int64_t L = c.num_hidden_layers, first = stage.first_layer,
                 layers = stage.last_layer - stage.first_layer;
-  const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
   const bool run_mtp = stage.has_head && c.num_nextn_predict_layers > 0 &&
                        (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection)
@@ -672,12 +691,12 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   st.B = B;
   st.S = S;
   st.blocks.resize(static_cast<size_t>(layers));
-  st.ids = batch.input_ids;
+  const kernels::Backend& ops = ops_.ops();
+  st.ids.assign_from_host(batch.input_ids.data(), N, ops);
   st.segments = segments;
   LossBreakdown out;
   out.expert_load.resize(static_cast<size_t>(L));
 
-  const kernels::Backend& ops = ops_.ops();
   const Tensor embed = Tensor::of(params_.value("embed.weight"), {V, d});
   // The residual streams between blocks [N, n, d].
   kernels::Buffer x = ops.allocate(kernels::dtype_of<T>(), N * n * d);
@@ -685,7 +704,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   if (stage.has_embedding) {
     // Embedding and stream expansion.
     TREX_PROFILE(profile::Op::kEmbedding);
-    ops.gather_rows(embed, Tensor::of(batch.input_ids.data(), {N}), x.view({N, n, d}));
+    ops.gather_rows(embed, st.ids.view({N}), x.view({N, n, d}));
   } else {
     ops.copy(Tensor::of(x_in, {N, n, d}), x.view({N, n, d}));
   }
@@ -694,8 +713,8 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
     BlockCache<T>& bc = st.blocks[static_cast<size_t>(l - first)];
     out.indexer +=
-        block_forward(c, binding, l, shape, segments, segments, x.data<T>(), batch.input_ids.data(),
-                      loss, step, gradient_weight, bc, x_next.data<T>(), ops_, token_dispatchers_);
+        block_forward(c, binding, l, shape, segments, segments, x.data<T>(), st.ids.data(), loss,
+                      step, gradient_weight, bc, x_next.data<T>(), ops_, token_dispatchers_);
     std::swap(x, x_next);
     out.expert_load[l] = bc.moe.expert_load;
     if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
@@ -706,9 +725,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     return out;
   }
   st.x_final = std::move(x);
-  // Segment of every token (unpacked: its row). No target, attention or MTP input
-  // crosses a segment boundary.
-  const std::vector<int64_t> segment_of = segment_index(segments, B, S);
+  // The targets of the LM and MTP losses, from the host batch (no target crosses
+  // a segment boundary).
+  const LossTargets targets = loss_targets(batch, segments, run_mtp);
 
   // Main head. The LM loss gradient is seeded here (fused with the loss).
   const MhcDims md = mhc_dims(c, N);
@@ -723,14 +742,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   }
   rmsnorm_forward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
                   st.inv_final.data(), N, d, c.rms_norm_eps);
-  st.targets.assign(N, -1, ops);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t + 1 < S; ++t) {
-      const int64_t r = b * S + t;
-      if (labels[r + 1] >= 0 && segment_of[r] == segment_of[r + 1]) st.targets[r] = labels[r + 1];
-    }
+  st.targets.assign_from_host(targets.lm.data(), N, ops);
   const LmLossDims ld{N, d, V, 0};
-  out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V);
+  out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V, ops_);
   // A zero weight contributes no gradient: the loss is then computed as a plain mean.
   const bool weighted = step.backward && gradient_weight != 0.0;
   const double weight = weighted ? gradient_weight : 1.0;
@@ -760,13 +774,8 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const std::string p = block_prefix(c, layer);
     TREX_PROFILE(profile::Op::kMtpOther);
     mc.M = M;
-    mc.next_ids.resize(M, ops);
-    mc.rows.resize(M, ops);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < S1; ++t) {
-        mc.next_ids[b * S1 + t] = batch.input_ids[b * S + t + 1];
-        mc.rows[b * S1 + t] = b * S + t;
-      }
+    mc.next_ids.assign_from_host(targets.mtp_next_ids.data(), M, ops);
+    mc.rows.assign_from_host(targets.mtp_rows.data(), M, ops);
     mc.e.resize(M * d, ops);
     mc.h.resize(M * n * d, ops);
     ops.gather_rows(embed, mc.next_ids.view({M}), mc.e.view({M, d}));
@@ -812,16 +821,8 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     }
     rmsnorm_forward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
                     mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
-    // MTP position t predicts token t+2 from h_t and token t+1: all three must be
-    // in one segment (a boundary row has no target; see mtp_segments).
-    mc.targets.assign(M, -1, ops);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t + 2 < S; ++t) {
-        const int64_t r = b * S + t;
-        const int64_t lab = labels[r + 2];
-        if (lab >= 0 && segment_of[r] == segment_of[r + 2]) mc.targets[b * S1 + t] = lab;
-      }
-    out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V);
+    mc.targets.assign_from_host(targets.mtp.data(), M, ops);
+    out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V, ops_);
     // λ goes into the loss scale so that dhead and dh carry it; λ = 0 (logits
     // only) skips the MTP backward.
     st.mtp_backward = weighted && loss.mtp_weight != 0.0;
@@ -940,7 +941,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   }
   // Embedding: the four streams are copies of the same row.
   TREX_PROFILE(profile::Op::kEmbedding);
-  ops.scatter_add_rows(dx.view({N, n, d}), Tensor::of(st.ids.data(), {N}),
+  ops.scatter_add_rows(dx.view({N, n, d}), st.ids.view({N}),
                        Tensor::of(params_.grad("embed.weight"), {c.vocab_size, d}));
   if (st.step.on_gradients_ready) st.step.on_gradients_ready(-1);
 }

@@ -219,7 +219,7 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
   cache.scores.assign(N * E, T(0), ops);
   router_scores_forward(dims, weights.gate, x, cache.logits.data(), cache.scores.data(), ctx);
   if (fixed_selection) {
-    check_expert_index(dims, cache.expert_index);
+    check_expert_index(dims, cache.expert_index, ops);
   } else {
     cache.expert_index.assign(P, 0, ops);
     select_experts(dims, weights, cache.scores.data(), token_ids, cache.expert_index.data(), ctx);
@@ -230,8 +230,12 @@ void moe_forward(const MoeDims& dims, const MoeWeights<T>& weights, const T* x,
 
   // Tokens routed to each expert by this call's routing (summed by the trainer).
   section.emplace(profile::Op::kDispatch);
-  cache.expert_load.assign(static_cast<size_t>(E), 0);
-  for (int64_t p = 0; p < P; ++p) ++cache.expert_load[cache.expert_index[p]];
+  {
+    kernels::Array<int64_t> load(E, ops);
+    ops.count_indices(cache.expert_index.view({P}), load.view({E}));
+    cache.expert_load.resize(static_cast<size_t>(E));
+    ops.copy_to_host(load.view({E}), cache.expert_load.data());
+  }
   section.reset();
 
   // y = Shared(x), then the routed outputs added per token in slot order.

@@ -46,8 +46,7 @@ void grouped_experts_forward(const MoeDims& dims, const MoeWeights<T>& weights,
   saved.gate_pre.assign(n_rows * I, T(0), ops);
   saved.up_pre.assign(n_rows * I, T(0), ops);
   kernels::Array<T> h(n_rows * I, ops);
-  const Tensor offsets =
-      Tensor::of(rows.offsets.data(), {static_cast<int64_t>(rows.offsets.size())});
+  const Tensor& offsets = rows.offsets;
   const Tensor x = Tensor::of(rows.x, {n_rows, d});
   const Tensor gate_pre = saved.gate_pre.view({n_rows, I});
   const Tensor up_pre = saved.up_pre.view({n_rows, I});
@@ -69,8 +68,7 @@ void grouped_experts_backward(const MoeDims& dims, const MoeWeights<T>& weights,
   const kernels::Backend& ops = ctx.ops();
   kernels::Array<T> h(n_rows * I, ops), dh(n_rows * I, ops), dg(n_rows * I, ops),
       dv(n_rows * I, ops);
-  const Tensor offsets =
-      Tensor::of(rows.offsets.data(), {static_cast<int64_t>(rows.offsets.size())});
+  const Tensor& offsets = rows.offsets;
   const Tensor x = Tensor::of(rows.x, {n_rows, d});
   const Tensor scale = Tensor::of(rows.scale, {n_rows});
   const Tensor gate_pre = saved.gate_pre.view({n_rows, I});

@@ -29,10 +29,11 @@ struct ExpertActivations {
 // Rows grouped by expert: expert e's rows are [offsets[e], offsets[e + 1]).
 template <class T>
 struct GroupedRows {
-  std::span<const int64_t> offsets;  // [E + 1]
-  const T* x = nullptr;              // [rows, d] input rows
-  const T* scale = nullptr;          // [rows] their combine weights
-  int64_t rows() const { return offsets.back(); }
+  kernels::Tensor offsets;   // I64 [E + 1], in the backend's memory
+  int64_t row_count = 0;     // offsets[E], known on the host (it sizes the buffers)
+  const T* x = nullptr;      // [rows, d] input rows
+  const T* scale = nullptr;  // [rows] their combine weights
+  int64_t rows() const { return row_count; }
 };
 
 // Whether the block has a shared expert; throws trex::Error unless its three

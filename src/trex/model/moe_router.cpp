@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "trex/core/profile.hpp"
 
@@ -11,43 +12,58 @@ namespace {
 using kernels::Tensor;
 
 // The sequences of the balance loss as [B, 2] (first row, length): the listed
-// ones, or the B rows of S tokens.
-std::vector<int64_t> balance_ranges(const MoeDims& dims) {
+// ones, or the B rows of S tokens. Host bookkeeping from the dims, uploaded.
+kernels::Array<int64_t> balance_ranges(const MoeDims& dims, const kernels::Backend& ops) {
   std::vector<int64_t> ranges;
   if (!dims.balance_sequences.empty()) {
     for (const MoeSequence& s : dims.balance_sequences) ranges.insert(ranges.end(), {s.row, s.len});
-    return ranges;
+  } else {
+    for (int64_t b = 0; b < dims.batch; ++b) ranges.insert(ranges.end(), {b * dims.seq, dims.seq});
   }
-  for (int64_t b = 0; b < dims.batch; ++b) ranges.insert(ranges.end(), {b * dims.seq, dims.seq});
-  return ranges;
+  kernels::Array<int64_t> out;
+  out.assign_from_host(ranges.data(), static_cast<int64_t>(ranges.size()), ops);
+  return out;
 }
 
-Tensor sequence_tensor(const std::vector<int64_t>& ranges) {
-  return Tensor::of(ranges.data(), {static_cast<int64_t>(ranges.size()) / 2, 2});
+// Each token's balance sequence (−1: in none), uploaded.
+kernels::Array<int64_t> balance_sequence_of(const MoeDims& dims, const kernels::Backend& ops) {
+  std::vector<int64_t> sequence_of(static_cast<size_t>(dims.tokens()), -1);
+  if (!dims.balance_sequences.empty()) {
+    for (size_t b = 0; b < dims.balance_sequences.size(); ++b)
+      std::fill_n(sequence_of.begin() + dims.balance_sequences[b].row,
+                  dims.balance_sequences[b].len, static_cast<int64_t>(b));
+  } else {
+    for (int64_t b = 0; b < dims.batch; ++b)
+      std::fill_n(sequence_of.begin() + b * dims.seq, dims.seq, b);
+  }
+  kernels::Array<int64_t> out;
+  out.assign_from_host(sequence_of.data(), dims.tokens(), ops);
+  return out;
+}
+
+Tensor sequence_tensor(const kernels::Array<int64_t>& ranges) {
+  return ranges.view({ranges.size() / 2, 2});
 }
 
 kernels::RouterCombineParams combine_params(const MoeDims& dims) {
   return {dims.routed_scaling, dims.norm_topk_prob};
 }
 
-// The hash layer's token ids and its tid2eid rows must name real tokens and experts.
-void check_hash_routing(const MoeDims& dims, const int64_t* tid2eid, const int64_t* token_ids) {
+// The hash layer's token ids and its tid2eid table must name real tokens and experts.
+void check_hash_routing(const MoeDims& dims, const int64_t* tid2eid, const int64_t* token_ids,
+                        const kernels::Backend& ops) {
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
   if (!token_ids) throw moe_error("hash-routed layer needs token ids", "moe.token_ids");
-  for (int64_t t = 0; t < N; ++t) {
-    const int64_t id = token_ids[t];
-    if (id < 0 || id >= dims.vocab)
-      throw moe_error("token id " + std::to_string(id) + " outside the tid2eid table (vocab " +
-                          std::to_string(dims.vocab) + ")",
-                      "moe.token_ids");
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t e = tid2eid[id * K + k];
-      if (e < 0 || e >= E)
-        throw moe_error("tid2eid[" + std::to_string(id) + "] names expert " + std::to_string(e) +
-                            " outside [0, " + std::to_string(E) + ")",
-                        "moe.tid2eid");
-    }
-  }
+  const kernels::IndexScan ids = ops.scan_indices(Tensor::of(token_ids, {N}), 0, dims.vocab);
+  if (ids.first_bad >= 0)
+    throw moe_error("token id " + std::to_string(ids.bad_value) +
+                        " outside the tid2eid table (vocab " + std::to_string(dims.vocab) + ")",
+                    "moe.token_ids");
+  const kernels::IndexScan table = ops.scan_indices(Tensor::of(tid2eid, {dims.vocab * K}), 0, E);
+  if (table.first_bad >= 0)
+    throw moe_error("tid2eid[" + std::to_string(table.first_bad / K) + "] names expert " +
+                        std::to_string(table.bad_value) + " outside [0, " + std::to_string(E) + ")",
+                    "moe.tid2eid");
 }
 
 }  // namespace
@@ -82,7 +98,7 @@ void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* 
                     const kernels::OpContext& ctx) {
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
   if (dims.hash_routed) {
-    check_hash_routing(dims, weights.tid2eid, token_ids);
+    check_hash_routing(dims, weights.tid2eid, token_ids, ctx.ops());
     ctx.ops().router_select(Tensor::of(scores, {N, E}), Tensor(), Tensor::of(token_ids, {N}),
                             Tensor::of(weights.tid2eid, {dims.vocab, K}),
                             Tensor::of(expert_index, {N, K}));
@@ -92,14 +108,14 @@ void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* 
                           Tensor(), Tensor(), Tensor::of(expert_index, {N, K}));
 }
 
-void check_expert_index(const MoeDims& dims, const kernels::Array<int32_t>& expert_index) {
+void check_expert_index(const MoeDims& dims, const kernels::Array<int32_t>& expert_index,
+                        const kernels::Backend& ops) {
   const int64_t P = dims.tokens() * dims.top_k, E = dims.n_experts;
   if (expert_index.size() != P)
     throw moe_error("fixed_selection needs cache.expert_index of size tokens*top_k",
                     "moe.expert_index");
-  for (int64_t p = 0; p < P; ++p)
-    if (expert_index[p] < 0 || expert_index[p] >= E)
-      throw moe_error("cached expert index out of range", "moe.expert_index");
+  if (ops.scan_indices(expert_index.view({P}), 0, E).first_bad >= 0)
+    throw moe_error("cached expert index out of range", "moe.expert_index");
 }
 
 template <class T>
@@ -118,9 +134,9 @@ template <class T>
 double balance_loss_forward(const MoeDims& dims, const T* scores, const int32_t* expert_index,
                             const kernels::OpContext& ctx) {
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
-  const std::vector<int64_t> sequences = balance_ranges(dims);
-  const int64_t B = static_cast<int64_t>(sequences.size()) / 2;
   const kernels::Backend& ops = ctx.ops();
+  const kernels::Array<int64_t> sequences = balance_ranges(dims, ops);
+  const int64_t B = sequences.size() / 2;
   kernels::Array<double> freq(B * E, ops);
   ops.router_balance_frequencies(Tensor::of(expert_index, {N, K}), sequence_tensor(sequences),
                                  freq.view({B, E}));
@@ -136,16 +152,13 @@ BalanceLossBackward balance_loss_backward_inputs(const MoeDims& dims, const int3
   balance.d_loss = d_loss;
   if (!active) return balance;
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
-  balance.sequences = balance_ranges(dims);
-  const int64_t B = static_cast<int64_t>(balance.sequences.size()) / 2;
-  balance.sequence_of.assign(static_cast<size_t>(N), -1);
+  balance.sequences = balance_ranges(dims, ctx.ops());
+  const int64_t B = balance.sequences.size() / 2;
+  balance.sequence_of = balance_sequence_of(dims, ctx.ops());
   balance.freq.assign(B * E, 0.0, ctx.ops());
   ctx.ops().router_balance_frequencies(Tensor::of(expert_index, {N, K}),
                                        sequence_tensor(balance.sequences),
                                        balance.freq.view({B, E}));
-  for (int64_t b = 0; b < B; ++b)
-    std::fill_n(balance.sequence_of.begin() + balance.sequences[2 * b],
-                balance.sequences[2 * b + 1], b);
   return balance;
 }
 
@@ -157,10 +170,9 @@ void router_tokens_backward(const MoeDims& dims, const BalanceLossBackward& bala
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
   kernels::RouterBalanceGrad balance_grad;
   if (balance.active) {
-    const int64_t B = static_cast<int64_t>(balance.sequences.size()) / 2;
+    const int64_t B = balance.sequences.size() / 2;
     balance_grad = {sequence_tensor(balance.sequences), balance.freq.view({B, E}),
-                    Tensor::of(balance.sequence_of.data(), {N}), dims.balance_loss_weight,
-                    balance.d_loss};
+                    balance.sequence_of.view({N}), dims.balance_loss_weight, balance.d_loss};
   }
   ctx.ops().router_backward(combine_params(dims), balance_grad, Tensor::of(logits, {N, E}),
                             Tensor::of(scores, {N, E}), Tensor::of(expert_index, {N, K}),
@@ -173,7 +185,10 @@ void update_router_bias(T* bias, const int64_t* load, int64_t n_experts, double 
                         const kernels::OpContext& ctx) {
   if (n_experts <= 0) return;
   if (!bias || !load) throw moe_error("null bias or load", "moe.gate_bias");
-  ctx.ops().router_bias_update(Tensor::of(bias, {n_experts}), Tensor::of(load, {n_experts}), speed);
+  // The load is the trainer's host tally (summed over micro-batches and ranks).
+  kernels::Array<int64_t> device_load;
+  device_load.assign_from_host(load, n_experts, ctx.ops());
+  ctx.ops().router_bias_update(Tensor::of(bias, {n_experts}), device_load.view({n_experts}), speed);
 }
 
 #define TREX_MOE_ROUTER_INSTANTIATE(T)                                                            \

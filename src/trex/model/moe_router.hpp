@@ -58,7 +58,8 @@ void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* 
                     const kernels::OpContext& ctx = {});
 // Throws trex::Error (field "moe.expert_index") unless expert_index, a selection
 // given from outside, has the shape [N, K] and values in [0, E).
-void check_expert_index(const MoeDims& dims, const kernels::Array<int32_t>& expert_index);
+void check_expert_index(const MoeDims& dims, const kernels::Array<int32_t>& expert_index,
+                        const kernels::Backend& ops);
 
 // combine [N, K] (written) from the unbiased scores of the selected experts.
 template <class T>
@@ -75,13 +76,11 @@ double balance_loss_forward(const MoeDims& dims, const T* scores, const int32_t*
 // What the balance loss contributes to the router backward, computed once per
 // backward: frequencies f [sequences, E] and each token's sequence.
 struct BalanceLossBackward {
-  bool active = false;  // computed in the forward and d_loss ≠ 0
-  double d_loss = 0.0;  // dLoss/dL_bal
-  // The sequences and each token's sequence are host bookkeeping; freq is
-  // computed by the backend.
-  std::vector<int64_t> sequences;    // [sequences, 2] first row, length
-  kernels::Array<double> freq;       // [sequences, E]
-  std::vector<int64_t> sequence_of;  // [N] −1: in none
+  bool active = false;                  // computed in the forward and d_loss ≠ 0
+  double d_loss = 0.0;                  // dLoss/dL_bal
+  kernels::Array<int64_t> sequences;    // [sequences, 2] first row, length
+  kernels::Array<double> freq;          // [sequences, E]
+  kernels::Array<int64_t> sequence_of;  // [N] −1: in none
 };
 BalanceLossBackward balance_loss_backward_inputs(const MoeDims& dims, const int32_t* expert_index,
                                                  bool active, double d_loss,

@@ -200,7 +200,7 @@ void EpTokenDispatcher<T>::forward(const model::RoutedTokens<T>& tokens,
                     Tensor::of(ch.xs.data(), {n, d}), Tensor::of(ch.scale.data(), {n}));
     section.reset();
     std::vector<T> out(static_cast<size_t>(n * d));
-    compute.experts(c, {rp.offsets, ch.xs.data(), ch.scale.data()}, out.data());
+    compute.experts(c, {rp.offsets_tensor(), n, ch.xs.data(), ch.scale.data()}, out.data());
     section.emplace(profile::Op::kCombine);
     ops.pack_rows(Tensor::of(out.data(), {n, d}), Tensor(), grouped_row,
                   Tensor::of(back[c].data(), {n, d}));
@@ -295,8 +295,8 @@ void EpTokenDispatcher<T>::backward(const model::RoutedTokens<T>& tokens,
                     Tensor());
     section.reset();
     std::vector<T> dxg(static_cast<size_t>(n * d)), dsg(static_cast<size_t>(n), T(0));
-    compute.experts(c, {rp.offsets, ch.xs.data(), ch.scale.data()}, dys.data(), dxg.data(),
-                    dsg.data());
+    compute.experts(c, {rp.offsets_tensor(), n, ch.xs.data(), ch.scale.data()}, dys.data(),
+                    dxg.data(), dsg.data());
     section.emplace(profile::Op::kCombine);
     ops.pack_rows(Tensor::of(dxg.data(), {n, d}), Tensor::of(dsg.data(), {n}), grouped_row,
                   Tensor::of(back[c].data(), {n, wx}));

@@ -102,6 +102,10 @@ struct ReceivePlan {
   std::vector<int64_t> grouped_row;  // [rows] received row -> grouped row
   std::vector<int32_t> expert;       // [rows] expert of each grouped row
   int64_t total() const { return static_cast<int64_t>(grouped_row.size()); }
+  // The offsets as an op operand (host memory: the CPU backend's).
+  kernels::Tensor offsets_tensor() const {
+    return kernels::Tensor::of(offsets.data(), {static_cast<int64_t>(offsets.size())});
+  }
 };
 
 // Throws trex::Error (field "expert_parallel.owner") when a rank sent rows for

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "trex/kernels/cpu/decode.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/indexer.hpp"
+#include "trex/kernels/cpu/indices.hpp"
 #include "trex/kernels/cpu/lm_loss.hpp"
 #include "trex/kernels/cpu/mhc.hpp"
 #include "trex/kernels/cpu/moe.hpp"
@@ -20,6 +23,7 @@
 #include "trex/kernels/cpu/optimizer.hpp"
 #include "trex/kernels/cpu/rope.hpp"
 #include "trex/kernels/cpu/rows.hpp"
+#include "trex/kernels/op_checks.hpp"
 
 namespace trex::kernels {
 namespace {
@@ -304,6 +308,7 @@ class CpuBackend final : public Backend {
                                  const AttentionKeyTensors& keys, const Tensor& sink,
                                  const Tensor& prob, const Tensor& sink_prob,
                                  const Tensor& o) const override {
+    check_attention_probabilities(keys, prob, "attention_core_forward");
     with_float_type(q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       kernels::attention_core_forward(dims, q.size(0), q.size(1), q.size(2), q.data<T>(),
@@ -317,6 +322,7 @@ class CpuBackend final : public Backend {
                                   const Tensor& sink_prob, const Tensor& o, const Tensor& d_o,
                                   const Tensor& dq, const Tensor& dkv, const Tensor& dcompressed,
                                   const Tensor& dsink) const override {
+    check_attention_probabilities(keys, prob, "attention_core_backward");
     with_float_type(q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       kernels::attention_core_backward(dims, q.size(0), q.size(1), q.size(2), q.data<T>(),
@@ -436,6 +442,7 @@ class CpuBackend final : public Backend {
 
   void do_router_balance_frequencies(const Tensor& expert_index, const Tensor& sequences,
                                      const Tensor& freq) const override {
+    check_balance_sequences(sequences, expert_index.size(0), "router_balance_frequencies");
     kernels::router_balance_frequencies(expert_index.data<int32_t>(), expert_index.size(1),
                                         freq.size(1), sequences.data<int64_t>(), sequences.size(0),
                                         freq.data<double>());
@@ -443,6 +450,7 @@ class CpuBackend final : public Backend {
 
   double do_router_balance_loss(double weight, const Tensor& scores, const Tensor& freq,
                                 const Tensor& sequences) const override {
+    check_balance_sequences(sequences, scores.size(0), "router_balance_loss");
     double loss = 0.0;
     with_float_type(scores.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -458,13 +466,15 @@ class CpuBackend final : public Backend {
                           const Tensor& combine, const Tensor& d_combine, int64_t begin,
                           int64_t end, const Tensor& dlogits) const override {
     RouterBalance cpu_balance;
-    if (balance.sequences.defined())
+    if (balance.sequences.defined()) {
+      check_balance_sequences(balance.sequences, scores.size(0), "router_backward");
       cpu_balance = {balance.sequences.data<int64_t>(),
                      balance.sequences.size(0),
                      balance.freq.data<double>(),
                      balance.sequence_of.data<int64_t>(),
                      balance.weight,
                      balance.d_loss};
+    }
     with_float_type(scores.dtype(), [&](auto tag) {
       using T = decltype(tag);
       kernels::router_backward(params, cpu_balance, logits.data<T>(), scores.data<T>(),
@@ -505,6 +515,7 @@ class CpuBackend final : public Backend {
   void do_grouped_rows_linear_forward(const Tensor& offsets, const Tensor& x,
                                       std::span<const Tensor> w, const Tensor& y,
                                       Precision precision) const override {
+    check_row_groups(offsets, x.size(0), w, "grouped_linear_forward");
     with_float_type(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       std::vector<const T*> weights(w.size());
@@ -519,6 +530,7 @@ class CpuBackend final : public Backend {
                                        std::span<const Tensor> w, const Tensor& dy,
                                        const Tensor& dx, std::span<const Tensor> dw,
                                        const LinearOptions& options) const override {
+    check_row_groups(offsets, x.size(0), w, "grouped_linear_backward");
     with_float_type(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       std::vector<const T*> weights(w.size());
@@ -609,7 +621,65 @@ class CpuBackend final : public Backend {
                          workspace.data<float>(), weights.size(0), weights.size(1), step);
   }
 
+  void do_copy_from_host(const void* src, const Tensor& dst) const override {
+    std::memcpy(dst.raw(), src, static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype()));
+  }
+  void do_copy_to_host(const Tensor& src, void* dst) const override {
+    std::memcpy(dst, src.raw(), static_cast<size_t>(src.numel()) * dtype_size(src.dtype()));
+  }
+  void do_run_independent(int64_t count, const std::function<void(int64_t)>& task) const override {
+    // Tasks of unequal length (packed documents): one at a time per thread.
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+    for (int64_t i = 0; i < count; ++i) task(i);
+  }
+
+  void do_sequence_positions(const Tensor& positions, int64_t period,
+                             int64_t stride) const override {
+    kernels::sequence_positions(positions.data<int64_t>(), positions.numel(), period, stride);
+  }
+  IndexScan do_scan_indices(const Tensor& index, int64_t lo, int64_t hi) const override {
+    if (index.dtype() == DType::kI32)
+      return kernels::scan_indices(index.data<int32_t>(), index.numel(), lo, hi);
+    return kernels::scan_indices(index.data<int64_t>(), index.numel(), lo, hi);
+  }
+  void do_count_indices(const Tensor& index, const Tensor& counts) const override {
+    kernels::count_indices(index.data<int32_t>(), index.numel(), counts.numel(),
+                           counts.data<int64_t>());
+  }
+  void do_counting_sort(const Tensor& keys, const Tensor& offsets, const Tensor& order,
+                        const Tensor& rank) const override {
+    kernels::counting_sort(keys.data<int32_t>(), keys.numel(), offsets.numel() - 1,
+                           offsets.data<int64_t>(), order.data<int64_t>(), rank.data<int64_t>());
+  }
+  int64_t do_first_invisible_selection(const AttentionKeySetDims& dims,
+                                       const Tensor& selected) const override {
+    return kernels::first_invisible_selection(dims, selected.data<int64_t>(), selected.size(0),
+                                              selected.size(1));
+  }
+  AttentionKeySetSizes do_attention_key_offsets(const AttentionKeySetDims& dims,
+                                                const Tensor& selected, const Tensor& comp_offsets,
+                                                const Tensor& prob_offsets) const override {
+    return kernels::attention_key_offsets(dims, selected.data<int64_t>(), comp_offsets.numel() - 1,
+                                          selected.defined() ? selected.size(1) : 0,
+                                          comp_offsets.data<int64_t>(),
+                                          prob_offsets.data<int64_t>());
+  }
+  void do_attention_compressed_keys(const AttentionKeySetDims& dims, const Tensor& selected,
+                                    const Tensor& comp_offsets,
+                                    const Tensor& comp_list) const override {
+    const int64_t N = comp_offsets.numel() - 1;
+    const int64_t* offsets = comp_offsets.data<int64_t>();
+    if (comp_list.numel() != offsets[N])
+      throw Error("attention_compressed_keys: comp_list has " + std::to_string(comp_list.numel()) +
+                  " entries, the offsets need " + std::to_string(offsets[N]))
+          .field("comp_list");
+    kernels::attention_compressed_keys(dims, selected.data<int64_t>(), N,
+                                       selected.defined() ? selected.size(1) : 0, offsets,
+                                       comp_list.data<int64_t>());
+  }
+
   double do_sum_squares(const Tensor& x, const Tensor& bounds) const override {
+    check_sum_ranges(x, bounds);
     return sum_squares_ranges(x.data<float>(), bounds.data<int64_t>(), bounds.size(0));
   }
 
