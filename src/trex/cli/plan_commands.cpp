@@ -320,8 +320,11 @@ void add_plan_commands(CLI::App& app) {
       plan->add_subcommand("validate", "Validation against published runs and the V4-Pro ablation");
   validate->add_option("--root", *root, "Repository root (for configs/)")->capture_default_str();
   validate->callback([root] {
-    std::cout << format_validation(run_validation(*root)) << "\n"
-              << format_ablation(run_ablation(*root));
+    const std::vector<ValidationRow> rows = run_validation(*root);
+    std::cout << format_validation(rows) << "\nAssumptions varied:\n"
+              << format_sensitivity(run_sensitivity(*root)) << "\nV4-Pro ablation:\n"
+              << format_ablation(run_ablation(*root)) << "\nWhere each efficiency comes from:\n"
+              << format_knob_sources(rows, *root);
   });
 
   auto ex = std::make_shared<ExpertsOptions>();

@@ -1,6 +1,8 @@
 #include "trex/plan/cluster.hpp"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "trex/core/config_reader.hpp"
 
@@ -51,6 +53,8 @@ ClusterSpec read_cluster(const Reader& root) {
   top.scale_out_gbps = t.number("scale_out_gbps", kPositive);
   top.scale_out_latency_us = t.number("scale_out_latency_us", top.scale_out_latency_us, kAmount);
   top.host_gbps = t.number("host_gbps", kPositive);
+  t.reject_unknown();
+  d.reject_unknown();
 
   if (root.has("efficiency")) {
     const Reader e = root.object("efficiency");
@@ -63,6 +67,7 @@ ClusterSpec read_cluster(const Reader& root) {
       x.gemm.launch_us = g.number("launch_us", x.gemm.launch_us, kMicroseconds);
       if (x.gemm.fp8_max > 0 && c.device.fp8_tflops <= 0)
         g.fail("fp8_max", "fp8_max given but the device has no fp8_tflops");
+      g.reject_unknown();
     }
     x.attention = e.number("attention", x.attention, kFraction);
     x.vector_memory = e.number("vector_memory", x.vector_memory, kFraction);
@@ -79,8 +84,30 @@ ClusterSpec read_cluster(const Reader& root) {
         e.number("overlap_compute_penalty", x.overlap_compute_penalty, kShare);
     x.optimizer_bytes_per_param = e.number("optimizer_bytes_per_param", x.optimizer_bytes_per_param,
                                            Range<double>::between(0, 1e4));
+    e.reject_unknown({"gemm"});
   }
+  if (root.has("sources")) {
+    const Reader s = root.object("sources");
+    const std::vector<std::string> fields = ClusterSpec::field_paths();
+    for (const auto& [field, text] : s.value().items()) {
+      if (std::find(fields.begin(), fields.end(), field) == fields.end())
+        s.fail(field, "names no field of a cluster file (e.g. \"device.bf16_tflops\")");
+      c.sources[field] = s.string(field);
+    }
+  }
+  root.reject_unknown({"efficiency", "sources"});
   return c;
+}
+
+// The dotted paths of every leaf of a JSON object.
+void leaf_paths(const json& j, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [key, value] : j.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object())
+      leaf_paths(value, path, out);
+    else
+      out.push_back(path);
+  }
 }
 
 }  // namespace
@@ -94,9 +121,25 @@ ClusterSpec ClusterSpec::load(const std::string& path) {
   return read_cluster(document.root());
 }
 
+std::vector<std::string> ClusterSpec::field_paths() {
+  json fields = ClusterSpec().to_json();
+  fields.erase("sources");
+  std::vector<std::string> out;
+  leaf_paths(fields, "", out);
+  return out;
+}
+
+std::string ClusterSpec::source_of(const std::string& field) const {
+  const auto it = sources.find(field);
+  return it == sources.end() ? "no source given" : it->second;
+}
+
 json ClusterSpec::to_json() const {
   const EfficiencySpec& e = efficiency;
+  json sources_json = json::object();
+  for (const auto& [field, text] : sources) sources_json[field] = text;
   return {{"name", name},
+          {"sources", sources_json},
           {"device",
            {{"name", device.name},
             {"bf16_tflops", device.bf16_tflops},

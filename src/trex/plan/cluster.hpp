@@ -5,7 +5,9 @@
 // size. Loaded from configs/clusters/*.json; every field is documented in
 // docs/planner.md.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +70,15 @@ struct ClusterSpec {
   DeviceSpec device;
   TopologySpec topology;
   EfficiencySpec efficiency;
+  // Where each figure comes from, by field path ("device.bf16_tflops",
+  // "efficiency.gemm.fp8_max"): a citation, or a text starting "assumption:".
+  // A field without an entry has no stated source.
+  std::map<std::string, std::string> sources;
+
+  // The field paths a cluster file may set (what to_json writes).
+  static std::vector<std::string> field_paths();
+  // sources' entry for `field`, or "no source given".
+  std::string source_of(const std::string& field) const;
 
   static ClusterSpec from_json(const nlohmann::json& json, const std::string& source);
   static ClusterSpec load(const std::string& path);

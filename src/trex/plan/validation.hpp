@@ -3,6 +3,7 @@
 // of the report's V4-Pro recipe (baseline-like -> tuned) by lever. The layouts
 // are the published ones; the efficiencies are the cluster files' defaults —
 // no per-point factor. See docs/planner.md.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,19 +11,27 @@
 
 namespace trex::plan {
 
+// Calibration points were used to set a knob of the planner (an efficiency,
+// the end-to-end goodput, a job assumption): agreeing with them is by
+// construction. Validation points were never used to set anything: they are
+// the evidence.
+enum class PointRole { kCalibration, kValidation };
+
 struct ValidationPoint {
   std::string name;
   std::string model_file;    // relative to the repository root
   std::string cluster_file;  // relative to the repository root
   Job job;
   Layout layout;
-  std::string metric;  // "mfu" or "model_tflops"
+  std::string metric;  // "mfu", "model_tflops" or "step_seconds"
   double published = 0;
   std::string source;
   // The published figure is a whole run's tokens over its total GPU-hours
   // (wall clock, not steady-state steps): evaluated with Job::goodput =
   // kEndToEndGoodput. Per-iteration logs and benchmarks: false (goodput 1).
   bool end_to_end = false;
+  PointRole role = PointRole::kValidation;
+  std::string sets;  // calibration points: the knob(s) this point set, and to what
 };
 
 struct ValidationRow {
@@ -30,11 +39,37 @@ struct ValidationRow {
   Estimate estimate;
   double predicted = 0;
   double ratio = 0;  // predicted / published
-  bool within_20_percent = false;
+  // The memory model's verdict on the published layout. A published run did
+  // fit; "does not fit" here is an error of the memory model, and the row
+  // never counts as agreeing.
+  bool fits_memory = false;
+  bool within_20_percent = false;  // runnable, fits and |ratio − 1| <= 0.2
+  double error() const { return ratio > 0 ? std::abs(ratio - 1) : 1; }
 };
+
+// Median and worst |predicted/published − 1| over the rows of one role.
+struct ErrorSummary {
+  size_t points = 0;
+  double median = 0;
+  double worst = 0;
+  std::string worst_point;
+};
+ErrorSummary summarize_errors(const std::vector<ValidationRow>& rows, PointRole role);
 
 std::vector<ValidationPoint> validation_points();
 std::vector<ValidationRow> run_validation(const std::string& repo_root);
+ValidationRow evaluate_point(const ValidationPoint& point, const std::string& repo_root);
+
+// One assumption of the planner varied over a range: the affected points'
+// predictions (and the V4-Pro ablation's speed-up) at each value.
+struct SensitivityRow {
+  std::string knob;   // what was varied
+  std::string value;  // at this value ("*" marks the default)
+  std::string point;  // the affected point (or "V4-Pro ablation")
+  double predicted = 0;
+  double ratio = 0;  // predicted / published (the ablation: speed-up / 2.93)
+};
+std::vector<SensitivityRow> run_sensitivity(const std::string& repo_root);
 
 // V4-Pro on the 910C cluster: the open-source-baseline-like recipe, the tuned
 // recipe, and the steps between them, one lever group at a time.
@@ -51,6 +86,11 @@ Job v4_pro_job();
 std::vector<AblationRow> run_ablation(const std::string& repo_root);
 
 std::string format_validation(const std::vector<ValidationRow>& rows);
+std::string format_sensitivity(const std::vector<SensitivityRow>& rows);
+// Every efficiency of the clusters the points use, with its source (or
+// "assumption: ..."), from the cluster files' `sources`.
+std::string format_knob_sources(const std::vector<ValidationRow>& rows,
+                                const std::string& repo_root);
 std::string format_ablation(const std::vector<AblationRow>& rows);
 
 }  // namespace trex::plan
