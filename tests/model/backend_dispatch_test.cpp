@@ -460,6 +460,28 @@ trex::model::Batch random_batch(const trex::model::ModelConfig& c, int64_t B, in
   return b;
 }
 
+// One training step of a model on `backend` and of the same model on the CPU
+// backend: the losses, expert loads and gradients are bitwise equal.
+trex::model::LossBreakdown step_on_backend_matches_cpu(const trex::model::ModelConfig& config,
+                                                       const trex::model::Batch& batch,
+                                                       const trex::model::LossOptions& loss,
+                                                       uint64_t seed, const Backend& backend) {
+  trex::model::Model<float> reference(config);
+  reference.init_random(seed);
+  const trex::model::LossBreakdown expected = reference.forward_backward(batch, loss);
+  trex::model::Model<float> model(config);
+  model.init_random(seed);
+  model.set_backend(backend);
+  const trex::model::LossBreakdown got = model.forward_backward(batch, loss);
+  EXPECT_EQ(got.total, expected.total);
+  EXPECT_EQ(got.lm, expected.lm);
+  EXPECT_EQ(got.mtp, expected.mtp);
+  EXPECT_EQ(got.indexer, expected.indexer);
+  EXPECT_EQ(got.expert_load, expected.expert_load);
+  EXPECT_EQ(model.params().grads(), reference.params().grads());
+  return got;
+}
+
 TEST(BackendDispatch, ModelStepOnARecordingBackendIsBitwiseTheCpuStepAndUsesEveryModelOp) {
   const auto config =
       trex::model::ModelConfig::load(trex::test::source_dir() + "/configs/models/tiny-v4.json");
@@ -468,20 +490,8 @@ TEST(BackendDispatch, ModelStepOnARecordingBackendIsBitwiseTheCpuStepAndUsesEver
   loss.indexer_loss = true;
   const auto batch = random_batch(config, 2, 24);
 
-  trex::model::Model<float> reference(config);
-  reference.init_random(3);
-  const trex::model::LossBreakdown expected = reference.forward_backward(batch, loss);
-
   RecordingBackend recording;
-  trex::model::Model<float> model(config);
-  model.init_random(3);
-  model.set_backend(recording);
-  const trex::model::LossBreakdown got = model.forward_backward(batch, loss);
-  EXPECT_EQ(got.total, expected.total);
-  EXPECT_EQ(got.lm, expected.lm);
-  EXPECT_EQ(got.mtp, expected.mtp);
-  EXPECT_EQ(got.indexer, expected.indexer);
-  EXPECT_EQ(model.params().grads(), reference.params().grads());
+  step_on_backend_matches_cpu(config, batch, loss, 3, recording);
 
   const std::map<std::string, int> calls = recording.calls();
   for (const char* op : {"allocate",
@@ -554,20 +564,9 @@ TEST(BackendDispatch, ModelCodeTouchesBackendMemoryOnlyInsideOps) {
   for (int64_t r = 0; r < batch.B * batch.S; ++r)
     batch.document_ids.push_back(r / batch.S * 2 + (r % batch.S >= 10 ? 1 : 0));
 
-  trex::model::Model<float> reference(config);
-  reference.init_random(5);
-  const trex::model::LossBreakdown expected = reference.forward_backward(batch, loss);
-
   RecordingBackend guarded(/*guard_memory=*/true);
-  trex::model::Model<float> model(config);
-  model.init_random(5);
-  model.set_backend(guarded);
-  const trex::model::LossBreakdown got = model.forward_backward(batch, loss);
-  EXPECT_EQ(got.total, expected.total);
-  EXPECT_EQ(got.mtp, expected.mtp);
-  EXPECT_EQ(got.indexer, expected.indexer);
-  EXPECT_EQ(got.expert_load, expected.expert_load);
-  EXPECT_EQ(model.params().grads(), reference.params().grads());
+  const trex::model::LossBreakdown got =
+      step_on_backend_matches_cpu(config, batch, loss, 5, guarded);
   EXPECT_GT(got.mtp, 0.0);
   const std::map<std::string, int> calls = guarded.calls();
   EXPECT_GT(calls.count("run_independent") ? calls.at("run_independent") : 0, 0);
