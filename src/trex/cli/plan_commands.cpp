@@ -16,6 +16,7 @@
 #include "trex/parallel/expert_plan.hpp"
 #include "trex/plan/calibrate.hpp"
 #include "trex/plan/cluster.hpp"
+#include "trex/plan/job_answers.hpp"
 #include "trex/plan/planner.hpp"
 #include "trex/plan/report.hpp"
 #include "trex/plan/validation.hpp"
@@ -35,7 +36,60 @@ struct PlanOptions {
   bool rebalance = false;
   bool explain = false, allow_fp8 = false, no_offload = false, unfused = false,
        naive_placement = false;
+  JobQuestions questions;
+  bool compare = false;
+  std::string compare_svg;
+  std::string root = ".";  // the repository (validation points) for the uncertainty
 };
+
+// The validation's rows when the repository's configs are at `root`.
+std::vector<ValidationRow> validation_if_present(const std::string& root) {
+  try {
+    return run_validation(root);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+// Per listed layout: executability by `trex train`, the validated region; for
+// the first: the MFU band and the job's answers.
+void print_notes(const std::vector<Estimate>& estimates, const ModelShape& model, const Job& job,
+                 const PlanOptions& o) {
+  if (estimates.empty()) return;
+  const std::vector<ValidationRow> rows = validation_if_present(o.root);
+  const ValidatedRegion region = validated_region(rows);
+  std::printf("\n");
+  for (size_t i = 0; i < estimates.size(); ++i) {
+    const std::vector<std::string> only = planner_only_features(estimates[i].layout);
+    std::string text = only.empty() ? "trex train runs this layout" : "planner only:";
+    for (size_t k = 0; k < only.size(); ++k) text += (k ? ", " : " ") + only[k];
+    if (!rows.empty()) {
+      const std::vector<std::string> outside = outside_region(estimates[i].layout, region);
+      if (!outside.empty()) {
+        text += "; WARNING outside the validated region:";
+        for (size_t k = 0; k < outside.size(); ++k) text += (k ? ", " : " ") + outside[k];
+      }
+    }
+    std::printf("#%zu %s\n", i + 1, text.c_str());
+  }
+  const Estimate& best = estimates.front();
+  if (rows.empty()) {
+    std::printf("MFU uncertainty: not available (the validation points are read from --root %s)\n",
+                o.root.c_str());
+  } else {
+    const ErrorSummary errors = summarize_errors(rows, PointRole::kValidation);
+    const MfuBand b = mfu_band(best.mfu, errors);
+    std::printf(
+        "#1 MFU %.1f%%: %.1f-%.1f%% at the validation's median error (%.0f%%), %.1f-%.1f%% at "
+        "its worst (%.0f%%; %zu points, trex plan validate)\n",
+        100 * best.mfu, 100 * b.median_low, 100 * b.median_high, 100 * errors.median,
+        100 * b.worst_low, 100 * b.worst_high, 100 * errors.worst, errors.points);
+  }
+  std::printf(
+      "#1 job:\n%s",
+      format_job_answers(answer_job(best, model, job, o.questions), o.questions, job).c_str());
+  if (o.compare) std::printf("\nside by side:\n%s", format_side_by_side(estimates).c_str());
+}
 
 // "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,unfused,naive,fp8"
 Layout parse_layout(const std::string& text) {
@@ -129,6 +183,7 @@ void run_plan(const PlanOptions& o) {
     Estimate e = evaluate(model, cluster, job, layout);
     if (!e.valid) throw Error("layout cannot run: " + e.invalid_reason).field("--layout");
     std::cout << format_estimates({e});
+    print_notes({e}, model, job, o);
     if (o.explain) std::cout << "\n" << explain(e, model, cluster, job);
     if (!o.json_out.empty()) write_file_atomic(o.json_out, estimate_json(e).dump(2) + "\n");
     return;
@@ -150,7 +205,15 @@ void run_plan(const PlanOptions& o) {
     std::printf("no layout fits in device memory\n");
   } else {
     std::cout << format_estimates(r.best);
+    print_notes(r.best, model, job, o);
     if (o.explain) std::cout << "\nbest layout:\n" << explain(r.best.front(), model, cluster, job);
+    if (!o.compare_svg.empty()) {
+      write_file_atomic(o.compare_svg,
+                        side_by_side_svg(r.best, cluster.device.hbm_gib,
+                                         model.name + " on " + std::to_string(o.devices) + " x " +
+                                             cluster.device.name + ": the top layouts"));
+      std::printf("wrote %s\n", o.compare_svg.c_str());
+    }
   }
   if (!o.svg.empty()) {
     write_file_atomic(o.svg, candidates_svg(r, cluster,
@@ -292,6 +355,26 @@ void add_plan_commands(CLI::App& app) {
   plan->add_option("--goodput", options->goodput,
                    "Share of wall-clock time in steady-state steps (1: per-step figures; "
                    "0.9: whole-run GPU-hour accounting)")
+      ->capture_default_str();
+  JobQuestions& q = options->questions;
+  plan->add_option("--tokens", q.tokens, "Token budget: steps, wall-clock hours, device-hours");
+  plan->add_option("--price", q.price_per_device_hour, "Cost per device-hour (with --tokens)");
+  plan->add_option("--storage-gbps", q.storage_gbps,
+                   "Aggregate checkpoint storage bandwidth, GB/s (save/load time)");
+  plan->add_option("--mtbf-hours", q.mtbf_hours,
+                   "Mean time between job-stopping failures: goodput from failures, checkpoints "
+                   "and restarts (replaces --goodput for the wall clock)");
+  plan->add_option("--restart-minutes", q.restart_minutes, "Relaunch + reload after a failure")
+      ->capture_default_str();
+  plan->add_option("--checkpoint-minutes", q.checkpoint_minutes,
+                   "Checkpoint interval (default: the Young/Daly optimum)");
+  plan->add_flag("--compare", options->compare,
+                 "Memory and time of the listed layouts side by side");
+  plan->add_option("--compare-svg", options->compare_svg,
+                   "Write the top layouts' time and memory as stacked bars (SVG)");
+  plan->add_option("--root", options->root,
+                   "Repository root: the validation points behind the MFU band and the "
+                   "validated-region warnings")
       ->capture_default_str();
   plan->add_flag("--rebalance", options->rebalance, "Expert migration / hot-expert placement");
   plan->add_flag("--no-offload", options->no_offload, "Never swap optimizer states to host");
