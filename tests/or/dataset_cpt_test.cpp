@@ -1,13 +1,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/process_pool.hpp"
 #include "trex/or/dataset/cpt.hpp"
+#include "trex/or/dataset/decontam.hpp"
 #include "trex/or/families/family.hpp"
 #include "trex/or/synth/synth.hpp"
 
@@ -110,6 +115,57 @@ TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
     EXPECT_GT(kinds["glpk_example"], 10);
   }
   EXPECT_EQ(kinds["worked_example"], static_cast<int>(all_families().size()));
+}
+
+TEST(DatasetCpt, DocumentsMatchingABenchmarkAreDroppedAndCounted) {
+  test::TempDir dir;
+  SynthRequest r;
+  r.count = 6;
+  r.families = all_families();
+  r.settings.seed = 23;
+  r.settings.record_timings = false;
+  r.jobs = 2;
+  r.show_progress = false;
+  JsonlWriter w(dir.file("problems.jsonl"));
+  run_synth(r, [&](const std::string& rec) { w.write_line(rec); });
+  w.commit();
+  CptOptions o;
+  o.problems_path = dir.file("problems.jsonl");
+  o.glpk_examples_dir = "";
+  o.jobs = 0;
+  o.out_dir = dir.file("clean");
+  const CptSummary clean = build_cpt(o);
+  EXPECT_EQ(clean.bench_questions, 0u);
+  // Plant one document verbatim and another as its numbers alone.
+  std::string verbatim, numbers_only;
+  for (const auto& d : read_jsonl(dir.file("clean/corpus.jsonl"))) {
+    const std::string text = d["text"];
+    if (verbatim.empty() && d["meta"]["kind"] == "worked_example") verbatim = text;
+    const std::vector<std::string> signature = number_signature(text);
+    if (numbers_only.empty() && d["meta"]["kind"] == "family" &&
+        signature.size() >= kSignatureMinNumbers + 2) {
+      numbers_only = "Figures of some story:";
+      for (const std::string& n : signature) numbers_only += " " + n + " and";
+    }
+  }
+  ASSERT_FALSE(verbatim.empty());
+  ASSERT_FALSE(numbers_only.empty());
+  std::filesystem::create_directories(dir.file("bench"));
+  JsonlWriter bench(dir.file("bench/planted.jsonl"));
+  bench.write_line(nlohmann::json{{"question", verbatim}}.dump());
+  bench.write_line(nlohmann::json{{"question", numbers_only}}.dump());
+  bench.commit();
+  o.bench_dir = dir.file("bench");
+  o.out_dir = dir.file("decontaminated");
+  const CptSummary s = build_cpt(o);
+  EXPECT_EQ(s.bench_questions, 2u);
+  EXPECT_GE(s.decontam_dropped, 1);
+  EXPECT_GE(s.decontam_numbers_dropped, 1);
+  EXPECT_EQ(s.documents + s.decontam_dropped + s.decontam_numbers_dropped, clean.documents);
+  for (const auto& d : read_jsonl(dir.file("decontaminated/corpus.jsonl")))
+    EXPECT_NE(d["text"].get<std::string>(), verbatim);
+  const auto report = nlohmann::json::parse(read_file(dir.file("decontaminated/summary.json")));
+  EXPECT_EQ(report["decontam_numbers_dropped"], s.decontam_numbers_dropped);
 }
 
 }  // namespace

@@ -278,6 +278,88 @@ TEST(DatasetDecontam, MaxNgramOverlap) {
   EXPECT_EQ(index.max_overlap("nothing in common here at all").fraction, 0.0);
 }
 
+TEST(DatasetDecontam, NumbersAreNormalisedAndSmallIntegersLeftOut) {
+  EXPECT_EQ(numbers_of("Costs 1,200 and 3.50 dollars, 15% off, x1 and 007 units; 12,34"),
+            (std::vector<std::string>{"1200", "3.5", "15", "7", "12", "34"}));
+  EXPECT_EQ(number_signature("3 machines, 10 hours, 250 units at 4.25 each, 250 again, 1,000"),
+            (std::vector<std::string>{"1000", "250", "4.25"}));
+}
+
+TEST(DatasetDecontam, ANumberSignatureCatchesAParaphraseOfTheSameInstance) {
+  NgramIndex index(8);
+  index.add_question("bench.jsonl:7",
+                     "A bakery sells cakes for $12 and pies for $15; flour 350 kg, sugar 120 kg, "
+                     "oven time 48 hours. How many of each maximise revenue?");
+  index.add_question("bench.jsonl:9", "Only 2 or 3 small numbers: 4 and 5.");  // no signature
+  EXPECT_EQ(index.signed_questions(), 1u);
+  // Every word changed, the instance's numbers kept: not an n-gram match, a signature one.
+  const std::string paraphrase =
+      "Each cake earns 12 and each pie 15. Stock: 350 units of flour, 120 of sugar; the oven "
+      "runs 48 h per week.";
+  EXPECT_EQ(index.max_overlap(paraphrase).fraction, 0.0);
+  const NgramIndex::Overlap numbers = index.max_signature_share(paraphrase);
+  EXPECT_DOUBLE_EQ(numbers.fraction, 1.0);
+  EXPECT_EQ(numbers.source, "bench.jsonl:7");
+  // Another instance of the same story (two numbers changed) stays below the share.
+  EXPECT_LT(index.max_signature_share("cakes 12, pies 15, flour 300, sugar 100, oven 48").fraction,
+            kSignatureShare);
+}
+
+// A build whose benchmark directory holds `question` alone.
+SftSummary build_with_planted(const std::string& question, const std::string& bench_dir,
+                              const std::string& out_dir) {
+  JsonlWriter w(bench_dir + "/planted.jsonl");
+  w.write_line(json{{"question", question}}.dump());
+  w.commit();
+  SftOptions o = small_options(out_dir, 2);
+  o.bench_dir = bench_dir;
+  return build_sft(o);
+}
+
+TEST(DatasetDecontam, PlantedBenchmarkItemsAreDroppedAndCounted) {
+  test::TempDir clean;
+  build_sft(small_options(clean.path(), 2));
+  // Records of the clean build planted as benchmark questions: one verbatim,
+  // one as its numbers alone under other words.
+  std::string verbatim, numbers_only;
+  for (const json& r : read_jsonl(clean.file("train.jsonl"))) {
+    const std::string user = r["messages"][1]["content"];
+    if (verbatim.empty()) verbatim = user;
+    const std::vector<std::string> signature = number_signature(user);
+    if (numbers_only.empty() && signature.size() >= kSignatureMinNumbers + 2) {
+      numbers_only = "An unrelated story whose figures are";
+      for (const std::string& n : signature) numbers_only += " " + n + " then";
+    }
+  }
+  ASSERT_FALSE(verbatim.empty());
+  ASSERT_FALSE(numbers_only.empty());
+
+  test::TempDir bench1, out1;
+  const SftSummary by_words = build_with_planted(verbatim, bench1.path(), out1.path());
+  EXPECT_EQ(by_words.written, 80);
+  EXPECT_GE(by_words.decontam_dropped, 1);
+  for (const auto& [name, records] : read_splits(out1.path()))
+    for (const json& r : records) EXPECT_NE(r["messages"][1]["content"], verbatim) << name;
+
+  test::TempDir bench2, out2;
+  const SftSummary by_numbers = build_with_planted(numbers_only, bench2.path(), out2.path());
+  EXPECT_EQ(by_numbers.written, 80);
+  EXPECT_EQ(by_numbers.bench_signed_questions, 1u);
+  EXPECT_EQ(by_numbers.decontam_dropped, 0);  // no word 8-gram in common
+  EXPECT_GE(by_numbers.decontam_numbers_dropped, 1);
+  NgramIndex planted;
+  planted.add_directory(bench2.path());
+  for (const auto& [name, records] : read_splits(out2.path()))
+    for (const json& r : records) {
+      std::string text;
+      for (const json& m : r["messages"])
+        if (m["role"] != "system") text += m["content"].get<std::string>() + "\n";
+      EXPECT_LT(planted.max_signature_share(text).fraction, kSignatureShare) << name;
+    }
+  const json report = json::parse(read_file(out2.file("summary.json")));
+  EXPECT_EQ(report["decontam_numbers_dropped"], by_numbers.decontam_numbers_dropped);
+}
+
 TEST(DatasetSensitivity, ShadowPricesBindingRowsAndRanges) {
   LinearModel m = LinearModel::from_mathprog(
       "var x >= 0;\nvar y >= 0;\nmaximize Z: 3 * x + 2 * y;\ns.t. A: x + y <= 4;\n"

@@ -421,7 +421,8 @@ TEST(KillCpt, EveryFileIsOldOrNewAndRerunsComplete) {
   const std::string problems_old = synth_problems(tmp, 22);
   const std::string out = tmp.file("cpt");
   auto args = [&](const std::string& problems) {
-    return "or cpt --problems " + problems + " --glpk-examples '' --jobs 0 --quiet --out " + out;
+    return "or cpt --problems " + problems +
+           " --glpk-examples '' --bench-dir '' --jobs 0 --quiet --out " + out;
   };
   expect_clean(run_dataset_kills({.name = "cpt",
                                   .out = out,

@@ -1,6 +1,7 @@
 // `trex or sft` and `trex or cpt`: the OR SFT set and the CPT corpus.
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -96,10 +97,19 @@ void add_or_data_commands(CLI::App& or_app) {
       ->capture_default_str();
   c->add_option("--jobs", cpt->jobs, "Worker processes for the error narratives (0 = in-process)")
       ->capture_default_str();
+  cpt->bench_dir = "../shared/or_bench";
+  c->add_option("--bench-dir", cpt->bench_dir,
+                "Benchmark JSONL files every document is decontaminated against ('' or a "
+                "missing default directory: none)")
+      ->capture_default_str();
   c->add_flag("--quiet", *cpt_quiet, "No summary");
   c->add_flag("--strict", cpt->strict, kStrictHelp);
   c->callback([=] {
     CptOptions o = *cpt;
+    if (o.bench_dir == "../shared/or_bench" && !std::filesystem::is_directory(o.bench_dir)) {
+      std::cerr << "note: no " << o.bench_dir << ": the corpus is not decontaminated\n";
+      o.bench_dir.clear();
+    }
     CptSummary summary = build_cpt(o);
     if (!*cpt_quiet) std::cout << format_cpt_summary(summary);
     finish_input(summary.input);

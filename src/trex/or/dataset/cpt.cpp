@@ -550,6 +550,22 @@ CptSummary build_cpt(const CptOptions& options) {
   }
   std::tie(summary.exact_duplicates, summary.near_duplicates) =
       deduplicate(docs, options.near_duplicate_jaccard);
+  if (!options.bench_dir.empty()) {
+    NgramIndex index;
+    index.add_directory(options.bench_dir);
+    summary.bench_questions = index.questions();
+    std::vector<CptDocument> clean;
+    for (CptDocument& d : docs) {
+      if (index.max_overlap(d.text).fraction > options.decontam_threshold) {
+        ++summary.decontam_dropped;
+      } else if (index.max_signature_share(d.text).fraction >= kSignatureShare) {
+        ++summary.decontam_numbers_dropped;
+      } else {
+        clean.push_back(std::move(d));
+      }
+    }
+    docs = std::move(clean);
+  }
 
   std::filesystem::create_directories(options.out_dir);
   JsonlWriter writer((std::filesystem::path(options.out_dir) / "corpus.jsonl").string());
@@ -575,7 +591,12 @@ CptSummary build_cpt(const CptOptions& options) {
           {"exact_duplicates_removed", summary.exact_duplicates},
           {"near_duplicates_removed", summary.near_duplicates},
           {"near_duplicate_jaccard", options.near_duplicate_jaccard},
-          {"narratives_rejected", summary.narratives_rejected}};
+          {"narratives_rejected", summary.narratives_rejected},
+          {"bench_dir", options.bench_dir},
+          {"bench_questions", summary.bench_questions},
+          {"decontam_threshold", options.decontam_threshold},
+          {"decontam_dropped", summary.decontam_dropped},
+          {"decontam_numbers_dropped", summary.decontam_numbers_dropped}};
   write_summary_file(options.out_dir, std::move(sj), summary.seconds, options.problems_path,
                      summary.input);
   return summary;
@@ -597,6 +618,12 @@ std::string format_cpt_summary(const CptSummary& s) {
          " near duplicates; narratives rejected (fault not "
          "real): " +
          std::to_string(s.narratives_rejected) + "; " + format_fixed(s.seconds, 1) + " s\n";
+  out += s.bench_questions > 0
+             ? "decontamination against " + std::to_string(s.bench_questions) +
+                   " benchmark questions: " + std::to_string(s.decontam_dropped) +
+                   " documents dropped by word 8-grams, " +
+                   std::to_string(s.decontam_numbers_dropped) + " by number signature\n"
+             : "decontamination: off (no --bench-dir)\n";
   out += "problems file: " + s.input.summary() + "\n";
   return out;
 }

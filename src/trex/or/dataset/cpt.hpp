@@ -25,6 +25,11 @@ struct CptOptions {
   double time_limit_seconds = 10.0;
   double near_duplicate_jaccard = 0.8;
   bool strict = false;  // the first bad line of the problems file is an error
+  // Benchmark questions (*.jsonl with "question") every document is checked
+  // against (decontam.hpp: word 8-grams above decontam_threshold, or a number
+  // signature); a match is dropped and counted. "": no decontamination.
+  std::string bench_dir;
+  double decontam_threshold = 0.2;
 };
 
 struct CptKindStats {
@@ -38,7 +43,10 @@ struct CptSummary {
   int64_t bytes = 0;
   int64_t exact_duplicates = 0;
   int64_t near_duplicates = 0;
-  int64_t narratives_rejected = 0;  // fault did not change the outcome or hit a limit
+  int64_t narratives_rejected = 0;       // fault did not change the outcome or hit a limit
+  size_t bench_questions = 0;            // indexed from bench_dir
+  int64_t decontam_dropped = 0;          // by word n-gram overlap
+  int64_t decontam_numbers_dropped = 0;  // by number signature
   double seconds = 0.0;
   JsonlStats input;  // the problems file: lines read, skipped, repaired
 };

@@ -26,6 +26,48 @@ std::vector<std::string> words_of(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> numbers_of(const std::string& text) {
+  std::vector<std::string> out;
+  const auto digit = [&](size_t i) {
+    return i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
+  };
+  for (size_t i = 0; i < text.size();) {
+    // A number starts at a digit that does not continue a word ("x1", "B2").
+    if (!digit(i) || (i > 0 && std::isalpha(static_cast<unsigned char>(text[i - 1])))) {
+      ++i;
+      continue;
+    }
+    std::string whole;
+    while (digit(i)) whole += text[i++];
+    // Thousands separators: ",ddd" groups directly after the digits.
+    while (i < text.size() && text[i] == ',' && digit(i + 1) && digit(i + 2) && digit(i + 3) &&
+           !digit(i + 4)) {
+      whole += text.substr(i + 1, 3);
+      i += 4;
+    }
+    std::string fraction;
+    if (i + 1 < text.size() && text[i] == '.' && digit(i + 1)) {
+      ++i;
+      while (digit(i)) fraction += text[i++];
+      while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+    }
+    while (whole.size() > 1 && whole[0] == '0') whole.erase(0, 1);
+    out.push_back(fraction.empty() ? whole : whole + "." + fraction);
+  }
+  return out;
+}
+
+std::vector<std::string> number_signature(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::string& n : numbers_of(text)) {
+    const bool small = n.find('.') == std::string::npos && n.size() <= 2 && std::stoi(n) <= 10;
+    if (!small) out.push_back(std::move(n));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<uint64_t> NgramIndex::grams(const std::string& text) const {
   auto words = words_of(text);
   std::vector<uint64_t> hashes(words.size());
@@ -43,6 +85,13 @@ std::vector<uint64_t> NgramIndex::grams(const std::string& text) const {
 }
 
 void NgramIndex::add_question(const std::string& source, const std::string& question) {
+  const std::vector<std::string> signature = number_signature(question);
+  if (signature.size() >= kSignatureMinNumbers) {
+    const auto id = static_cast<uint32_t>(signature_sizes_.size());
+    signature_sizes_.push_back(static_cast<uint32_t>(signature.size()));
+    signature_sources_.push_back(source);
+    for (const std::string& n : signature) number_postings_[n].push_back(id);
+  }
   auto g = grams(question);
   if (g.empty()) return;
   uint32_t id = static_cast<uint32_t>(totals_.size());
@@ -81,6 +130,25 @@ NgramIndex::Overlap NgramIndex::max_overlap(const std::string& text) const {
         (f == best.fraction && !best.source.empty() && sources_[id] < best.source)) {
       best.fraction = f;
       best.source = sources_[id];
+    }
+  }
+  return best;
+}
+
+NgramIndex::Overlap NgramIndex::max_signature_share(const std::string& text) const {
+  std::unordered_map<uint32_t, uint32_t> hits;
+  for (const std::string& n : number_signature(text)) {
+    auto it = number_postings_.find(n);
+    if (it == number_postings_.end()) continue;
+    for (uint32_t id : it->second) hits[id] += 1;
+  }
+  Overlap best;
+  for (const auto& [id, count] : hits) {
+    const double f = static_cast<double>(count) / signature_sizes_[id];
+    if (f > best.fraction ||
+        (f == best.fraction && !best.source.empty() && signature_sources_[id] < best.source)) {
+      best.fraction = f;
+      best.source = signature_sources_[id];
     }
   }
   return best;

@@ -1,8 +1,15 @@
 #pragma once
-// Benchmark decontamination by word n-gram overlap. The overlap of a text with
-// one benchmark question is the fraction of the question's distinct word
-// n-grams (lower-cased alphanumeric words) that also occur in the text; a
-// record's score is the maximum over every question of every benchmark file.
+// Benchmark decontamination, two ways:
+// - word n-grams: the overlap of a text with one benchmark question is the
+//   fraction of the question's distinct word n-grams (lower-cased alphanumeric
+//   words) that also occur in the text; a record's score is the maximum over
+//   every question of every benchmark file;
+// - number signatures: a question's signature is the set of its distinct
+//   numbers other than the small integers 0..10 (thousands separators, trailing
+//   decimal zeros and "%" normalised away); when it has at least
+//   kSignatureMinNumbers of them, a text that contains kSignatureShare of them
+//   matches it — a paraphrase of the same instance keeps its numbers even when
+//   every word changes.
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -12,8 +19,15 @@ namespace trex::orlib {
 
 constexpr int kDecontamNgram = 8;
 constexpr double kDecontamThreshold = 0.2;
+constexpr size_t kSignatureMinNumbers = 5;
+constexpr double kSignatureShare = 0.9;
 
 std::vector<std::string> words_of(const std::string& text);
+// The numbers of a text, normalised ("1,200" -> "1200", "3.50" -> "3.5",
+// "15%" -> "15"), in order of appearance, repeats kept.
+std::vector<std::string> numbers_of(const std::string& text);
+// The distinct numbers of `text` that can identify an instance (not 0..10).
+std::vector<std::string> number_signature(const std::string& text);
 
 class NgramIndex {
  public:
@@ -27,7 +41,11 @@ class NgramIndex {
     std::string source;     // the question's "file:line" ("" when no overlap)
   };
   Overlap max_overlap(const std::string& text) const;
+  // The largest share of a question's number signature found in `text`, over
+  // the questions with at least kSignatureMinNumbers signature numbers.
+  Overlap max_signature_share(const std::string& text) const;
   size_t questions() const { return totals_.size(); }
+  size_t signed_questions() const { return signature_sizes_.size(); }
   size_t files() const { return files_; }
 
  private:
@@ -38,6 +56,9 @@ class NgramIndex {
   std::unordered_map<uint64_t, std::vector<uint32_t>> postings_;
   std::vector<uint32_t> totals_;
   std::vector<std::string> sources_;
+  std::unordered_map<std::string, std::vector<uint32_t>> number_postings_;
+  std::vector<uint32_t> signature_sizes_;
+  std::vector<std::string> signature_sources_;
 };
 
 }  // namespace trex::orlib

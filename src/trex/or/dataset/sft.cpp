@@ -626,6 +626,11 @@ std::string dataset_card(const std::map<std::string, std::vector<json>>& splits,
     md += "- threshold: records with overlap > " + format_number(options.decontam_threshold) +
           " are dropped and regenerated\n";
     md += "- dropped: " + std::to_string(summary.decontam_dropped) + "\n";
+    md += "- number signatures: " + std::to_string(summary.bench_signed_questions) +
+          " questions with >= " + std::to_string(kSignatureMinNumbers) +
+          " distinct numbers other than 0..10; records containing >= " +
+          format_number(kSignatureShare) + " of one signature are dropped and regenerated: " +
+          std::to_string(summary.decontam_numbers_dropped) + "\n";
     md += "- overlap of kept records: median " + format_fixed(q(0.5), 4) + ", p99 " +
           format_fixed(q(0.99), 4) + ", max " + format_fixed(o.empty() ? 0.0 : o.back(), 4) + "\n";
   }
@@ -649,6 +654,7 @@ SftSummary build_sft(const SftOptions& options) {
   if (decontam) {
     index.add_directory(options.bench_dir);
     summary.bench_questions = index.questions();
+    summary.bench_signed_questions = index.signed_questions();
     summary.bench_files = index.files();
   }
   const std::vector<std::string> tasks = plan_tasks(options.n, options.seed);
@@ -666,6 +672,10 @@ SftSummary build_sft(const SftOptions& options) {
     auto o = index.max_overlap(text);
     if (o.fraction > threshold)
       return reject("decontam", format_fixed(o.fraction, 4) + " vs " + o.source);
+    const auto numbers = index.max_signature_share(text);
+    if (numbers.fraction >= kSignatureShare)
+      return reject("decontam_numbers",
+                    format_fixed(numbers.fraction, 4) + " of the numbers of " + numbers.source);
     r["meta"]["max_bench_overlap"] = std::round(o.fraction * 1e6) / 1e6;
     return dump_compact(r);
   };
@@ -707,6 +717,7 @@ SftSummary build_sft(const SftOptions& options) {
       std::string reason = crashed ? "worker_crash" : result.substr(1, result.find(':') - 1);
       summary.rejected[reason] += 1;
       if (reason == "decontam") summary.decontam_dropped += 1;
+      if (reason == "decontam_numbers") summary.decontam_numbers_dropped += 1;
       retry(job, crashed ? "worker crash" : result);
       return;
     }
@@ -775,6 +786,8 @@ SftSummary build_sft(const SftOptions& options) {
           {"rejected", summary.rejected},
           {"duplicates", summary.duplicates},
           {"decontam_dropped", summary.decontam_dropped},
+          {"decontam_numbers_dropped", summary.decontam_numbers_dropped},
+          {"bench_signed_questions", summary.bench_signed_questions},
           {"decontam_threshold", options.decontam_threshold},
           {"decontam_ngram", kDecontamNgram},
           {"bench_questions", summary.bench_questions},

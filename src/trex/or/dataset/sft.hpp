@@ -62,11 +62,13 @@ struct SftSummary {
   double seconds = 0.0;
   std::map<std::string, int64_t> rejected;  // reason -> count (all retried)
   int64_t duplicates = 0;
-  int64_t decontam_dropped = 0;
+  int64_t decontam_dropped = 0;          // by word n-gram overlap
+  int64_t decontam_numbers_dropped = 0;  // by number signature (decontam.hpp)
   std::map<std::string, int64_t> split_sizes;
   std::vector<std::string> heldout_families;
   std::map<std::string, int> heldout_templates;  // family -> template id
   size_t bench_questions = 0;
+  size_t bench_signed_questions = 0;  // with a number signature
   size_t bench_files = 0;
   JsonlStats input;  // the problems file: lines read, skipped, repaired
 };
