@@ -77,12 +77,12 @@ TEST(DatasetCpt, ExactAndNearDuplicatesAreRemoved) {
   EXPECT_EQ(docs[1].text, other);
 }
 
-TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
-  test::TempDir dir;
+// `count` easy problems over every family into DIR/problems.jsonl.
+void write_problems(const test::TempDir& dir, int64_t count, uint64_t seed) {
   SynthRequest r;
-  r.count = static_cast<int64_t>(all_families().size());
+  r.count = count;
   r.families = all_families();
-  r.settings.seed = 21;
+  r.settings.seed = seed;
   r.settings.mixed_difficulty = false;
   r.settings.difficulty = Difficulty::easy;
   r.settings.record_timings = false;
@@ -91,6 +91,11 @@ TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
   JsonlWriter w(dir.file("problems.jsonl"));
   run_synth(r, [&](const std::string& rec) { w.write_line(rec); });
   w.commit();
+}
+
+TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
+  test::TempDir dir;
+  write_problems(dir, static_cast<int64_t>(all_families().size()), 21);
   CptOptions o;
   o.problems_path = dir.file("problems.jsonl");
   o.out_dir = dir.file("cpt");
@@ -119,16 +124,7 @@ TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
 
 TEST(DatasetCpt, DocumentsMatchingABenchmarkAreDroppedAndCounted) {
   test::TempDir dir;
-  SynthRequest r;
-  r.count = 6;
-  r.families = all_families();
-  r.settings.seed = 23;
-  r.settings.record_timings = false;
-  r.jobs = 2;
-  r.show_progress = false;
-  JsonlWriter w(dir.file("problems.jsonl"));
-  run_synth(r, [&](const std::string& rec) { w.write_line(rec); });
-  w.commit();
+  write_problems(dir, 6, 23);
   CptOptions o;
   o.problems_path = dir.file("problems.jsonl");
   o.glpk_examples_dir = "";
