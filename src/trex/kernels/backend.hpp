@@ -281,7 +281,8 @@ class Backend {
   // scores [N, E] + bias? [E] (the bias steers the selection only),
   // descending, equal values to the lower expert (kernels/top_k.hpp). Hash
   // layers (tid2eid given): row token_ids[t] of tid2eid I64 [V, K] (token_ids
-  // I64 [N]; the caller has checked ids and entries).
+  // I64 [N]; the caller has checked the ids; an entry outside int32 is written as −1, so
+  // a range check of expert_index finds every bad entry the tokens used).
   void router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
                      const Tensor& tid2eid, const Tensor& expert_index) const;
   // combine [N, K] (written) from the unbiased scores [N, E] of the selected

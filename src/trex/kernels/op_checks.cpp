@@ -43,6 +43,14 @@ void check_row_groups(const Tensor& offsets, int64_t rows, std::span<const Tenso
     }
 }
 
+void check_compressed_keys_length(const Tensor& comp_offsets, const Tensor& comp_list) {
+  const int64_t needed = comp_offsets.data<int64_t>()[comp_offsets.numel() - 1];
+  if (comp_list.numel() != needed)
+    throw Error("attention_compressed_keys: comp_list has " + std::to_string(comp_list.numel()) +
+                " entries, the offsets need " + std::to_string(needed))
+        .field("comp_list");
+}
+
 void check_sum_ranges(const Tensor& x, const Tensor& bounds) {
   const int64_t* b = bounds.data<int64_t>();
   for (int64_t i = 0; i < bounds.size(0); ++i)

@@ -19,6 +19,8 @@ void check_balance_sequences(const Tensor& sequences, int64_t N, const char* op)
 // offsets [G+1] ascend from 0 to rows; every group with rows has its weight.
 void check_row_groups(const Tensor& offsets, int64_t rows, std::span<const Tensor> w,
                       const char* op);
+// comp_list holds comp_offsets[N] entries (attention_compressed_keys).
+void check_compressed_keys_length(const Tensor& comp_offsets, const Tensor& comp_list);
 // sum_squares' ranges [begin, end) lie inside x.
 void check_sum_ranges(const Tensor& x, const Tensor& bounds);
 

@@ -49,21 +49,31 @@ kernels::RouterCombineParams combine_params(const MoeDims& dims) {
   return {dims.routed_scaling, dims.norm_topk_prob};
 }
 
-// The hash layer's token ids and its tid2eid table must name real tokens and experts.
-void check_hash_routing(const MoeDims& dims, const int64_t* tid2eid, const int64_t* token_ids,
-                        const kernels::Backend& ops) {
-  const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
+// The hash layer's token ids must name rows of tid2eid.
+void check_token_ids(const MoeDims& dims, const int64_t* token_ids, const kernels::Backend& ops) {
   if (!token_ids) throw moe_error("hash-routed layer needs token ids", "moe.token_ids");
-  const kernels::IndexScan ids = ops.scan_indices(Tensor::of(token_ids, {N}), 0, dims.vocab);
+  const kernels::IndexScan ids =
+      ops.scan_indices(Tensor::of(token_ids, {dims.tokens()}), 0, dims.vocab);
   if (ids.first_bad >= 0)
     throw moe_error("token id " + std::to_string(ids.bad_value) +
                         " outside the tid2eid table (vocab " + std::to_string(dims.vocab) + ")",
                     "moe.token_ids");
-  const kernels::IndexScan table = ops.scan_indices(Tensor::of(tid2eid, {dims.vocab * K}), 0, E);
-  if (table.first_bad >= 0)
-    throw moe_error("tid2eid[" + std::to_string(table.first_bad / K) + "] names expert " +
-                        std::to_string(table.bad_value) + " outside [0, " + std::to_string(E) + ")",
-                    "moe.tid2eid");
+}
+
+// The rows of tid2eid the tokens used (now in expert_index) must name real
+// experts: checked on the N·K selected entries, not the whole table; the error
+// path copies the offending id and entry to the host for the message.
+void check_hash_rows(const MoeDims& dims, const int64_t* tid2eid, const int64_t* token_ids,
+                     const int32_t* expert_index, const kernels::Backend& ops) {
+  const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
+  const kernels::IndexScan rows = ops.scan_indices(Tensor::of(expert_index, {N * K}), 0, E);
+  if (rows.first_bad < 0) return;
+  int64_t id = 0, entry = 0;
+  ops.copy_to_host(Tensor::of(token_ids + rows.first_bad / K, {1}), &id);
+  ops.copy_to_host(Tensor::of(tid2eid + id * K + rows.first_bad % K, {1}), &entry);
+  throw moe_error("tid2eid[" + std::to_string(id) + "] names expert " + std::to_string(entry) +
+                      " outside [0, " + std::to_string(E) + ")",
+                  "moe.tid2eid");
 }
 
 }  // namespace
@@ -98,10 +108,11 @@ void select_experts(const MoeDims& dims, const MoeWeights<T>& weights, const T* 
                     const kernels::OpContext& ctx) {
   const int64_t N = dims.tokens(), E = dims.n_experts, K = dims.top_k;
   if (dims.hash_routed) {
-    check_hash_routing(dims, weights.tid2eid, token_ids, ctx.ops());
+    check_token_ids(dims, token_ids, ctx.ops());
     ctx.ops().router_select(Tensor::of(scores, {N, E}), Tensor(), Tensor::of(token_ids, {N}),
                             Tensor::of(weights.tid2eid, {dims.vocab, K}),
                             Tensor::of(expert_index, {N, K}));
+    check_hash_rows(dims, weights.tid2eid, token_ids, expert_index, ctx.ops());
     return;
   }
   ctx.ops().router_select(Tensor::of(scores, {N, E}), Tensor::optional(weights.gate_bias, {E}),

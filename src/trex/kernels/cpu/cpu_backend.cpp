@@ -667,15 +667,10 @@ class CpuBackend final : public Backend {
   void do_attention_compressed_keys(const AttentionKeySetDims& dims, const Tensor& selected,
                                     const Tensor& comp_offsets,
                                     const Tensor& comp_list) const override {
-    const int64_t N = comp_offsets.numel() - 1;
-    const int64_t* offsets = comp_offsets.data<int64_t>();
-    if (comp_list.numel() != offsets[N])
-      throw Error("attention_compressed_keys: comp_list has " + std::to_string(comp_list.numel()) +
-                  " entries, the offsets need " + std::to_string(offsets[N]))
-          .field("comp_list");
-    kernels::attention_compressed_keys(dims, selected.data<int64_t>(), N,
-                                       selected.defined() ? selected.size(1) : 0, offsets,
-                                       comp_list.data<int64_t>());
+    check_compressed_keys_length(comp_offsets, comp_list);
+    kernels::attention_compressed_keys(dims, selected.data<int64_t>(), comp_offsets.numel() - 1,
+                                       selected.defined() ? selected.size(1) : 0,
+                                       comp_offsets.data<int64_t>(), comp_list.data<int64_t>());
   }
 
   double do_sum_squares(const Tensor& x, const Tensor& bounds) const override {

@@ -1,5 +1,7 @@
 #include "trex/kernels/cpu/moe.hpp"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -88,8 +90,11 @@ void router_top_k(const T* scores, const T* bias, int64_t N, int64_t E, int64_t 
 void router_hash(const int64_t* token_ids, const int64_t* tid2eid, int64_t N, int64_t K,
                  int32_t* expert_index) {
   for (int64_t t = 0; t < N; ++t)
-    for (int64_t k = 0; k < K; ++k)
-      expert_index[t * K + k] = static_cast<int32_t>(tid2eid[token_ids[t] * K + k]);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = tid2eid[token_ids[t] * K + k];
+      // Outside int32 a truncated value could look like a valid expert: -1 instead.
+      expert_index[t * K + k] = e >= INT32_MIN && e <= INT32_MAX ? static_cast<int32_t>(e) : -1;
+    }
 }
 
 template <class T>
