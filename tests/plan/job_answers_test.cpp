@@ -14,6 +14,7 @@
 #include "test_paths.hpp"
 #include "trex/core/error.hpp"
 #include "trex/plan/cluster.hpp"
+#include "trex/plan/report.hpp"
 
 namespace trex::plan {
 namespace {

@@ -5,7 +5,8 @@
 // and restarts leave (Young/Daly) instead of one hand-set number; the MFU's
 // uncertainty from the validation's measured errors; whether the layout lies
 // inside the region the validation covers; and whether `trex train` can run
-// it or only the planner models it. See docs/planner.md ("Planning a job").
+// it or only the planner models it. (The side-by-side breakdown is in report.hpp.) See
+// docs/planner.md ("Planning a job").
 #include <string>
 #include <vector>
 
@@ -75,11 +76,5 @@ struct MfuBand {
   double median_low = 0, median_high = 0, worst_low = 0, worst_high = 0;
 };
 MfuBand mfu_band(double mfu, const ErrorSummary& validation_errors);
-
-// Memory and time of the top layouts side by side (rows: categories).
-std::string format_side_by_side(const std::vector<Estimate>& estimates);
-// The same as stacked bars (time per step and memory per device) in SVG.
-std::string side_by_side_svg(const std::vector<Estimate>& estimates, double hbm_gib,
-                             const std::string& title);
 
 }  // namespace trex::plan

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "trex/plan/formatted.hpp"
+
 namespace trex::plan {
 
 namespace {
@@ -33,6 +35,38 @@ std::string xml_escape(const std::string& s) {
     }
   }
   return o;
+}
+
+// The categories of the side-by-side breakdown.
+struct Category {
+  const char* name;
+  double value;
+};
+
+std::vector<Category> memory_categories(const MemoryEstimate& m) {
+  return {{"weights", m.weights / kGiB},
+          {"gradients", m.gradients / kGiB},
+          {"optimizer states", m.optimizer / kGiB},
+          {"activations", m.activations / kGiB},
+          {"logits", m.logits / kGiB},
+          {"comm buffers", m.comm_buffers / kGiB},
+          {"runtime reserve", m.reserved / kGiB}};
+}
+
+std::vector<Category> time_categories(const TimeEstimate& t) {
+  return {{"GEMMs", t.gemm},
+          {"core attention", t.attention},
+          {"non-GEMM ops", t.vector},
+          {"kernel launches", t.launch},
+          {"recompute", t.recompute},
+          {"EP all-to-all exposed", t.a2a_exposed},
+          {"TP/CP exposed", t.tp_cp_exposed},
+          {"PP exposed", t.pp_exposed},
+          {"overlap slowdown", t.overlap_penalty},
+          {"pipeline bubble", t.bubble},
+          {"DP sync exposed", t.dp_exposed},
+          {"optimizer", t.optimizer},
+          {"offload exposed", t.offload_exposed}};
 }
 
 }  // namespace
@@ -253,6 +287,98 @@ std::string candidates_svg(const SearchResult& r, const ClusterSpec& cluster,
   }
   out << "</svg>\n";
   return out.str();
+}
+
+std::string format_side_by_side(const std::vector<Estimate>& estimates) {
+  std::ostringstream out;
+  const auto header = [&](const char* what) {
+    out << formatted("%-24s", what);
+    for (size_t i = 0; i < estimates.size(); ++i) {
+      out << formatted(" %10s", ("#" + std::to_string(i + 1)).c_str());
+    }
+    out << "\n";
+  };
+  const auto rows = [&](auto categories_of) {
+    const size_t n = categories_of(estimates.front()).size();
+    for (size_t c = 0; c < n; ++c) {
+      out << formatted("%-24s", categories_of(estimates.front())[c].name);
+      for (const Estimate& e : estimates) {
+        out << formatted(" %10.2f", categories_of(e)[c].value);
+      }
+      out << "\n";
+    }
+  };
+  if (estimates.empty()) return "";
+  header("memory, GiB");
+  rows([](const Estimate& e) { return memory_categories(e.memory); });
+  header("time per step, s");
+  rows([](const Estimate& e) { return time_categories(e.time); });
+  out << formatted("%-24s", "step");
+  for (const Estimate& e : estimates) {
+    out << formatted(" %10.2f", e.time.step);
+  }
+  out << "\n";
+  return out.str();
+}
+
+std::string side_by_side_svg(const std::vector<Estimate>& estimates, double hbm_gib,
+                             const std::string& title) {
+  static const char* const kColours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                         "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+                                         "#1b9e77", "#d95f02", "#7570b3"};
+  const double width = 900, panel_h = 320, top = 40, bar_w = 36;
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
+      << top + 2 * panel_h + 40 << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  svg << "<text x=\"10\" y=\"20\" font-size=\"14\">" << xml_escape(title) << "</text>\n";
+  const auto panel = [&](double y0, const char* label, double scale_max, double limit,
+                         auto categories_of) {
+    const double plot_h = panel_h - 60, x0 = 60;
+    svg << "<text x=\"10\" y=\"" << y0 + 14 << "\">" << label << "</text>\n";
+    svg << "<line x1=\"" << x0 << "\" y1=\"" << y0 + 20 + plot_h << "\" x2=\"" << x0 + 420
+        << "\" y2=\"" << y0 + 20 + plot_h << "\" stroke=\"black\"/>\n";
+    for (size_t i = 0; i < estimates.size(); ++i) {
+      const double x = x0 + 20 + static_cast<double>(i) * (bar_w + 30);
+      double y = y0 + 20 + plot_h;
+      const std::vector<Category> cats = categories_of(estimates[i]);
+      for (size_t c = 0; c < cats.size(); ++c) {
+        const double h = scale_max > 0 ? cats[c].value / scale_max * plot_h : 0;
+        if (h <= 0) continue;
+        y -= h;
+        svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << bar_w << "\" height=\"" << h
+            << "\" fill=\"" << kColours[c % 13] << "\"><title>" << cats[c].name << ": "
+            << formatted("%.3g", cats[c].value) << "</title></rect>\n";
+      }
+      svg << "<text x=\"" << x + 8 << "\" y=\"" << y0 + 34 + plot_h << "\">#" << i + 1
+          << "</text>\n";
+    }
+    if (limit > 0) {
+      const double y = y0 + 20 + plot_h - limit / scale_max * plot_h;
+      svg << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + 420 << "\" y2=\"" << y
+          << "\" stroke=\"red\" stroke-dasharray=\"4 3\"/><text x=\"" << x0 + 424 << "\" y=\""
+          << y + 4 << "\" fill=\"red\">HBM</text>\n";
+    }
+    const std::vector<Category> cats = categories_of(estimates.front());
+    for (size_t c = 0; c < cats.size(); ++c) {
+      const double ly = y0 + 24 + static_cast<double>(c) * 16;
+      svg << "<rect x=\"540\" y=\"" << ly - 9 << "\" width=\"10\" height=\"10\" fill=\""
+          << kColours[c % 13] << "\"/><text x=\"556\" y=\"" << ly << "\">" << cats[c].name
+          << "</text>\n";
+    }
+  };
+  if (!estimates.empty()) {
+    double max_step = 0, max_mem = hbm_gib;
+    for (const Estimate& e : estimates) {
+      max_step = std::max(max_step, e.time.step);
+      max_mem = std::max(max_mem, e.memory.total() / kGiB);
+    }
+    panel(top, "time per step, s (stacked; exposed communication included)", max_step * 1.05, 0,
+          [](const Estimate& e) { return time_categories(e.time); });
+    panel(top + panel_h, "memory per device, GiB (dashed: HBM)", max_mem * 1.05, hbm_gib,
+          [](const Estimate& e) { return memory_categories(e.memory); });
+  }
+  svg << "</svg>\n";
+  return svg.str();
 }
 
 }  // namespace trex::plan

@@ -20,4 +20,10 @@ nlohmann::json estimate_json(const Estimate& estimate);
 std::string candidates_svg(const SearchResult& result, const ClusterSpec& cluster,
                            const std::string& title);
 
+// Memory and time of the top layouts side by side (rows: categories).
+std::string format_side_by_side(const std::vector<Estimate>& estimates);
+// The same as stacked bars (time per step and memory per device) in SVG.
+std::string side_by_side_svg(const std::vector<Estimate>& estimates, double hbm_gib,
+                             const std::string& title);
+
 }  // namespace trex::plan

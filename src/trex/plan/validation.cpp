@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "trex/core/error.hpp"
+#include "trex/core/strings.hpp"
 
 namespace trex::plan {
 
@@ -64,12 +66,6 @@ ValidationPoint point(std::string name, std::string model_file, std::string clus
   p.source = std::move(source);
   p.end_to_end = end_to_end;
   return p;
-}
-
-std::string format_number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
 }
 
 }  // namespace
@@ -214,12 +210,14 @@ Layout v4_pro_tuned_layout() {
   return l;
 }
 
-ValidationRow evaluate_point(const ValidationPoint& p, const std::string& root) {
+ValidationRow evaluate_point(const ValidationPoint& p, const std::string& root,
+                             const std::function<void(ClusterSpec&)>& edit_cluster) {
   ModelShape model = load_model_shape(root + "/" + p.model_file, p.job.seq_len);
   ClusterSpec cluster = ClusterSpec::load(root + "/" + p.cluster_file);
+  if (edit_cluster) edit_cluster(cluster);
   ValidationRow r;
   r.point = p;
-  r.point.job.goodput = p.end_to_end ? kEndToEndGoodput : 1.0;
+  if (p.end_to_end) r.point.job.goodput = kEndToEndGoodput;
   r.estimate = evaluate(model, cluster, r.point.job, p.layout);
   r.predicted = metric_of(r.estimate, p.metric);
   r.ratio = p.published > 0 ? r.predicted / p.published : 0;
@@ -261,57 +259,44 @@ std::vector<SensitivityRow> run_sensitivity(const std::string& root) {
       if (p.name.rfind(prefix, 0) == 0) return p;
     throw Error("no validation point named " + prefix).field("point");
   };
-  const auto row = [&](const std::string& knob, const std::string& value, ValidationPoint p) {
-    const ValidationRow r = evaluate_point(p, root);
-    out.push_back({knob, value, p.name, r.predicted, r.ratio});
+  // One row: `point` evaluated with the knob at `value` (marked "*" at its default).
+  const auto row = [&](const std::string& knob, double value, double default_value,
+                       const ValidationPoint& point,
+                       const std::function<void(ClusterSpec&)>& edit_cluster = {}) {
+    const ValidationRow r = evaluate_point(point, root, edit_cluster);
+    out.push_back({knob, (value == default_value ? "*" : "") + format_number(value), point.name,
+                   r.predicted, r.ratio});
   };
   // The V4-Pro routing imbalance: both report points and the ablation's speed-up.
   for (double imbalance : {1.1, 1.35, 1.6}) {
-    const std::string value = (imbalance == 1.35 ? "*" : "") + format_number(imbalance);
-    for (const char* name : {"DeepSeek-V4-Pro, 1024 910C dies, open-source",
-                             "DeepSeek-V4-Pro, 1024 910C dies, tuned"}) {
-      ValidationPoint p = named(name);
-      p.job.expert_imbalance = imbalance;
-      row("V4-Pro routing imbalance", value, p);
-    }
     ValidationPoint base = named("DeepSeek-V4-Pro, 1024 910C dies, open-source");
     ValidationPoint tuned = named("DeepSeek-V4-Pro, 1024 910C dies, tuned");
     base.job.expert_imbalance = tuned.job.expert_imbalance = imbalance;
-    const double speedup =
-        evaluate_point(tuned, root).predicted / evaluate_point(base, root).predicted;
-    out.push_back({"V4-Pro routing imbalance", value, "V4-Pro ablation speed-up (report 2.93x)",
-                   speedup, speedup / 2.93});
+    row("V4-Pro routing imbalance", imbalance, 1.35, base);
+    row("V4-Pro routing imbalance", imbalance, 1.35, tuned);
+    const double speedup = out.back().predicted / out[out.size() - 2].predicted;
+    out.push_back({"V4-Pro routing imbalance", out.back().value,
+                   "V4-Pro ablation speed-up (report 2.93x)", speedup, speedup / 2.93});
   }
   // The V4-Pro global batch (back-computed from the report's step time).
   for (int64_t batch : {1280, 2560, 5120}) {
     ValidationPoint p = named("DeepSeek-V4-Pro, 1024 910C dies, tuned");
     p.job.global_batch = batch;
-    row("V4-Pro global batch", (batch == 2560 ? "*" : "") + std::to_string(batch), p);
+    row("V4-Pro global batch", static_cast<double>(batch), 2560, p);
   }
   // The end-to-end goodput of the H800 point.
   for (double goodput : {0.85, 0.90, 0.95, 1.0}) {
     ValidationPoint p = named("DeepSeek-V3 pre-train, 2048 H800");
+    p.end_to_end = false;  // evaluated at this goodput instead of kEndToEndGoodput
     p.job.goodput = goodput;
-    ModelShape model = load_model_shape(root + "/" + p.model_file, p.job.seq_len);
-    const ClusterSpec cluster = ClusterSpec::load(root + "/" + p.cluster_file);
-    const Estimate e = evaluate(model, cluster, p.job, p.layout);
-    out.push_back({"end-to-end goodput", (goodput == 0.90 ? "*" : "") + format_number(goodput),
-                   p.name, e.mfu, e.mfu / p.published});
+    row("end-to-end goodput", goodput, kEndToEndGoodput, p);
   }
   // The Blackwell MXFP8 GEMM efficiency (an assumption in the cluster files).
-  for (double fp8_max : {0.45, 0.6, 0.75}) {
-    for (const char* name : {"Megatron-Bridge DeepSeek-V4-Flash, 128 GB300",
-                             "Megatron-Bridge DeepSeek-V3, 256 GB300"}) {
-      const ValidationPoint p = named(name);
-      ModelShape model = load_model_shape(root + "/" + p.model_file, p.job.seq_len);
-      ClusterSpec cluster = ClusterSpec::load(root + "/" + p.cluster_file);
-      cluster.efficiency.gemm.fp8_max = fp8_max;
-      const Estimate e = evaluate(model, cluster, p.job, p.layout);
-      const double predicted = metric_of(e, p.metric);
-      out.push_back({"Blackwell gemm.fp8_max", (fp8_max == 0.6 ? "*" : "") + format_number(fp8_max),
-                     p.name, predicted, predicted / p.published});
-    }
-  }
+  for (double fp8_max : {0.45, 0.6, 0.75})
+    for (const char* name :
+         {"Megatron-Bridge DeepSeek-V4-Flash, 128 GB300", "Megatron-Bridge DeepSeek-V3, 256 GB300"})
+      row("Blackwell gemm.fp8_max", fp8_max, 0.6, named(name),
+          [&](ClusterSpec& c) { c.efficiency.gemm.fp8_max = fp8_max; });
   return out;
 }
 

@@ -4,6 +4,7 @@
 // are the published ones; the efficiencies are the cluster files' defaults —
 // no per-point factor. See docs/planner.md.
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,11 @@ ErrorSummary summarize_errors(const std::vector<ValidationRow>& rows, PointRole 
 
 std::vector<ValidationPoint> validation_points();
 std::vector<ValidationRow> run_validation(const std::string& repo_root);
-ValidationRow evaluate_point(const ValidationPoint& point, const std::string& repo_root);
+// `point` on its model and cluster (edit_cluster, when given, changes the
+// cluster first: a sensitivity); goodput kEndToEndGoodput for end_to_end
+// points, otherwise the point's job.goodput (1 unless set).
+ValidationRow evaluate_point(const ValidationPoint& point, const std::string& repo_root,
+                             const std::function<void(ClusterSpec&)>& edit_cluster = {});
 
 // One assumption of the planner varied over a range: the affected points'
 // predictions (and the V4-Pro ablation's speed-up) at each value.
