@@ -513,6 +513,11 @@ struct LossTargets {
   std::vector<int64_t> mtp_next_ids, mtp_rows, mtp;
 };
 
+// Targets that count (>= 0; check_batch has ruled out any >= vocab).
+int64_t counted_targets(const std::vector<int64_t>& targets) {
+  return std::count_if(targets.begin(), targets.end(), [](int64_t t) { return t >= 0; });
+}
+
 LossTargets loss_targets(const Batch& batch, const std::vector<Segment>& segments, bool mtp) {
   const int64_t B = batch.B, S = batch.S, S1 = S - 1;
   const std::vector<int64_t>& labels = batch.labels.empty() ? batch.input_ids : batch.labels;
@@ -638,8 +643,7 @@ template <class T>
 int64_t Model<T>::count_lm_targets(const Batch& batch) const {
   check_batch(config_, batch);
   const std::vector<Segment> segments = packed_segments(batch);
-  const std::vector<int64_t> lm = loss_targets(batch, segments, false).lm;
-  return std::count_if(lm.begin(), lm.end(), [](int64_t target) { return target >= 0; });
+  return counted_targets(loss_targets(batch, segments, false).lm);
 }
 
 template <class T>
@@ -744,7 +748,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                   st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign_from_host(targets.lm.data(), N, ops);
   const LmLossDims ld{N, d, V, 0};
-  out.lm_tokens = lm_loss_count_targets(st.targets.data(), N, V, ops_);
+  out.lm_tokens = counted_targets(targets.lm);
   // A zero weight contributes no gradient: the loss is then computed as a plain mean.
   const bool weighted = step.backward && gradient_weight != 0.0;
   const double weight = weighted ? gradient_weight : 1.0;
@@ -822,7 +826,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     rmsnorm_forward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
                     mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     mc.targets.assign_from_host(targets.mtp.data(), M, ops);
-    out.mtp_tokens = lm_loss_count_targets(mc.targets.data(), M, V, ops_);
+    out.mtp_tokens = counted_targets(targets.mtp);
     // λ goes into the loss scale so that dhead and dh carry it; λ = 0 (logits
     // only) skips the MTP backward.
     st.mtp_backward = weighted && loss.mtp_weight != 0.0;
