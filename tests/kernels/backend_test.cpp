@@ -693,8 +693,8 @@ TEST(BackendOptimizer, UpdatesAndNormsEqualTheirKernels) {
   step.decay = 0.999;
   std::vector<float> workspace(n), workspace_ref(n), mom = uniform<float>(85, n), mom_ref(mom);
   w_ref = w;
-  ops.muon_update(t(w, {rows, cols}), t(g, {rows, cols}), t(mom, {rows, cols}), t(workspace, {n}),
-                  step);
+  const MuonMatrix matrix{t(w, {rows, cols}), t(g, {rows, cols}), t(mom, {rows, cols})};
+  ops.muon_update({&matrix, 1}, t(workspace, {n}), step);
   muon_update(w_ref.data(), g.data(), mom_ref.data(), workspace_ref.data(), rows, cols, step);
   EXPECT_EQ(w, w_ref);
   EXPECT_EQ(mom, mom_ref);
@@ -704,6 +704,44 @@ TEST(BackendOptimizer, UpdatesAndNormsEqualTheirKernels) {
             sum_squares_ranges(g.data(), bounds.data(), 2));
   bounds[3] = 61;
   EXPECT_THROW(ops.sum_squares(t(g, {n}), Tensor::of(bounds.data(), {2, 2})), Error);
+}
+
+// A batch of same-shaped matrices (a thread each on two or more threads) gives
+// each matrix the bits of its update alone, in fp32 and bf16 GEMMs, on shapes
+// large enough for the oneDNN path; a short workspace or a mixed shape is refused.
+TEST(BackendOptimizer, BatchedMuonEqualsEachMatrixAlone) {
+  const Backend& ops = cpu_backend();
+  const int64_t rows = 48, cols = 80, n = rows * cols, count = 5;
+  for (const Precision precision : {Precision::kF32, Precision::kBF16}) {
+    MuonStep step;
+    step.newton_schulz = {6, 2, precision};
+    step.scale = 0.02;
+    step.decay = 0.998;
+    std::vector<std::vector<float>> w, g, mom;
+    for (int64_t i = 0; i < count; ++i) {
+      w.push_back(uniform<float>(90 + i, n));
+      g.push_back(uniform<float>(100 + i, n));
+      mom.push_back(uniform<float>(110 + i, n, 0.1));
+    }
+    std::vector<std::vector<float>> w_alone(w), mom_alone(mom);
+    std::vector<float> workspace(static_cast<size_t>(count * n));
+    std::vector<MuonMatrix> batch;
+    for (int64_t i = 0; i < count; ++i)
+      batch.push_back({t(w[i], {rows, cols}), t(g[i], {rows, cols}), t(mom[i], {rows, cols})});
+    ops.muon_update(batch, t(workspace, {count * n}), step);
+    for (int64_t i = 0; i < count; ++i) {
+      const MuonMatrix one{t(w_alone[i], {rows, cols}), t(g[i], {rows, cols}),
+                           t(mom_alone[i], {rows, cols})};
+      ops.muon_update({&one, 1}, t(workspace, {n}), step);
+      EXPECT_EQ(w[i], w_alone[i]) << precision_name(precision) << " matrix " << i;
+      EXPECT_EQ(mom[i], mom_alone[i]) << precision_name(precision) << " matrix " << i;
+    }
+    EXPECT_THROW(ops.muon_update(batch, t(workspace, {count * n - 1}), step), trex::Error);
+  }
+  std::vector<float> a(12), b(12), c(12), d(10), workspace(64);
+  const std::vector<MuonMatrix> mixed{{t(a, {3, 4}), t(b, {3, 4}), t(c, {3, 4})},
+                                      {t(d, {2, 5}), t(d, {2, 5}), t(d, {2, 5})}};
+  EXPECT_THROW(ops.muon_update(mixed, t(workspace, {64}), MuonStep{}), trex::Error);
 }
 
 TEST(BackendChecks, WrongDtypeShapeOrMissingOperandIsAnErrorNamingIt) {

@@ -290,10 +290,10 @@ class RecordingBackend final : public Backend {
     const OpScope scope(*this, "newton_schulz");
     cpu().newton_schulz(X, out, p);
   }
-  void do_muon_update(const Tensor& w, const Tensor& g, const Tensor& m, const Tensor& ws,
+  void do_muon_update(std::span<const trex::kernels::MuonMatrix> matrices, const Tensor& ws,
                       const trex::kernels::MuonStep& step) const override {
     const OpScope scope(*this, "muon_update");
-    cpu().muon_update(w, g, m, ws, step);
+    cpu().muon_update(matrices, ws, step);
   }
   void do_copy_from_host(const void* src, const Tensor& dst) const override {
     const OpScope scope(*this, "copy_from_host");

@@ -1025,21 +1025,26 @@ void Backend::newton_schulz(const Tensor& X, const Tensor& out,
   do_newton_schulz(X, out, params);
 }
 
-void Backend::muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
-                          const Tensor& workspace, const MuonStep& step) const {
+void Backend::muon_update(std::span<const MuonMatrix> matrices, const Tensor& workspace,
+                          const MuonStep& step) const {
   constexpr const char* op = "muon_update";
-  expect_tensor(weights, op, "weights", DType::kF32, {-1, -1});
-  const int64_t rows = weights.size(0), cols = weights.size(1);
+  if (matrices.empty()) return;
+  expect_tensor(matrices[0].weights, op, "weights", DType::kF32, {-1, -1});
+  const int64_t rows = matrices[0].weights.size(0), cols = matrices[0].weights.size(1);
   if (rows * cols == 0) throw Error("Newton-Schulz needs a non-empty matrix");
   expect_newton_schulz(step.newton_schulz);
-  expect_tensor(grads, op, "grads", DType::kF32, {rows, cols});
-  expect_tensor(momentum, op, "momentum", DType::kF32, {rows, cols});
+  for (const MuonMatrix& m : matrices) {
+    expect_tensor(m.weights, op, "weights", DType::kF32, {rows, cols});
+    expect_tensor(m.grads, op, "grads", DType::kF32, {rows, cols});
+    expect_tensor(m.momentum, op, "momentum", DType::kF32, {rows, cols});
+  }
   expect_tensor(workspace, op, "workspace", DType::kF32, {-1});
-  if (workspace.numel() < rows * cols)
+  const int64_t needed = static_cast<int64_t>(matrices.size()) * rows * cols;
+  if (workspace.numel() < needed)
     throw Error(std::string(op) + ": workspace " + workspace.shape_string() + " holds fewer than " +
-                std::to_string(rows * cols) + " values")
+                std::to_string(needed) + " values")
         .field("workspace");
-  do_muon_update(weights, grads, momentum, workspace, step);
+  do_muon_update(matrices, workspace, step);
 }
 
 double Backend::sum_squares(const Tensor& x, const Tensor& bounds) const {

@@ -78,6 +78,12 @@ struct RouterBalanceGrad {
   double d_loss = 0.0;
 };
 
+// One matrix of a batched Muon update: weights and momentum (updated) from
+// grads, all [rows, cols] F32.
+struct MuonMatrix {
+  Tensor weights, grads, momentum;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -369,10 +375,12 @@ class Backend {
                     const Tensor& exp_avg_sq, const AdamWCoefficients& c) const;
   // Hybrid Newton–Schulz: X [rows, cols] -> out [rows, cols] (written, may be X).
   void newton_schulz(const Tensor& X, const Tensor& out, const NewtonSchulzParams& params) const;
-  // One Muon update of weights, momentum (updated) from grads, all [rows, cols]
-  // F32; workspace: at least rows·cols F32 of scratch.
-  void muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
-                   const Tensor& workspace, const MuonStep& step) const;
+  // One Muon update of each of `matrices`, all of one shape [rows, cols] (so
+  // one step: the same scale and decay); workspace: at least
+  // count·rows·cols F32 of scratch. One op for the batch so that a backend can
+  // batch their GEMMs (CPU: a thread per matrix when there are enough).
+  void muon_update(std::span<const MuonMatrix> matrices, const Tensor& workspace,
+                   const MuonStep& step) const;
   // Σ x² over the ranges of x [n] (F32) given by bounds I64 [ranges, 2] as
   // [begin, end): each range summed in double, the ranges in order.
   double sum_squares(const Tensor& x, const Tensor& bounds) const;
@@ -534,8 +542,8 @@ class Backend {
                                const Tensor& exp_avg_sq, const AdamWCoefficients& c) const = 0;
   virtual void do_newton_schulz(const Tensor& X, const Tensor& out,
                                 const NewtonSchulzParams& params) const = 0;
-  virtual void do_muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
-                              const Tensor& workspace, const MuonStep& step) const = 0;
+  virtual void do_muon_update(std::span<const MuonMatrix> matrices, const Tensor& workspace,
+                              const MuonStep& step) const = 0;
   virtual double do_sum_squares(const Tensor& x, const Tensor& bounds) const = 0;
 };
 

@@ -615,10 +615,15 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void do_muon_update(const Tensor& weights, const Tensor& grads, const Tensor& momentum,
-                      const Tensor& workspace, const MuonStep& step) const override {
-    kernels::muon_update(weights.data<float>(), grads.data<float>(), momentum.data<float>(),
-                         workspace.data<float>(), weights.size(0), weights.size(1), step);
+  void do_muon_update(std::span<const MuonMatrix> matrices, const Tensor& workspace,
+                      const MuonStep& step) const override {
+    std::vector<MuonMatrixData> data;
+    data.reserve(matrices.size());
+    for (const MuonMatrix& m : matrices)
+      data.push_back({m.weights.data<float>(), m.grads.data<float>(), m.momentum.data<float>()});
+    const Tensor& first = matrices[0].weights;
+    kernels::muon_update_batch(data.data(), static_cast<int64_t>(data.size()),
+                               workspace.data<float>(), first.size(0), first.size(1), step);
   }
 
   void do_copy_from_host(const void* src, const Tensor& dst) const override {

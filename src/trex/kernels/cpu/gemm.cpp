@@ -18,12 +18,14 @@
 namespace trex::kernels {
 namespace {
 
+// Branch-free so that the packing loops vectorise (a NaN becomes the quiet NaN 0x7fc0).
 inline uint16_t to_bf16_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) return 0x7fc0;  // NaN
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
+  const uint32_t rounded = (bits + rounding) >> 16;
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(nan ? 0x7fc0u : rounded);
 }
 
 inline float bf16_round(float value) {
@@ -230,15 +232,19 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const void* b_ptr = B;
   int64_t a_ld = lda, b_ld = ldb;
   if (native_bf16) {
-    pack_dense(A, a_rows, a_cols, lda, a16, to_bf16_bits);
-    pack_dense(B, b_rows, b_cols, ldb, b16, to_bf16_bits);
+    // Lambdas, not the function itself: a function pointer would be an
+    // indirect call per element (70 % of a 256³ bf16 GEMM on one thread).
+    const auto bits = [](float v) { return to_bf16_bits(v); };
+    pack_dense(A, a_rows, a_cols, lda, a16, bits);
+    pack_dense(B, b_rows, b_cols, ldb, b16, bits);
     a_ptr = a16.data();
     b_ptr = b16.data();
     a_ld = a_cols;
     b_ld = b_cols;
   } else if (bf16) {
-    pack_dense(A, a_rows, a_cols, lda, a_rounded, bf16_round);
-    pack_dense(B, b_rows, b_cols, ldb, b_rounded, bf16_round);
+    const auto round = [](float v) { return bf16_round(v); };
+    pack_dense(A, a_rows, a_cols, lda, a_rounded, round);
+    pack_dense(B, b_rows, b_cols, ldb, b_rounded, round);
     a_ptr = a_rounded.data();
     b_ptr = b_rounded.data();
     a_ld = a_cols;

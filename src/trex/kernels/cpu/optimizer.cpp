@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <vector>
+
+#include <omp.h>
 
 #include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/elementwise.hpp"
@@ -74,24 +78,64 @@ void newton_schulz(const T* X, T* out, int64_t rows, int64_t cols, const NewtonS
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = transpose ? M[c * m + r] : M[r * m + c];
 }
 
-void muon_update(float* weights, const float* grads, float* momentum, float* workspace,
-                 int64_t rows, int64_t cols, const MuonStep& step) {
-  const int64_t numel = rows * cols;
+namespace {
+
+// M ← μ M + G; the matrix to orthogonalise: μ M + G (Nesterov) or M.
+void muon_momentum(const float* grads, float* momentum, float* out, int64_t numel,
+                   const MuonStep& step) {
   const float mu = static_cast<float>(step.momentum);
   for (int64_t i = 0; i < numel; ++i) {
     momentum[i] = mu * momentum[i] + grads[i];
-    workspace[i] = step.nesterov ? mu * momentum[i] + grads[i] : momentum[i];
+    out[i] = step.nesterov ? mu * momentum[i] + grads[i] : momentum[i];
   }
-  {
-    // Per iteration on the short side n and long side m: M Mᵀ and poly·M (2n²m each), gram² (2n³).
-    const double n = static_cast<double>(std::min(rows, cols)),
-                 m = static_cast<double>(std::max(rows, cols));
-    TREX_PROFILE(profile::Op::kMuonNewtonSchulz,
-                 step.newton_schulz.iterations * (4.0 * n * n * m + 2.0 * n * n * n));
-    newton_schulz<float>(workspace, workspace, rows, cols, step.newton_schulz);
-  }
+}
+
+void muon_apply(float* weights, const float* orthogonal, int64_t numel, const MuonStep& step) {
   for (int64_t i = 0; i < numel; ++i)
-    weights[i] = static_cast<float>(weights[i] * step.decay - step.scale * workspace[i]);
+    weights[i] = static_cast<float>(weights[i] * step.decay - step.scale * orthogonal[i]);
+}
+
+// Per iteration on the short side n and long side m: M Mᵀ and poly·M (2n²m each), gram² (2n³).
+double newton_schulz_flops(int64_t rows, int64_t cols, const NewtonSchulzParams& p) {
+  const double n = static_cast<double>(std::min(rows, cols)),
+               m = static_cast<double>(std::max(rows, cols));
+  return p.iterations * (4.0 * n * n * m + 2.0 * n * n * n);
+}
+
+}  // namespace
+
+void muon_update(float* weights, const float* grads, float* momentum, float* workspace,
+                 int64_t rows, int64_t cols, const MuonStep& step) {
+  const MuonMatrixData matrix{weights, grads, momentum};
+  muon_update_batch(&matrix, 1, workspace, rows, cols, step);
+}
+
+void muon_update_batch(const MuonMatrixData* matrices, int64_t count, float* workspace,
+                       int64_t rows, int64_t cols, const MuonStep& step) {
+  const int64_t numel = rows * cols;
+  for (int64_t i = 0; i < count; ++i)
+    muon_momentum(matrices[i].grads, matrices[i].momentum, workspace + i * numel, numel, step);
+  {
+    TREX_PROFILE(profile::Op::kMuonNewtonSchulz,
+                 static_cast<double>(count) * newton_schulz_flops(rows, cols, step.newton_schulz));
+    const bool per_thread = count > 1 && count >= omp_get_max_threads();
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+#pragma omp parallel for schedule(dynamic, 1) if (per_thread)
+    for (int64_t i = 0; i < count; ++i) {
+      if (per_thread) omp_set_num_threads(1);  // this matrix's GEMMs on this thread alone
+      try {
+        float* x = workspace + i * numel;
+        newton_schulz<float>(x, x, rows, cols, step.newton_schulz);
+      } catch (...) {  // an exception must not leave a worker thread
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+  for (int64_t i = 0; i < count; ++i)
+    muon_apply(matrices[i].weights, workspace + i * numel, numel, step);
 }
 
 double sum_squares_ranges(const float* x, const int64_t* bounds, int64_t count) {

@@ -23,6 +23,22 @@ void newton_schulz(const T* X, T* out, int64_t rows, int64_t cols, const NewtonS
 void muon_update(float* weights, const float* grads, float* momentum, float* workspace,
                  int64_t rows, int64_t cols, const MuonStep& step);
 
+// One same-shaped matrix of a batched Muon update.
+struct MuonMatrixData {
+  float* weights;
+  const float* grads;
+  float* momentum;
+};
+
+// Muon on `count` matrices of shape [rows, cols]; workspace holds count·rows·cols
+// floats. Matrices run in parallel, one thread each, when there are at least as
+// many as threads (small matrices: one GEMM per thread instead of every GEMM
+// split over all threads); otherwise one at a time on all threads. Each matrix
+// gives the same bits as muon_update on it alone: every GEMM's reduction order
+// is fixed by its shape, never by the thread count.
+void muon_update_batch(const MuonMatrixData* matrices, int64_t count, float* workspace,
+                       int64_t rows, int64_t cols, const MuonStep& step);
+
 // Σ x² over `count` ranges [bounds[2i], bounds[2i+1]) of x: each range in
 // double over fixed lanes (ranges in parallel), the ranges summed in order.
 double sum_squares_ranges(const float* x, const int64_t* bounds, int64_t count);

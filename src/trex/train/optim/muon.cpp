@@ -32,11 +32,11 @@ void hybrid_newton_schulz(const T* X, T* out, int64_t rows, int64_t cols,
       Tensor::of(X, {rows, cols}), Tensor::of(out, {rows, cols}), newton_schulz_params(options));
 }
 
-void muon_update(float* weights, const float* grads, float* momentum, int64_t rows, int64_t cols,
-                 double lr, const MuonOptions& options, std::vector<float>& workspace) {
+void muon_update(std::span<const MuonMatrixRef> matrices, int64_t rows, int64_t cols, double lr,
+                 const MuonOptions& options, std::vector<float>& workspace) {
   check(rows, cols, options);
   const int64_t numel = rows * cols;
-  workspace.resize(static_cast<size_t>(numel));
+  workspace.resize(matrices.size() * static_cast<size_t>(numel));
   kernels::MuonStep step;
   step.momentum = options.momentum;
   step.nesterov = options.nesterov;
@@ -44,9 +44,13 @@ void muon_update(float* weights, const float* grads, float* momentum, int64_t ro
   step.scale = std::sqrt(static_cast<double>(std::max(rows, cols))) * options.rms_scale * lr;
   step.decay = 1.0 - lr * options.weight_decay;
   using kernels::Tensor;
+  std::vector<kernels::MuonMatrix> tensors;
+  tensors.reserve(matrices.size());
+  for (const MuonMatrixRef& m : matrices)
+    tensors.push_back({Tensor::of(m.weights, {rows, cols}), Tensor::of(m.grads, {rows, cols}),
+                       Tensor::of(m.momentum, {rows, cols})});
   kernels::default_backend().muon_update(
-      Tensor::of(weights, {rows, cols}), Tensor::of(grads, {rows, cols}),
-      Tensor::of(momentum, {rows, cols}), Tensor::of(workspace.data(), {numel}), step);
+      tensors, Tensor::of(workspace.data(), {static_cast<int64_t>(workspace.size())}), step);
 }
 
 template void hybrid_newton_schulz<float>(const float*, float*, int64_t, int64_t,

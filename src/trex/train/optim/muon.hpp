@@ -2,6 +2,7 @@
 // Muon (spec §6): Nesterov momentum, hybrid Newton–Schulz orthogonalisation,
 // RMS-matching scale and decoupled weight decay, for one logical matrix.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "trex/kernels/precision.hpp"
@@ -30,11 +31,19 @@ template <class T>
 void hybrid_newton_schulz(const T* X, T* out, int64_t rows, int64_t cols,
                           const MuonOptions& options);
 
-// One Muon update of W [rows, cols] with gradient G and momentum buffer M:
+// One matrix W [rows, cols] of a Muon update, its gradient G and momentum M.
+struct MuonMatrixRef {
+  float* weights;
+  const float* grads;
+  float* momentum;
+};
+
+// One Muon update of each matrix, all of shape [rows, cols]:
 //   M ← μ M + G;  O' = HybridNS(μ M + G) (Nesterov) or HybridNS(M);
 //   W ← W (1 − lr·λ) − lr · O' · √max(rows, cols) · γ.
-// `workspace` is resized as needed (reuse it across matrices).
-void muon_update(float* weights, const float* grads, float* momentum, int64_t rows, int64_t cols,
-                 double lr, const MuonOptions& options, std::vector<float>& workspace);
+// The matrices are independent; they go to the backend as one op so that it
+// can batch their GEMMs. `workspace` is resized to count·rows·cols (reuse it).
+void muon_update(std::span<const MuonMatrixRef> matrices, int64_t rows, int64_t cols, double lr,
+                 const MuonOptions& options, std::vector<float>& workspace);
 
 }  // namespace trex::train

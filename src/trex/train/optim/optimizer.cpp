@@ -104,6 +104,10 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   const profile::PhaseScope phase(profile::Phase::kOptimizer);
   float* w = params.values().data();
   const float* g = params.grads().data();
+  // Muon matrices of one shape are updated together (one batched op per shape);
+  // each matrix's update is independent of the others, so the grouping does
+  // not change results.
+  std::map<std::pair<int64_t, int64_t>, std::vector<MuonMatrixRef>> muon_by_shape;
   int64_t local = 0;  // index into the ranges' state
   for (const parallel::OptimizerShard& range : ranges_) {
     int64_t offset = range.begin;
@@ -113,9 +117,8 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
       if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
         // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
         const int64_t rows = spec.shape[0];
-        TREX_PROFILE(profile::Op::kMuonOther);
-        muon_update(w + offset, g + offset, first_moment_.data() + local, rows, n / rows, lr,
-                    options_.muon, workspace_);
+        muon_by_shape[{rows, n / rows}].push_back(
+            {w + offset, g + offset, first_moment_.data() + local});
       } else if (spec.group != model::OptimizerGroup::kNotTrained) {
         TREX_PROFILE(profile::Op::kAdamW);
         adamw_update(w + offset, g + offset, first_moment_.data() + local,
@@ -123,6 +126,20 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
       }
       offset += n;
       local += n;
+    }
+  }
+  // The batch's scratch (count·rows·cols floats) stays under this many values
+  // unless one matrix alone is larger.
+  constexpr int64_t kMuonBatchValues = int64_t{1} << 24;
+  for (const auto& [shape, matrices] : muon_by_shape) {
+    const auto [rows, cols] = shape;
+    const size_t per_batch =
+        static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
+    for (size_t first = 0; first < matrices.size(); first += per_batch) {
+      TREX_PROFILE(profile::Op::kMuonOther);
+      const size_t count = std::min(per_batch, matrices.size() - first);
+      muon_update(std::span(matrices).subspan(first, count), rows, cols, lr, options_.muon,
+                  workspace_);
     }
   }
 }
