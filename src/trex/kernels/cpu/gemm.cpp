@@ -179,16 +179,37 @@ void dnnl_tile(bool ta, bool tb, int64_t m, int64_t n, int64_t K, float alpha, c
   stream.wait();
 }
 
-// A [rows, cols] view with leading dim ld as a dense copy of convert(value):
-// bf16 bits for oneDNN's bf16 matmul, or bf16-rounded floats (bf16 semantics
-// on a CPU whose oneDNN has no bf16 matmul).
-template <class Out, class Convert>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TREX_PACK_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TREX_PACK_CLONES
+#endif
+
+// One row of an operand converted for a bf16 GEMM; cloned per ISA so that the
+// integer rounding runs 16 lanes wide on AVX-512 (the packing is O(n²) of an
+// O(n³) GEMM, but at d = 256 it was 11 % of a training step in SSE2).
+TREX_PACK_CLONES
+void row_to_bf16_bits(const float* src, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16_bits(src[i]);
+}
+
+TREX_PACK_CLONES
+void row_to_bf16_rounded(const float* src, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_round(src[i]);
+}
+
+#undef TREX_PACK_CLONES
+
+// A [rows, cols] view with leading dim ld as a dense copy of convert_row over
+// each row: bf16 bits for oneDNN's bf16 matmul, or bf16-rounded floats (bf16
+// semantics on a CPU whose oneDNN has no bf16 matmul).
+template <class Out>
 void pack_dense(const float* src, int64_t rows, int64_t cols, int64_t ld, std::vector<Out>& out,
-                Convert convert) {
+                void (*convert_row)(const float*, int64_t, Out*)) {
   out.resize(static_cast<size_t>(rows * cols));
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = convert(src[r * ld + c]);
+  for (int64_t r = 0; r < rows; ++r) convert_row(src + r * ld, cols, out.data() + r * cols);
 }
 
 // Native bf16 needs AVX512-BF16 (or AMX, whose ISA mask contains it). Without it
@@ -232,19 +253,15 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const void* b_ptr = B;
   int64_t a_ld = lda, b_ld = ldb;
   if (native_bf16) {
-    // Lambdas, not the function itself: a function pointer would be an
-    // indirect call per element (70 % of a 256³ bf16 GEMM on one thread).
-    const auto bits = [](float v) { return to_bf16_bits(v); };
-    pack_dense(A, a_rows, a_cols, lda, a16, bits);
-    pack_dense(B, b_rows, b_cols, ldb, b16, bits);
+    pack_dense(A, a_rows, a_cols, lda, a16, row_to_bf16_bits);
+    pack_dense(B, b_rows, b_cols, ldb, b16, row_to_bf16_bits);
     a_ptr = a16.data();
     b_ptr = b16.data();
     a_ld = a_cols;
     b_ld = b_cols;
   } else if (bf16) {
-    const auto round = [](float v) { return bf16_round(v); };
-    pack_dense(A, a_rows, a_cols, lda, a_rounded, round);
-    pack_dense(B, b_rows, b_cols, ldb, b_rounded, round);
+    pack_dense(A, a_rows, a_cols, lda, a_rounded, row_to_bf16_rounded);
+    pack_dense(B, b_rows, b_cols, ldb, b_rounded, row_to_bf16_rounded);
     a_ptr = a_rounded.data();
     b_ptr = b_rounded.data();
     a_ld = a_cols;
@@ -283,6 +300,22 @@ void gemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 }  // namespace
 
+void run_gemm_tasks(int64_t count, const std::function<void(int64_t)>& task) {
+  const bool per_thread = count > 1 && count >= omp_get_max_threads() && !omp_in_parallel();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max<int64_t>(count, 0)));
+#pragma omp parallel for schedule(dynamic, 1) if (per_thread)
+  for (int64_t i = 0; i < count; ++i) {
+    if (per_thread) omp_set_num_threads(1);  // oneDNN threads by this task's count
+    try {
+      task(i);
+    } catch (...) {  // an exception must not leave a worker thread
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 const char* precision_name(Precision precision) {
   return precision == Precision::kBF16 ? "bf16" : "f32";
 }
@@ -314,7 +347,8 @@ void gemm<float>(Precision precision, bool ta, bool tb, int64_t M, int64_t N, in
   }
   if (M * N * K < 8 * 1024) {
     if (bf16)
-      gemm_loop<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16_round);
+      gemm_loop<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                       [](float v) { return bf16_round(v); });
     else
       gemm_loop<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
                        [](float v) { return v; });

@@ -9,6 +9,7 @@
 // The CPU backend's linear ops (cpu_backend.hpp) call these; the precision is
 // an argument of every call.
 #include <cstdint>
+#include <functional>
 
 #include "trex/kernels/precision.hpp"
 
@@ -36,5 +37,15 @@ void linear_forward(const T* X, const T* W, T* Y, int64_t M, int64_t N, int64_t 
 template <class T>
 void linear_backward(const T* X, const T* W, const T* dY, T* dX, T* dW, int64_t M, int64_t N,
                      int64_t K, Precision precision, bool accumulate_dx = false);
+
+// Runs task(0 .. count−1), independent tasks made of GEMMs (the routed
+// experts of a grouped GEMM, the matrices of a Muon batch). With at least as
+// many tasks as threads they run in parallel, one thread each: small GEMMs
+// scale poorly over threads (a 256³ bf16 GEMM: ~270 GFLOP/s on one core,
+// ~290 on two), and a GEMM's result never depends on its thread count, so
+// the bits are those of running them one after the other, which is what
+// happens with fewer tasks (each GEMM then on every thread). The first
+// exception in task order is rethrown.
+void run_gemm_tasks(int64_t count, const std::function<void(int64_t)>& task);
 
 }  // namespace trex::kernels

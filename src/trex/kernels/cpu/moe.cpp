@@ -297,23 +297,22 @@ template <class T>
 void grouped_rows_linear_forward(const int64_t* offsets, int64_t groups, const T* x,
                                  const T* const* w, int64_t N, int64_t K, T* y,
                                  Precision precision) {
-  for (int64_t g = 0; g < groups; ++g) {
+  run_gemm_tasks(groups, [&](int64_t g) {
     const int64_t begin = offsets[g], n = offsets[g + 1] - begin;
-    if (n == 0) continue;
-    linear_forward(x + begin * K, w[g], y + begin * N, n, N, K, precision);
-  }
+    if (n > 0) linear_forward(x + begin * K, w[g], y + begin * N, n, N, K, precision);
+  });
 }
 
 template <class T>
 void grouped_rows_linear_backward(const int64_t* offsets, int64_t groups, const T* x,
                                   const T* const* w, const T* dy, T* dx, T* const* dw, int64_t N,
                                   int64_t K, Precision precision, bool accumulate_dx) {
-  for (int64_t g = 0; g < groups; ++g) {
+  run_gemm_tasks(groups, [&](int64_t g) {
     const int64_t begin = offsets[g], n = offsets[g + 1] - begin;
-    if (n == 0) continue;
-    linear_backward(x + begin * K, w[g], dy + begin * N, dx ? dx + begin * K : nullptr,
-                    dw ? dw[g] : nullptr, n, N, K, precision, accumulate_dx);
-  }
+    if (n > 0)
+      linear_backward(x + begin * K, w[g], dy + begin * N, dx ? dx + begin * K : nullptr,
+                      dw ? dw[g] : nullptr, n, N, K, precision, accumulate_dx);
+  });
 }
 
 template <class T>

@@ -2,11 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <mutex>
 #include <vector>
-
-#include <omp.h>
 
 #include "trex/core/profile.hpp"
 #include "trex/kernels/cpu/elementwise.hpp"
@@ -118,21 +114,10 @@ void muon_update_batch(const MuonMatrixData* matrices, int64_t count, float* wor
   {
     TREX_PROFILE(profile::Op::kMuonNewtonSchulz,
                  static_cast<double>(count) * newton_schulz_flops(rows, cols, step.newton_schulz));
-    const bool per_thread = count > 1 && count >= omp_get_max_threads();
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-#pragma omp parallel for schedule(dynamic, 1) if (per_thread)
-    for (int64_t i = 0; i < count; ++i) {
-      if (per_thread) omp_set_num_threads(1);  // this matrix's GEMMs on this thread alone
-      try {
-        float* x = workspace + i * numel;
-        newton_schulz<float>(x, x, rows, cols, step.newton_schulz);
-      } catch (...) {  // an exception must not leave a worker thread
-        const std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
+    run_gemm_tasks(count, [&](int64_t i) {
+      float* x = workspace + i * numel;
+      newton_schulz<float>(x, x, rows, cols, step.newton_schulz);
+    });
   }
   for (int64_t i = 0; i < count; ++i)
     muon_apply(matrices[i].weights, workspace + i * numel, numel, step);

@@ -31,11 +31,9 @@ struct MuonMatrixData {
 };
 
 // Muon on `count` matrices of shape [rows, cols]; workspace holds count·rows·cols
-// floats. Matrices run in parallel, one thread each, when there are at least as
-// many as threads (small matrices: one GEMM per thread instead of every GEMM
-// split over all threads); otherwise one at a time on all threads. Each matrix
-// gives the same bits as muon_update on it alone: every GEMM's reduction order
-// is fixed by its shape, never by the thread count.
+// floats. The Newton–Schulz iterations of the matrices run as run_gemm_tasks
+// (a thread each when there are enough), so each matrix gets the bits of
+// muon_update on it alone.
 void muon_update_batch(const MuonMatrixData* matrices, int64_t count, float* workspace,
                        int64_t rows, int64_t cols, const MuonStep& step);
 
