@@ -117,6 +117,20 @@ TEST(DemoReport, Pass1TableFromEvalReports) {
   EXPECT_NE(md.find("| assignment | 0.500 | 1.000 |"), std::string::npos);
   write_demo_report(dir.file("report.md"), in);
   EXPECT_EQ(read_file(dir.file("report.md")), md);
+  EXPECT_EQ(md.find("What you are looking at"), std::string::npos);  // no opening sentences
+
+  // The two opening sentences: what was trained, then the headline gain on the test split.
+  in.what_was_trained = "What you are looking at: a demo model.";
+  const std::string opened = demo_report_markdown(in);
+  EXPECT_EQ(opened.find("# T-Rex demo\n\nWhat you are looking at: a demo model. Headline: "
+                        "zero-shot Pass@1 on the 80 problems of the test split (unseen instances "
+                        "of the trained problem kinds) went from 2.5 % for the CPT-only base to "
+                        "47.5 % after SFT (+45.0 points).\n\n"),
+            0u)
+      << opened;
+  in.headline_split = "public";  // not evaluated: said so, no figure made up
+  EXPECT_NE(demo_report_markdown(in).find("on the public split is not available"),
+            std::string::npos);
 
   Pass1Cell c = read_pass1(dir.file("base.json"), "test");
   EXPECT_TRUE(c.present);

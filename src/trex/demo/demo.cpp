@@ -20,6 +20,8 @@
 #include "trex/io/tokenizer.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/kernels/cpu/peak.hpp"
+#include "trex/model/config.hpp"
+#include "trex/model/param_counts.hpp"
 #include "trex/or/eval/eval.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
@@ -649,6 +651,35 @@ void write_charts(const DemoRun& run, const std::optional<train::TrainSummary>& 
           pass_chart));
 }
 
+// The report's opening sentence: what was trained, on what, in how long.
+std::string what_was_trained(const DemoRun& run, const TrainingInputs& inputs,
+                             const json& data_summary) {
+  const DemoPreset& preset = run.preset;
+  const double params = static_cast<double>(
+      model::count_parameters(model::ModelConfig::load(inputs.model_config_path)).total());
+  const json sizes = data_summary.value("split_sizes", json::object());
+  std::vector<std::string> families;
+  for (const json& f : data_summary.value("train_families", json::array()))
+    if (f.is_string()) families.push_back(f.get<std::string>());
+  const std::string where =
+      run.ranks.size() == 1 ? "one process" : std::to_string(run.ranks.size()) + " MPI ranks";
+  std::string stages;
+  if (preset.copy_warmup_steps > 0)
+    stages += std::to_string(preset.copy_warmup_steps) + " copy-drill warm-up steps, ";
+  stages += std::to_string(preset.cpt_steps) + " CPT steps on " +
+            data_summary.value("cpt_documents", json(0)).dump() + " synthetic OR documents, then " +
+            std::to_string(preset.sft_steps) + " SFT steps on " +
+            sizes.value("sft_train", json(0)).dump() + " problem-to-MathProg formulation pairs (" +
+            join(families, ", ") + ")";
+  return "What you are looking at: a " + format_fixed(params / 1e6, 1) +
+         "M-parameter model with the DeepSeek-V4 architecture, trained from random "
+         "initialisation on this machine (" +
+         where + ", " + format_fixed(seconds_since(run.start) / 60.0, 1) +
+         " minutes from data to "
+         "report): " +
+         stages + ".";
+}
+
 // 8. report.md (rank 0): the Pass@1 table, charts, data summary and figures.
 void write_report(const DemoRun& run, const std::string& report_path, const json& data_summary,
                   const TrainingInputs& inputs, const std::optional<train::TrainSummary>& warmup,
@@ -689,6 +720,7 @@ void write_report(const DemoRun& run, const std::string& report_path, const json
     report.charts = {{"Loss curves", "loss.svg"},
                      {"Validation Pass@1 during SFT", "val_pass1.svg"}};
     report.data_summary = data_summary;
+    report.what_was_trained = what_was_trained(run, inputs, data_summary);
     report.base_data_lines = base.data_lines;
     report.sft_data_lines = final_eval.data_lines;
     report.notes =

@@ -334,8 +334,30 @@ DataLineRecall data_line_recall(const std::string& completions_path, const std::
   return r;
 }
 
+namespace {
+
+// "Headline: zero-shot Pass@1 on the N held-out test problems went from B % ..."
+std::string headline_gain(const DemoReportInputs& in) {
+  Pass1Cell base, sft;
+  if (auto it = in.base_reports.find(in.headline_split); it != in.base_reports.end())
+    base = read_pass1(it->second, in.headline_split);
+  if (auto it = in.sft_reports.find(in.headline_split); it != in.sft_reports.end())
+    sft = read_pass1(it->second, in.headline_split);
+  if (!base.present || !sft.present)
+    return "The Pass@1 of both models on the " + in.headline_split +
+           " split is not available (see the table below).";
+  const double gain = sft.pass1 - base.pass1;
+  return "Headline: zero-shot Pass@1 on the " + std::to_string(sft.n) + " problems of the " +
+         in.headline_split + " split (unseen instances of the trained problem kinds) went from " +
+         percent(base.pass1) + " % for the CPT-only base to " + percent(sft.pass1) +
+         " % after SFT (" + (gain >= 0 ? "+" : "") + percent(gain) + " points).";
+}
+
+}  // namespace
+
 std::string demo_report_markdown(const DemoReportInputs& in) {
   std::string md = "# " + in.title + "\n\n";
+  if (!in.what_was_trained.empty()) md += in.what_was_trained + " " + headline_gain(in) + "\n\n";
   md += "## Pass@1 (zero-shot, graded by `trex or eval`)\n\n";
   md += "| split | n | CPT-only base | SFT model | SFT - base |\n|---|---|---|---|---|\n";
   for (const auto& split : in.splits) {

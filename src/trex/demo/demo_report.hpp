@@ -98,6 +98,11 @@ struct DemoReportInputs {
       charts;                   // (caption, SVG path relative to report.md)
   nlohmann::json data_summary;  // summary.json of `trex or demo-data`; null: no data section
   std::string notes;            // free Markdown appended at the end
+  // The first of the report's two opening sentences (what was trained, on
+  // what, how long); the second, the headline gain on `headline_split`, is
+  // written from the reports. Empty: no opening sentences.
+  std::string what_was_trained;
+  std::string headline_split = "test";
 };
 
 std::string demo_report_markdown(const DemoReportInputs& inputs);
