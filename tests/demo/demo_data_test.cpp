@@ -11,6 +11,7 @@
 #include "trex/core/jsonl.hpp"
 #include "trex/demo/demo_data.hpp"
 #include "trex/io/tokenizer.hpp"
+#include "trex/or/dataset/decontam.hpp"
 #include "trex/or/eval/bench.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -37,7 +38,7 @@ DemoDataOptions small_options(const std::string& out, uint64_t seed) {
   o.train_families = {"assignment", "bin_packing", "lot_sizing", "product_mix"};
   o.heldout_families = {"knapsack"};
   o.bench_dir = test::shared_dir() + "/or_bench";
-  o.bench_overlap = false;  // indexing all benchmark files costs ~1 s per build
+  o.decontaminate = false;  // indexing all benchmark files costs ~1 s per build
   o.jobs = 0;
   o.show_progress = false;
   return o;
@@ -286,6 +287,59 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
     ASSERT_NE(cut, std::string::npos) << text;
     EXPECT_NE(question_of[d["meta"]["problem_id"]].find(text.substr(0, cut)), std::string::npos)
         << text;
+  }
+}
+
+// Two benchmark questions planted in a benchmark directory: one trained
+// problem's question word for word, and another's numbers under new words. The
+// same build with that directory drops both problems (counted by kind), trains
+// on neither (SFT set and CPT corpus), and still fills every quota.
+TEST(DemoData, PlantedBenchmarkItemsAreDroppedFromTraining) {
+  const Built& b = built();
+  const std::string prefix = demo_user_prompt("");
+  std::vector<std::string> questions;
+  for (const auto& r : lines(b.dir.path() + "/sft_train.jsonl"))
+    questions.push_back(r["messages"][0]["content"].get<std::string>().substr(prefix.size()));
+  const std::string copied = questions[0];
+  std::string renumbered;
+  for (size_t i = 1; i < questions.size() && renumbered.empty(); ++i)
+    if (number_signature(questions[i]).size() >= kSignatureMinNumbers &&
+        number_signature(questions[i]) != number_signature(copied))
+      renumbered = questions[i];
+  ASSERT_FALSE(renumbered.empty());
+  std::string paraphrase = "A planted paraphrase that keeps only the figures:";
+  for (const std::string& number : number_signature(renumbered)) paraphrase += " " + number + ";";
+  test::TempDir bench, out;
+  write_file_atomic(bench.file("planted.jsonl"), json{{"question", copied}}.dump() + "\n" +
+                                                     json{{"question", paraphrase}}.dump() + "\n");
+
+  DemoDataOptions o = small_options(out.path(), 5);
+  o.decontaminate = true;
+  o.bench_dir = bench.path();
+  o.sizes.public_items = 0;
+  const DemoDataSummary s = build_demo_data(o);
+  EXPECT_EQ(s.decontam_questions, 2);
+  EXPECT_GE(s.decontam_ngram, 1);
+  EXPECT_GE(s.decontam_signature, 1);
+  EXPECT_EQ(s.split_sizes.at("sft_train"), 24);
+  const json summary = json::parse(read_file(out.file("summary.json")));
+  EXPECT_EQ(summary["decontamination"]["dropped_ngram"], s.decontam_ngram);
+  EXPECT_EQ(summary["decontamination"]["dropped_number_signature"], s.decontam_signature);
+  // As the JSONL files escape them, without the quotes.
+  auto escaped = [](const std::string& text) {
+    const std::string quoted = json(text).dump();
+    return quoted.substr(1, quoted.size() - 2);
+  };
+  for (const std::string f : {"/sft_train.jsonl", "/sft_val.jsonl", "/cpt.jsonl"}) {
+    const std::string text = read_file(out.path() + f);
+    EXPECT_EQ(text.find(escaped(copied)), std::string::npos) << f;
+    EXPECT_EQ(text.find(escaped(renumbered)), std::string::npos) << f;
+  }
+  // Without the planted directory the same seed trains on both (SFT set, CPT corpus).
+  for (const std::string f : {"/sft_train.jsonl", "/cpt.jsonl"}) {
+    const std::string text = read_file(b.dir.path() + f);
+    EXPECT_NE(text.find(escaped(copied)), std::string::npos) << f;
+    EXPECT_NE(text.find(escaped(renumbered)), std::string::npos) << f;
   }
 }
 

@@ -570,6 +570,10 @@ json DemoDataSummary::to_json() const {
           {"mean_target_chars", mean_target_chars},
           {"max_total_chars", max_total_chars},
           {"max_bench_overlap", max_bench_overlap},
+          {"decontamination",
+           {{"benchmark_questions", decontam_questions},
+            {"dropped_ngram", decontam_ngram},
+            {"dropped_number_signature", decontam_signature}}},
           {"public_sources", public_sources},
           {"seconds", seconds}};
 }
@@ -619,6 +623,29 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
   std::map<std::string, std::pair<double, double>> order_sums;
   std::map<std::string, int64_t> order_counts;
 
+  // Every benchmark question of bench_dir, against which the problems of the
+  // trained families (SFT, CPT and their copy drills all come from them) are
+  // decontaminated as they arrive (docs/or-datasets.md "Decontamination").
+  std::optional<NgramIndex> bench_index;
+  if (o.decontaminate && !o.bench_dir.empty() && std::filesystem::is_directory(o.bench_dir)) {
+    bench_index.emplace();
+    bench_index->add_directory(o.bench_dir);
+    summary.decontam_questions = static_cast<int64_t>(bench_index->questions());
+  }
+  // true (and counted) when a trained problem matches a benchmark question.
+  auto contaminated = [&](const std::string& question, const std::string& text) {
+    if (!bench_index) return false;
+    if (bench_index->max_overlap(text).fraction >= kDecontamThreshold) {
+      ++summary.decontam_ngram;
+      return true;
+    }
+    if (bench_index->max_signature_share(question).fraction >= kSignatureShare) {
+      ++summary.decontam_signature;
+      return true;
+    }
+    return false;
+  };
+
   auto accept = [&](const std::string& record) {
     ++summary.problems_generated;
     Problem p = parse_problem(json::parse(record));
@@ -651,6 +678,8 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
       ++summary.skipped_long;
       return;
     }
+    if (bucket == &trained[p.family] && contaminated(p.nl, it.prompt + "\n" + it.target.text))
+      return;
     it.question_hash = hash_string(normalize_text(p.nl));
     it.target_hash = hash_string(it.target.model);
     if (seen_questions.count(it.question_hash) || seen_targets.count(it.target_hash)) {
@@ -914,14 +943,11 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     summary.order_before[family] = std::round(sums.first / n * 1e4) / 1e4;
     summary.order_after[family] = std::round(sums.second / n * 1e4) / 1e4;
   }
-  if (o.bench_overlap && !o.bench_dir.empty() && fs::is_directory(o.bench_dir)) {
-    NgramIndex index;
-    index.add_directory(o.bench_dir);
+  if (bench_index)
     for (const auto* it : train)
       summary.max_bench_overlap =
           std::max(summary.max_bench_overlap,
-                   index.max_overlap(it->prompt + "\n" + it->target.text).fraction);
-  }
+                   bench_index->max_overlap(it->prompt + "\n" + it->target.text).fraction);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json s = summary.to_json();
   s["preset"] = o.preset;

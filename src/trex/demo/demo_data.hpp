@@ -41,8 +41,12 @@ struct DemoDataOptions {
   std::string difficulty = "easy";
   std::string bench_dir = "../shared/or_bench";  // "" or public_items == 0: no public slice
   std::vector<std::string> public_files;         // benchmark file stems; empty: the default list
-  bool bench_overlap = true;  // measure SFT train's n-gram overlap with all of bench_dir (~1 s)
-  int jobs = 1;               // worker processes for GLPK; 0 = in-process
+  // Drop trained-family problems that match a question of any benchmark in
+  // bench_dir (word 8-gram overlap >= 0.2 of the question, or >= 90 % of its
+  // number signature; or/dataset/decontam.hpp) and measure the SFT set's
+  // overlap; indexing every benchmark file costs ~1 s.
+  bool decontaminate = true;
+  int jobs = 1;  // worker processes for GLPK; 0 = in-process
   double time_limit_seconds = 20.0;
   bool show_progress = true;
 };
@@ -68,6 +72,9 @@ struct DemoDataSummary {
   double mean_prompt_chars = 0.0, mean_target_chars = 0.0;
   size_t max_total_chars = 0;
   double max_bench_overlap = 0.0;           // SFT train vs ../shared/or_bench (word 8-grams)
+  int64_t decontam_questions = 0;           // benchmark questions indexed (0: not decontaminated)
+  int64_t decontam_ngram = 0;               // trained problems dropped by word 8-gram overlap
+  int64_t decontam_signature = 0;           // ... by their number signature
   std::vector<std::string> public_sources;  // "file:id" of the public slice
   double seconds = 0.0;
   json to_json() const;
