@@ -325,6 +325,14 @@ TEST(DemoData, PlantedBenchmarkItemsAreDroppedFromTraining) {
   const json summary = json::parse(read_file(out.file("summary.json")));
   EXPECT_EQ(summary["decontamination"]["dropped_ngram"], s.decontam_ngram);
   EXPECT_EQ(summary["decontamination"]["dropped_number_signature"], s.decontam_signature);
+  // The data report's diversity figures: every trained family, and the planted file.
+  for (const std::string family : {"assignment", "bin_packing", "lot_sizing", "product_mix"}) {
+    const json& f = summary["diversity"]["families"][family];
+    EXPECT_GT(f["share"].get<double>(), 0.0) << family;
+    EXPECT_LE(f["share"].get<double>(), 1.0) << family;
+    EXPECT_GE(f["templates"].get<int>(), 1) << family;
+  }
+  EXPECT_EQ(summary["diversity"]["benchmarks"]["planted"]["texts"], 2);
   // As the JSONL files escape them, without the quotes.
   auto escaped = [](const std::string& text) {
     const std::string quoted = json(text).dump();

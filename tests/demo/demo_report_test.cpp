@@ -104,6 +104,11 @@ TEST(DemoReport, Pass1TableFromEvalReports) {
   in.data_summary = {{"train_families", {"assignment", "lot_sizing"}},
                      {"heldout_families", {"knapsack"}},
                      {"split_sizes", {{"test", 80}}},
+                     {"diversity",
+                      {{"ngram", 4},
+                       {"sample", 200},
+                       {"families", {{"assignment", {{"share", 0.21}, {"templates", 5}}}}},
+                       {"benchmarks", {{"nl4opt", {{"share", 0.7}}}}}}},
                      {"data_order_before", {{"assignment", 0.5}}},
                      {"data_order_after", {{"assignment", 1.0}}}};
   const std::string md = demo_report_markdown(in);
@@ -115,6 +120,11 @@ TEST(DemoReport, Pass1TableFromEvalReports) {
   EXPECT_NE(md.find("![CPT loss](cpt_loss.svg)"), std::string::npos);
   EXPECT_NE(md.find("- held-out families: knapsack"), std::string::npos);
   EXPECT_NE(md.find("| assignment | 0.500 | 1.000 |"), std::string::npos);
+  EXPECT_NE(md.find("- question diversity (distinct word 4-grams / all, samples of up to 200 "
+                    "questions): trained assignment 0.210 (5 templates); benchmarks nl4opt "
+                    "0.700\n"),
+            std::string::npos)
+      << md;
   write_demo_report(dir.file("report.md"), in);
   EXPECT_EQ(read_file(dir.file("report.md")), md);
   EXPECT_EQ(md.find("What you are looking at"), std::string::npos);  // no opening sentences

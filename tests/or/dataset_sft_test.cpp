@@ -5,8 +5,10 @@
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/or/dataset/decontam.hpp"
+#include "trex/or/dataset/diversity.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/dataset/sft.hpp"
 #include "trex/or/families/family.hpp"
@@ -358,6 +360,58 @@ TEST(DatasetDecontam, PlantedBenchmarkItemsAreDroppedAndCounted) {
     }
   const json report = json::parse(read_file(out2.file("summary.json")));
   EXPECT_EQ(report["decontam_numbers_dropped"], by_numbers.decontam_numbers_dropped);
+  // The diversity report names the planted benchmark file next to the families.
+  EXPECT_EQ(report["diversity"]["benchmarks"]["planted"]["texts"], 1);
+  EXPECT_NE(read_file(out2.file("README.md")).find("| benchmark planted | - | 1 | "),
+            std::string::npos);
+}
+
+// 4-gram diversity, hand-checked: "a b c d" twice and "b c d e", "b c d f"
+// once each give 3 distinct of 4.
+TEST(DatasetDiversity, DistinctNgramShareHandChecked) {
+  const NgramDiversity d = ngram_diversity({"A b, c d e.", "a B c D f", "x y"}, 1);
+  EXPECT_EQ(d.texts, 3);
+  EXPECT_EQ(d.total, 4);
+  EXPECT_EQ(d.distinct, 3);
+  EXPECT_DOUBLE_EQ(d.share(), 0.75);
+  EXPECT_EQ(ngram_diversity({}, 1).share(), 0.0);
+  EXPECT_EQ(ngram_diversity({"a b c d"}, 1, 2).total, 3);
+  EXPECT_THROW(ngram_diversity({"a"}, 1, 0), Error);
+}
+
+// One template with new numbers scores well below texts that share no wording;
+// a larger set is sampled down to the same size, reproducibly by seed.
+TEST(DatasetDiversity, TemplatedTextScoresBelowVariedTextOnEqualSamples) {
+  std::vector<std::string> templated, varied;
+  for (int i = 0; i < 300; ++i) {
+    templated.push_back("A factory makes " + std::to_string(i) +
+                        " chairs and tables each week and sells every chair for " +
+                        std::to_string(2 * i + 7) + " dollars.");
+    std::string text;
+    for (int w = 0; w < 16; ++w) text += "w" + std::to_string(i * 16 + w) + " ";
+    varied.push_back(text);
+  }
+  const NgramDiversity t = ngram_diversity(templated, 3), v = ngram_diversity(varied, 3);
+  EXPECT_EQ(t.texts, static_cast<int64_t>(kDiversitySample));
+  EXPECT_EQ(v.texts, static_cast<int64_t>(kDiversitySample));
+  EXPECT_DOUBLE_EQ(v.share(), 1.0);
+  // 13 4-grams a text: 7 fixed, 4 with the first number, 2 with the second, both unique.
+  EXPECT_EQ(t.total, 200 * 13);
+  EXPECT_EQ(t.distinct, 7 + 200 * 6);
+  EXPECT_EQ(ngram_diversity(templated, 3).distinct, t.distinct);
+}
+
+// Every public benchmark file with questions gets a figure on the common sample size.
+TEST(DatasetDiversity, PublicBenchmarksHaveAFigureEach) {
+  const auto figures = benchmark_diversity(test::shared_dir() + "/or_bench", 1);
+  ASSERT_GE(figures.size(), 5u);
+  for (const auto& [file, d] : figures) {
+    EXPECT_GT(d.texts, 0) << file;
+    EXPECT_LE(d.texts, static_cast<int64_t>(kDiversitySample)) << file;
+    EXPECT_GT(d.share(), 0.0) << file;
+    EXPECT_LE(d.share(), 1.0) << file;
+  }
+  EXPECT_THROW(benchmark_diversity("no/such/dir", 1), Error);
 }
 
 TEST(DatasetSensitivity, ShadowPricesBindingRowsAndRanges) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 #include <unordered_set>
 
 #include "trex/core/atomic_file.hpp"
@@ -18,6 +19,7 @@
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
+#include "trex/or/dataset/diversity.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/dataset/sft.hpp"
 #include "trex/or/eval/bench.hpp"
@@ -570,6 +572,7 @@ json DemoDataSummary::to_json() const {
           {"mean_target_chars", mean_target_chars},
           {"max_total_chars", max_total_chars},
           {"max_bench_overlap", max_bench_overlap},
+          {"diversity", diversity_json(family_diversity, family_templates, bench_diversity)},
           {"decontamination",
            {{"benchmark_questions", decontam_questions},
             {"dropped_ngram", decontam_ngram},
@@ -942,6 +945,19 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     const double n = static_cast<double>(order_counts[family]);
     summary.order_before[family] = std::round(sums.first / n * 1e4) / 1e4;
     summary.order_after[family] = std::round(sums.second / n * 1e4) / 1e4;
+  }
+  {
+    std::map<std::string, std::vector<std::string>> questions;
+    std::map<std::string, std::set<int>> templates;
+    for (const auto* it : train) {
+      questions[it->problem.family].push_back(it->problem.nl);
+      templates[it->problem.family].insert(it->problem.nl_template);
+    }
+    for (const auto& [family, texts] : questions) {
+      summary.family_diversity[family] = ngram_diversity(texts, o.seed);
+      summary.family_templates[family] = static_cast<int64_t>(templates[family].size());
+    }
+    if (bench_index) summary.bench_diversity = benchmark_diversity(o.bench_dir, o.seed);
   }
   if (bench_index)
     for (const auto* it : train)

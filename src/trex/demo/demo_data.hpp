@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "trex/or/dataset/diversity.hpp"
+
 namespace trex::demo {
 
 using json = nlohmann::json;
@@ -71,10 +73,14 @@ struct DemoDataSummary {
   std::map<std::string, double> order_before, order_after;
   double mean_prompt_chars = 0.0, mean_target_chars = 0.0;
   size_t max_total_chars = 0;
-  double max_bench_overlap = 0.0;           // SFT train vs ../shared/or_bench (word 8-grams)
-  int64_t decontam_questions = 0;           // benchmark questions indexed (0: not decontaminated)
-  int64_t decontam_ngram = 0;               // trained problems dropped by word 8-gram overlap
-  int64_t decontam_signature = 0;           // ... by their number signature
+  double max_bench_overlap = 0.0;  // SFT train vs ../shared/or_bench (word 8-grams)
+  int64_t decontam_questions = 0;  // benchmark questions indexed (0: not decontaminated)
+  int64_t decontam_ngram = 0;      // trained problems dropped by word 8-gram overlap
+  int64_t decontam_signature = 0;  // ... by their number signature
+  // Question surface forms of the SFT train set per family and of each
+  // benchmark file (or/dataset/diversity.hpp; benchmarks only when decontaminating).
+  std::map<std::string, int64_t> family_templates;
+  std::map<std::string, orlib::NgramDiversity> family_diversity, bench_diversity;
   std::vector<std::string> public_sources;  // "file:id" of the public slice
   double seconds = 0.0;
   json to_json() const;

@@ -422,6 +422,23 @@ std::string demo_report_markdown(const DemoReportInputs& in) {
       md += "- SFT train lengths: prompt " + format_fixed(v->get<double>(), 0) + " chars, target " +
             format_fixed(d.value("mean_target_chars", 0.0), 0) + " chars (means), longest pair " +
             d.value("max_total_chars", nlohmann::json(0)).dump() + " chars\n";
+    if (auto v = d.find("diversity"); v != d.end() && v->is_object()) {
+      // "name share (templates)" per family, then per benchmark file.
+      auto figures = [&](const char* key) {
+        std::vector<std::string> parts;
+        if (auto g = v->find(key); g != v->end() && g->is_object())
+          for (auto it = g->begin(); it != g->end(); ++it) {
+            std::string part = it.key() + " " + fixed(it->value("share", 0.0), 3);
+            if (it->contains("templates")) part += " (" + (*it)["templates"].dump() + " templates)";
+            parts.push_back(part);
+          }
+        return parts.empty() ? std::string("-") : join(parts, ", ");
+      };
+      md += "- question diversity (distinct word " + v->value("ngram", nlohmann::json(4)).dump() +
+            "-grams / all, samples of up to " + v->value("sample", nlohmann::json(200)).dump() +
+            " questions): trained " + figures("families") + "; benchmarks " +
+            figures("benchmarks") + "\n";
+    }
     if (auto s = d.find("split_sizes"); s != d.end() && s->is_object()) {
       md += "\n| split | items |\n|---|---|\n";
       for (auto it = s->begin(); it != s->end(); ++it)

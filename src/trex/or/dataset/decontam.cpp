@@ -100,19 +100,25 @@ void NgramIndex::add_question(const std::string& source, const std::string& ques
   for (uint64_t h : g) postings_[h].push_back(id);
 }
 
-void NgramIndex::add_directory(const std::string& dir) {
+std::map<std::string, std::vector<BenchmarkQuestion>> benchmark_questions(const std::string& dir) {
   require(std::filesystem::is_directory(dir), "benchmark directory not found: " + dir);
-  std::vector<std::string> paths;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() == ".jsonl") paths.push_back(e.path().string());
-  std::sort(paths.begin(), paths.end());
-  for (const auto& path : paths) {
-    ++files_;
-    std::string name = std::filesystem::path(path).filename().string();
-    read_jsonl(path, [&](const json& r, long line) {
+  std::map<std::string, std::vector<BenchmarkQuestion>> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".jsonl") continue;
+    std::vector<BenchmarkQuestion>& questions = out[e.path().filename().string()];
+    read_jsonl(e.path().string(), [&](const json& r, long line) {
       if (r.contains("question") && r["question"].is_string())
-        add_question(name + ":" + std::to_string(line), r["question"].get<std::string>());
+        questions.push_back({line, r["question"].get<std::string>()});
     });
+  }
+  return out;
+}
+
+void NgramIndex::add_directory(const std::string& dir) {
+  for (const auto& [name, questions] : benchmark_questions(dir)) {
+    ++files_;
+    for (const BenchmarkQuestion& q : questions)
+      add_question(name + ":" + std::to_string(q.line), q.text);
   }
 }
 

@@ -11,6 +11,7 @@
 //   matches it — a paraphrase of the same instance keeps its numbers even when
 //   every word changes.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +29,14 @@ std::vector<std::string> words_of(const std::string& text);
 std::vector<std::string> numbers_of(const std::string& text);
 // The distinct numbers of `text` that can identify an instance (not 0..10).
 std::vector<std::string> number_signature(const std::string& text);
+
+// The "question" of every record of the benchmark files in `dir` (*.jsonl, in
+// file-name order), keyed by file name, each in line order with its line.
+struct BenchmarkQuestion {
+  long line = 0;
+  std::string text;
+};
+std::map<std::string, std::vector<BenchmarkQuestion>> benchmark_questions(const std::string& dir);
 
 class NgramIndex {
  public:

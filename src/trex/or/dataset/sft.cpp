@@ -507,6 +507,28 @@ std::string pct(int64_t part, int64_t whole) {
 
 }  // namespace
 
+namespace {
+
+std::string diversity_section(const SftSummary& summary) {
+  std::string md = "\n## Surface-form diversity of the problem texts\n\n";
+  md += "Distinct word " + std::to_string(kDiversityNgram) + "-grams / all word " +
+        std::to_string(kDiversityNgram) + "-grams over a sample of up to " +
+        std::to_string(kDiversitySample) +
+        " question texts per row (same sample size for every row: the share falls as a sample "
+        "grows). Generated families use a few whole-text templates; the benchmarks' questions "
+        "are written by people.\n\n| texts | NL templates | texts sampled | distinct " +
+        std::to_string(kDiversityNgram) + "-grams / total |\n|---|---|---|---|\n";
+  for (const auto& [family, d] : summary.family_diversity)
+    md += "| family " + family + " | " + std::to_string(summary.family_templates.at(family)) +
+          " | " + std::to_string(d.texts) + " | " + format_fixed(d.share(), 3) + " |\n";
+  for (const auto& [file, d] : summary.bench_diversity)
+    md += "| benchmark " + file + " | - | " + std::to_string(d.texts) + " | " +
+          format_fixed(d.share(), 3) + " |\n";
+  return md;
+}
+
+}  // namespace
+
 std::string dataset_card(const std::map<std::string, std::vector<json>>& splits,
                          const SftSummary& summary, const SftOptions& options,
                          const std::vector<double>& overlaps) {
@@ -604,6 +626,7 @@ std::string dataset_card(const std::map<std::string, std::vector<json>>& splits,
       "| text | mean | min | median | p90 | max |\n|---|---|---|---|---|---|\n";
   md += user_len.row("user message") + assistant_len.row("assistant message") +
         total_len.row("whole record (incl. system)");
+  md += diversity_section(summary);
   md += "\n## De-duplication and decontamination\n\n";
   md +=
       "- duplicates (identical messages, or the same task, representations, instance and "
@@ -656,6 +679,19 @@ SftSummary build_sft(const SftOptions& options) {
     summary.bench_questions = index.questions();
     summary.bench_signed_questions = index.signed_questions();
     summary.bench_files = index.files();
+    summary.bench_diversity = benchmark_diversity(options.bench_dir, options.seed);
+  }
+  {
+    std::map<std::string, std::vector<std::string>> texts;
+    std::map<std::string, std::set<int>> templates;
+    for (const Problem& p : problems) {
+      texts[p.family].push_back(p.nl);
+      templates[p.family].insert(p.nl_template);
+    }
+    for (const auto& [family, nl] : texts) {
+      summary.family_diversity[family] = ngram_diversity(nl, options.seed);
+      summary.family_templates[family] = static_cast<int64_t>(templates[family].size());
+    }
   }
   const std::vector<std::string> tasks = plan_tasks(options.n, options.seed);
   const double threshold = options.decontam_threshold;
@@ -791,6 +827,8 @@ SftSummary build_sft(const SftOptions& options) {
           {"decontam_threshold", options.decontam_threshold},
           {"decontam_ngram", kDecontamNgram},
           {"bench_questions", summary.bench_questions},
+          {"diversity", diversity_json(summary.family_diversity, summary.family_templates,
+                                       summary.bench_diversity)},
           {"seed", options.seed}};
   write_summary_file(options.out_dir, std::move(sj), summary.seconds, options.problems_path,
                      summary.input);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "trex/core/jsonl.hpp"
+#include "trex/or/dataset/diversity.hpp"
 
 namespace trex::orlib {
 
@@ -71,6 +72,10 @@ struct SftSummary {
   size_t bench_signed_questions = 0;  // with a number signature
   size_t bench_files = 0;
   JsonlStats input;  // the problems file: lines read, skipped, repaired
+  // Surface forms of the problems' NL per family (distinct templates, word
+  // 4-gram diversity; diversity.hpp) and of each benchmark file's questions.
+  std::map<std::string, int64_t> family_templates;
+  std::map<std::string, NgramDiversity> family_diversity, bench_diversity;
 };
 
 // Builds the set and writes <out>/{train,valid,test,heldout_template,
