@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <climits>
 #include <numeric>
 #include <thread>
 
@@ -102,6 +103,81 @@ TEST(Communicator, BadArgumentsAreErrors) {
   EXPECT_THROW(w->isend(&x, 1, DType::kF32, w->size(), 0), Error);
   EXPECT_THROW(w->broadcast(&x, 1, DType::kF32, -1), Error);
   w->barrier();  // the communicator is still usable
+}
+
+// Every operation with the limit of elements per MPI call set to 3: buffers of
+// up to a few dozen values travel as many calls (the path a buffer over
+// INT_MAX elements takes) and give the same values as in one call.
+TEST(Communicator, BuffersOverTheMessageLimitTravelInPieces) {
+  struct LimitGuard {
+    LimitGuard() { set_mpi_message_limit(3); }
+    ~LimitGuard() { set_mpi_message_limit(INT_MAX); }
+  } guard;
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+
+  std::vector<float> f(1001, static_cast<float>(r + 1));
+  f[1000] = static_cast<float>(r);
+  w->all_reduce(std::span<float>(f));
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(f[i], n * (n + 1) / 2.0f) << i;
+  EXPECT_EQ(f[1000], n * (n - 1) / 2.0f);
+
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) counts[static_cast<size_t>(i)] = 2 * i + 4;  // 4, 6, 8, ...
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t first = static_cast<int64_t>(r) * (r + 3);  // Σ_{i<r} (2i + 4)
+  std::vector<int64_t> send(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) send[static_cast<size_t>(i)] = i * 10 + r;
+  std::vector<int64_t> block(static_cast<size_t>(2 * r + 4), -1);
+  w->reduce_scatter(send.data(), block.data(), counts, DType::kI64, ReduceOp::kSum);
+  for (int64_t j = 0; j < 2 * r + 4; ++j)
+    EXPECT_EQ(block[static_cast<size_t>(j)], n * (first + j) * 10 + n * (n - 1) / 2) << j;
+
+  std::vector<int64_t> gathered(static_cast<size_t>(total), -1);
+  std::vector<int64_t> mine(static_cast<size_t>(2 * r + 4));
+  for (size_t j = 0; j < mine.size(); ++j) mine[j] = r * 1000 + static_cast<int64_t>(j);
+  w->all_gather(mine.data(), gathered.data(), counts, DType::kI64);
+  size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < 2 * i + 4; ++j) EXPECT_EQ(gathered[at++], i * 1000 + j);
+
+  std::vector<int64_t> send_counts(static_cast<size_t>(n)), recv_counts(static_cast<size_t>(n));
+  std::vector<int64_t> out;
+  for (int d = 0; d < n; ++d) {
+    send_counts[static_cast<size_t>(d)] = r + d + 4;
+    recv_counts[static_cast<size_t>(d)] = d + r + 4;
+    for (int k = 0; k < r + d + 4; ++k) out.push_back(r * 10000 + d * 100 + k);
+  }
+  std::vector<int64_t> in(
+      static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0})));
+  w->all_to_all(out.data(), send_counts, in.data(), recv_counts, DType::kI64);
+  at = 0;
+  for (int s = 0; s < n; ++s)
+    for (int k = 0; k < s + r + 4; ++k) EXPECT_EQ(in[at++], s * 10000 + r * 100 + k);
+
+  std::vector<double> b(10, r == n - 1 ? 3.25 : 0.0);
+  w->broadcast(b.data(), 10, DType::kF64, n - 1);
+  for (double x : b) EXPECT_EQ(x, 3.25);
+
+  std::vector<int32_t> ring_out(8), ring_in(8, -1);
+  for (int k = 0; k < 8; ++k) ring_out[static_cast<size_t>(k)] = r * 100 + k;
+  Request rx = w->irecv(ring_in.data(), 8, DType::kI32, (r + n - 1) % n, 7);
+  Request tx = w->isend(ring_out.data(), 8, DType::kI32, (r + 1) % n, 7);
+  tx.wait();
+  rx.wait();
+  for (int k = 0; k < 8; ++k)
+    EXPECT_EQ(ring_in[static_cast<size_t>(k)], ((r + n - 1) % n) * 100 + k);
+  w->barrier();
+}
+
+TEST(Communicator, MessageLimitAndReservedTagAreChecked) {
+  auto w = world();
+  float x = 0;
+  EXPECT_THROW(set_mpi_message_limit(0), Error);
+  EXPECT_THROW(set_mpi_message_limit(int64_t{INT_MAX} + 1), Error);
+  EXPECT_THROW(w->isend(&x, 1, DType::kF32, 0, 32767), Error);
+  EXPECT_THROW(w->irecv(&x, 1, DType::kF32, 0, -1), Error);
+  w->barrier();
 }
 
 TEST(Communicator, RequestProgressesWhileCallerComputes) {

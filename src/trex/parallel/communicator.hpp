@@ -167,6 +167,11 @@ bool launched_by_mpi();
 // MPI is finalised at process exit. Throws trex::Error when MPI cannot start.
 std::shared_ptr<Communicator> mpi_world();
 
+// Elements per MPI call (default and maximum INT_MAX, MPI's count type): a
+// buffer over it travels as several calls, so no operation is limited by MPI's
+// int counts. Lower values exist to test that path.
+void set_mpi_message_limit(int64_t elements);
+
 // The world of this process: mpi_world() under mpirun, else a 1-rank communicator.
 std::shared_ptr<Communicator> world();
 

@@ -9,13 +9,16 @@
 // no CPU (ranks oversubscribe cores in tests).
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
 #include <thread>
+#include <type_traits>
 
 #include "trex/core/error.hpp"
 #include "trex/parallel/communicator.hpp"
@@ -52,11 +55,61 @@ MPI_Op mpi_op(ReduceOp op) {
   throw Error("unknown reduction");
 }
 
+// Elements per MPI call: MPI counts are int, so a larger buffer travels as
+// several messages (set lower by tests to exercise that path).
+std::atomic<int64_t> message_limit{INT_MAX};
+
+// The tag of the point-to-point messages of a split all-to-all; isend/irecv refuse it.
+constexpr int kSplitAllToAllTag = 32767;  // MPI guarantees tags up to at least this
+
 int mpi_count(int64_t count, const char* what) {
   if (count < 0 || count > INT_MAX)
     throw Error(std::string(what) + ": element count " + std::to_string(count) +
                 " outside MPI's int range (split the buffer)");
   return static_cast<int>(count);
+}
+
+// [offset, offset + n) pieces of [0, count), each within the message limit; one
+// (possibly empty) piece when count fits, so every rank posts the same calls.
+struct Piece {
+  int64_t offset;
+  int count;
+};
+std::vector<Piece> pieces(int64_t count, const char* what) {
+  if (count < 0) throw Error(std::string(what) + ": negative element count");
+  const int64_t limit = message_limit.load(std::memory_order_relaxed);
+  std::vector<Piece> out;
+  int64_t at = 0;
+  do {
+    const int64_t n = std::min(limit, count - at);
+    out.push_back({at, static_cast<int>(n)});
+    at += n;
+  } while (at < count);
+  return out;
+}
+
+template <class T>
+T* byte_offset(T* base, int64_t elements, DType type) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(base) +
+                              elements * static_cast<int64_t>(dtype_size(type)));
+}
+
+// Whether counts (and their sum, the largest displacement) fit in one MPI call.
+bool fits_one_call(std::span<const int64_t> counts) {
+  const int64_t limit = message_limit.load(std::memory_order_relaxed);
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    if (c < 0 || c > limit) return false;
+    total += c;
+  }
+  return total <= limit;
+}
+
+std::vector<int64_t> offsets_of(std::span<const int64_t> counts) {
+  std::vector<int64_t> out(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) out[i] = out[i - 1] + counts[i - 1];
+  return out;
 }
 
 void check(int code, const char* what) {
@@ -244,23 +297,44 @@ class MpiCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
 
   Request iall_reduce(void* data, int64_t count, DType type, ReduceOp op) override {
-    const int n = mpi_count(count, "all_reduce");
-    account(static_cast<int64_t>(n) * static_cast<int64_t>(dtype_size(type)));
+    std::vector<Piece> parts = pieces(count, "all_reduce");
+    account(count * static_cast<int64_t>(dtype_size(type)));
     MPI_Comm comm = comm_;
-    return submit([=](Operation& o) {
-      o.requests.resize(1);
-      check(MPI_Iallreduce(MPI_IN_PLACE, data, n, mpi_type(type), mpi_op(op), comm, &o.requests[0]),
-            "MPI_Iallreduce");
+    return submit([=, parts = std::move(parts)](Operation& o) {
+      for (const Piece& p : parts) {
+        o.requests.emplace_back();
+        check(MPI_Iallreduce(MPI_IN_PLACE, byte_offset(data, p.offset, type), p.count,
+                             mpi_type(type), mpi_op(op), comm, &o.requests.back()),
+              "MPI_Iallreduce");
+      }
     });
   }
 
   Request ireduce_scatter(const void* send, void* recv, std::span<const int64_t> recv_counts,
                           DType type, ReduceOp op) override {
-    std::vector<int> counts = to_ints(recv_counts, "reduce_scatter");
+    check_counts(recv_counts, "reduce_scatter");
     int64_t sent = 0;
-    for (int c : counts) sent += c;
+    for (int64_t c : recv_counts) sent += c;
     account(sent * static_cast<int64_t>(dtype_size(type)));
     MPI_Comm comm = comm_;
+    if (!fits_one_call(recv_counts)) {
+      // One reduce per destination block, each in pieces (same calls on every rank).
+      const std::vector<int64_t> offsets = offsets_of(recv_counts);
+      std::vector<int64_t> counts(recv_counts.begin(), recv_counts.end());
+      const int me = rank_;
+      return submit([=](Operation& o) {
+        for (int root = 0; root < static_cast<int>(counts.size()); ++root)
+          for (const Piece& p : pieces(counts[static_cast<size_t>(root)], "reduce_scatter")) {
+            o.requests.emplace_back();
+            check(
+                MPI_Ireduce(byte_offset(send, offsets[static_cast<size_t>(root)] + p.offset, type),
+                            root == me ? byte_offset(recv, p.offset, type) : nullptr, p.count,
+                            mpi_type(type), mpi_op(op), root, comm, &o.requests.back()),
+                "MPI_Ireduce");
+          }
+      });
+    }
+    std::vector<int> counts = to_ints(recv_counts, "reduce_scatter");
     return submit([=, counts = std::move(counts)](Operation& o) mutable {
       o.counts_a = std::move(counts);
       o.requests.resize(1);
@@ -272,6 +346,26 @@ class MpiCommunicator final : public Communicator {
 
   Request iall_gather(const void* send, void* recv, std::span<const int64_t> counts,
                       DType type) override {
+    check_counts(counts, "all_gather");
+    if (!fits_one_call(counts)) {
+      // Every rank broadcasts its block in pieces from its place in recv.
+      const std::vector<int64_t> offsets = offsets_of(counts);
+      std::vector<int64_t> c(counts.begin(), counts.end());
+      const auto mine = static_cast<size_t>(rank_);
+      void* own = byte_offset(recv, offsets[mine], type);
+      if (own != send) std::memmove(own, send, static_cast<size_t>(c[mine]) * dtype_size(type));
+      account(c[mine] * static_cast<int64_t>(dtype_size(type)) * (size_ - 1));
+      MPI_Comm comm = comm_;
+      return submit([=](Operation& o) {
+        for (int root = 0; root < static_cast<int>(c.size()); ++root)
+          for (const Piece& p : pieces(c[static_cast<size_t>(root)], "all_gather")) {
+            o.requests.emplace_back();
+            check(MPI_Ibcast(byte_offset(recv, offsets[static_cast<size_t>(root)] + p.offset, type),
+                             p.count, mpi_type(type), root, comm, &o.requests.back()),
+                  "MPI_Ibcast");
+          }
+      });
+    }
     std::vector<int> c = to_ints(counts, "all_gather");
     std::vector<int> displs = displacements(c, "all_gather");
     account(static_cast<int64_t>(c[static_cast<size_t>(rank_)]) *
@@ -290,6 +384,43 @@ class MpiCommunicator final : public Communicator {
 
   Request iall_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
                       std::span<const int64_t> recv_counts, DType type) override {
+    check_counts(send_counts, "all_to_all send");
+    check_counts(recv_counts, "all_to_all recv");
+    if (!fits_one_call(send_counts) || !fits_one_call(recv_counts)) {
+      // Point-to-point pieces under a reserved tag (MPI keeps their order per
+      // sender, receiver and tag); the own block is a copy.
+      const std::vector<int64_t> so = offsets_of(send_counts), ro = offsets_of(recv_counts);
+      std::vector<int64_t> sc(send_counts.begin(), send_counts.end()),
+          rc(recv_counts.begin(), recv_counts.end());
+      const auto me = static_cast<size_t>(rank_);
+      if (sc[me] != rc[me])
+        throw Error("all_to_all: this rank sends itself " + std::to_string(sc[me]) +
+                    " values but expects " + std::to_string(rc[me]));
+      std::memmove(byte_offset(recv, ro[me], type), byte_offset(send, so[me], type),
+                   static_cast<size_t>(sc[me]) * dtype_size(type));
+      int64_t remote = 0;
+      for (size_t d = 0; d < sc.size(); ++d)
+        if (d != me) remote += sc[d];
+      account(remote * static_cast<int64_t>(dtype_size(type)));
+      MPI_Comm comm = comm_;
+      return submit([=](Operation& o) {
+        for (size_t peer = 0; peer < sc.size(); ++peer) {
+          if (peer == me) continue;
+          for (const Piece& p : pieces(rc[peer], "all_to_all recv")) {
+            o.requests.emplace_back();
+            check(MPI_Irecv(byte_offset(recv, ro[peer] + p.offset, type), p.count, mpi_type(type),
+                            static_cast<int>(peer), kSplitAllToAllTag, comm, &o.requests.back()),
+                  "MPI_Irecv");
+          }
+          for (const Piece& p : pieces(sc[peer], "all_to_all send")) {
+            o.requests.emplace_back();
+            check(MPI_Isend(byte_offset(send, so[peer] + p.offset, type), p.count, mpi_type(type),
+                            static_cast<int>(peer), kSplitAllToAllTag, comm, &o.requests.back()),
+                  "MPI_Isend");
+          }
+        }
+      });
+    }
     std::vector<int> sc = to_ints(send_counts, "all_to_all send"),
                      rc = to_ints(recv_counts, "all_to_all recv");
     std::vector<int> sd = displacements(sc, "all_to_all send"),
@@ -315,34 +446,50 @@ class MpiCommunicator final : public Communicator {
 
   Request ibroadcast(void* data, int64_t count, DType type, int root) override {
     check_peer(root, "broadcast root");
-    const int n = mpi_count(count, "broadcast");
-    if (rank_ == root) account(static_cast<int64_t>(n) * static_cast<int64_t>(dtype_size(type)));
+    std::vector<Piece> parts = pieces(count, "broadcast");
+    if (rank_ == root) account(count * static_cast<int64_t>(dtype_size(type)));
     MPI_Comm comm = comm_;
-    return submit([=](Operation& o) {
-      o.requests.resize(1);
-      check(MPI_Ibcast(data, n, mpi_type(type), root, comm, &o.requests[0]), "MPI_Ibcast");
+    return submit([=, parts = std::move(parts)](Operation& o) {
+      for (const Piece& p : parts) {
+        o.requests.emplace_back();
+        check(MPI_Ibcast(byte_offset(data, p.offset, type), p.count, mpi_type(type), root, comm,
+                         &o.requests.back()),
+              "MPI_Ibcast");
+      }
     });
   }
 
+  // A message over the limit travels as several with the same tag; MPI keeps
+  // their order, so the receiver's pieces match the sender's.
   Request isend(const void* data, int64_t count, DType type, int dest, int tag) override {
     check_peer(dest, "send destination");
-    const int n = mpi_count(count, "send");
-    if (dest != rank_) account(static_cast<int64_t>(n) * static_cast<int64_t>(dtype_size(type)));
+    check_tag(tag);
+    std::vector<Piece> parts = pieces(count, "send");
+    if (dest != rank_) account(count * static_cast<int64_t>(dtype_size(type)));
     MPI_Comm comm = comm_;
-    return submit([=](Operation& o) {
-      o.requests.resize(1);
-      check(MPI_Isend(data, n, mpi_type(type), dest, tag, comm, &o.requests[0]), "MPI_Isend");
+    return submit([=, parts = std::move(parts)](Operation& o) {
+      for (const Piece& p : parts) {
+        o.requests.emplace_back();
+        check(MPI_Isend(byte_offset(data, p.offset, type), p.count, mpi_type(type), dest, tag, comm,
+                        &o.requests.back()),
+              "MPI_Isend");
+      }
     });
   }
 
   Request irecv(void* data, int64_t count, DType type, int source, int tag) override {
     check_peer(source, "recv source");
-    const int n = mpi_count(count, "recv");
+    check_tag(tag);
+    std::vector<Piece> parts = pieces(count, "recv");
     ++stats_.operations;
     MPI_Comm comm = comm_;
-    return submit([=](Operation& o) {
-      o.requests.resize(1);
-      check(MPI_Irecv(data, n, mpi_type(type), source, tag, comm, &o.requests[0]), "MPI_Irecv");
+    return submit([=, parts = std::move(parts)](Operation& o) {
+      for (const Piece& p : parts) {
+        o.requests.emplace_back();
+        check(MPI_Irecv(byte_offset(data, p.offset, type), p.count, mpi_type(type), source, tag,
+                        comm, &o.requests.back()),
+              "MPI_Irecv");
+      }
     });
   }
 
@@ -377,10 +524,20 @@ class MpiCommunicator final : public Communicator {
       throw Error(std::string(what) + " " + std::to_string(peer) + " outside communicator '" +
                   name_ + "' of " + std::to_string(size_) + " ranks");
   }
-  std::vector<int> to_ints(std::span<const int64_t> counts, const char* what) const {
+  static void check_tag(int tag) {
+    if (tag < 0 || tag == kSplitAllToAllTag)
+      throw Error("message tag " + std::to_string(tag) + " is negative or reserved (" +
+                  std::to_string(kSplitAllToAllTag) + ": split all-to-all)");
+  }
+  void check_counts(std::span<const int64_t> counts, const char* what) const {
     if (static_cast<int>(counts.size()) != size_)
       throw Error(std::string(what) + ": expected " + std::to_string(size_) + " counts, got " +
                   std::to_string(counts.size()));
+    for (int64_t c : counts)
+      if (c < 0) throw Error(std::string(what) + ": negative element count " + std::to_string(c));
+  }
+  // Counts already checked by check_counts and within one call's limit.
+  static std::vector<int> to_ints(std::span<const int64_t> counts, const char* what) {
     std::vector<int> out(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) out[i] = mpi_count(counts[i], what);
     return out;
@@ -403,6 +560,12 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void set_mpi_message_limit(int64_t elements) {
+  if (elements < 1 || elements > INT_MAX)
+    throw Error("MPI message limit must be in [1, INT_MAX], got " + std::to_string(elements));
+  message_limit.store(elements, std::memory_order_relaxed);
+}
 
 std::shared_ptr<Communicator> mpi_world() {
   static std::shared_ptr<Communicator> world = [] {
