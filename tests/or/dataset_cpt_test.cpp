@@ -11,6 +11,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/process_pool.hpp"
+#include "trex/or/dataset/collected.hpp"
 #include "trex/or/dataset/cpt.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/families/family.hpp"
@@ -120,6 +121,81 @@ TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
     EXPECT_GT(kinds["glpk_example"], 10);
   }
   EXPECT_EQ(kinds["worked_example"], static_cast<int>(all_families().size()));
+
+  // The manifest: every kept document under one source, each with its licence.
+  const json manifest = json::parse(read_file(dir.file("cpt/summary.json")))["sources"];
+  int64_t listed = 0;
+  for (auto it = manifest.begin(); it != manifest.end(); ++it) {
+    listed += it->at("documents").get<int64_t>();
+    EXPECT_FALSE(it->at("license").get<std::string>().empty()) << it.key();
+  }
+  EXPECT_EQ(listed, s.documents);
+  EXPECT_GT(manifest["trex-generated"]["documents"].get<int64_t>(), 0);
+  EXPECT_EQ(manifest["lp-solve-doc"]["license"], "LGPL-2.1-or-later");
+  const std::string lp_solve_dir = default_collected_sources().front().dir;
+  if (std::filesystem::is_directory(lp_solve_dir)) {  // scripts/install-deps.sh installs it
+    EXPECT_TRUE(manifest["lp-solve-doc"]["installed"].get<bool>());
+    EXPECT_GT(manifest["lp-solve-doc"]["documents"].get<int64_t>(), 100);
+    EXPECT_EQ(kinds["collected"], manifest["lp-solve-doc"]["documents"].get<int>());
+  }
+}
+
+TEST(CollectedText, HtmlToTextHandChecked) {
+  const std::string html =
+      "<!DOCTYPE html><html><HEAD><TITLE>Absolute &amp; values</TITLE>"
+      "<style>BODY { margin:0 }</style></HEAD><body><!-- a comment <p> -->"
+      "<h1><u>Absolute   values</u></h1>\n<P>Linear\n   constraints are of the form:</P>"
+      "<pre>a1 x1 +  a2 x2 &lt;= max\n  -x &gt;= 0</pre>"
+      "<ul><li>one &#233;l&#xE8;ve</li><li>two&nbsp;&amp; three</li></ul>"
+      "<table><tr><td>x</td><td>y</td></tr></table><script>var a = '<p>';</script>"
+      "A &unknown; & end<br>last</body></html>";
+  EXPECT_EQ(html_to_text(html),
+            "# Absolute values\n\nLinear constraints are of the form:\n\n"
+            "a1 x1 +  a2 x2 <= max\n  -x >= 0\n\n"
+            "- one \u00e9l\u00e8ve\n- two & three\n\nx y\n\nA &unknown; & end\nlast\n");
+  EXPECT_EQ(html_title(html), "Absolute & values");
+  EXPECT_EQ(html_title("<p>no title</p>"), "");
+}
+
+TEST(CollectedText, PagesOfASourceBecomeDocumentsWithTheirLicence) {
+  test::TempDir dir;
+  const std::string long_text(500, 'w');
+  std::filesystem::create_directories(dir.file("sub"));
+  write_file_atomic(dir.file("a.htm"), "<title>Page A</title><p>" + long_text + "</p>");
+  write_file_atomic(dir.file("sub/b.html"),
+                    "<title>Page B</title><h1>Page B</h1><p>" + long_text + "</p>");
+  write_file_atomic(dir.file("index.htm"), "<title>Index</title><p>short</p>");
+  write_file_atomic(dir.file("notes.txt"), long_text);
+  const CollectedSource source{"Test guide", "test-doc", dir.path(), "MIT", "The authors"};
+  CollectedStats stats;
+  const std::vector<CollectedDocument> docs = collected_documents(source, &stats);
+  EXPECT_EQ(stats.files, 3);
+  EXPECT_EQ(stats.too_short, 1);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].file, "a.htm");
+  EXPECT_EQ(docs[0].text,
+            "# Page A\n\n(From the Test guide, Debian package test-doc; licence "
+            "MIT.)\n\n" +
+                long_text + "\n");
+  EXPECT_EQ(docs[1].file, "sub/b.html");  // its heading already names it: no second title
+  EXPECT_EQ(docs[1].text.rfind("(From the Test guide", 0), 0u);
+
+  // A source that is not installed gives nothing, and the manifest says so.
+  test::TempDir out;
+  write_problems(out, 2, 5);
+  CptOptions o;
+  o.problems_path = out.file("problems.jsonl");
+  o.out_dir = out.file("cpt");
+  o.glpk_examples_dir = "";
+  o.collected_sources = {source, {"Absent guide", "absent-doc", out.file("none"), "MIT", "-"}};
+  const CptSummary s = build_cpt(o);
+  EXPECT_EQ(s.kinds.at("collected").documents, 2);
+  EXPECT_EQ(s.sources.at("test-doc").documents, 2);
+  EXPECT_FALSE(s.sources.at("absent-doc").installed);
+  EXPECT_EQ(s.sources.at("absent-doc").documents, 0);
+  EXPECT_NE(
+      format_cpt_summary(s).find("not installed: scripts/install-deps.sh installs absent-doc"),
+      std::string::npos);
 }
 
 TEST(DatasetCpt, DocumentsMatchingABenchmarkAreDroppedAndCounted) {

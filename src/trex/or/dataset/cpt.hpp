@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "trex/or/dataset/collected.hpp"
 #include "trex/or/dataset/sft.hpp"
 
 namespace trex::orlib {
@@ -30,6 +31,9 @@ struct CptOptions {
   // signature); a match is dropped and counted. "": no decontamination.
   std::string bench_dir;
   double decontam_threshold = 0.2;
+  // Collected solver documentation (collected.hpp); a source whose directory
+  // is missing contributes nothing and is reported as not installed.
+  std::vector<CollectedSource> collected_sources = default_collected_sources();
 };
 
 struct CptKindStats {
@@ -37,8 +41,20 @@ struct CptKindStats {
   int64_t bytes = 0;
 };
 
+// One source of the corpus manifest: where its kept documents came from,
+// under which licence, and how many of them.
+struct CptSourceStats {
+  std::string package, license, copyright;
+  int64_t files = 0;      // collected sources: pages read
+  int64_t too_short = 0;  // collected sources: pages with too little text
+  bool installed = true;  // collected sources: the package's directory exists
+  int64_t documents = 0;  // kept (after de-duplication and decontamination)
+  int64_t bytes = 0;
+};
+
 struct CptSummary {
-  std::map<std::string, CptKindStats> kinds;  // kept documents by kind
+  std::map<std::string, CptKindStats> kinds;      // kept documents by kind
+  std::map<std::string, CptSourceStats> sources;  // by meta.source
   int64_t documents = 0;
   int64_t bytes = 0;
   int64_t exact_duplicates = 0;
