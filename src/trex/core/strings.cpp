@@ -99,4 +99,32 @@ std::string format_fixed(double v, int decimals) {
   return s;
 }
 
+long utf8_sequence(std::string_view text, size_t i) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  if (b0 < 0x80) return 1;
+  int need = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 2;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 3;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return -1;
+  }
+  for (int k = 1; k <= need; ++k) {
+    if (i + k >= text.size()) return -k;
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if (b < lo || b > hi) return -k;
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  return need + 1;
+}
+
 }  // namespace trex

@@ -13,6 +13,9 @@ std::string collapse_whitespace(std::string_view text);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 bool starts_with(std::string_view text, std::string_view prefix);
 std::string to_lower(std::string_view text);
+// Length of the well-formed UTF-8 sequence at text[i], or -(length of the
+// maximal ill-formed subpart) when it is not well formed (Unicode 3.9, D93b).
+long utf8_sequence(std::string_view text, size_t i);
 std::string replace_all(std::string text, std::string_view from, std::string_view to);
 
 // Shortest decimal text that parses back to exactly `v` (integers without ".0").

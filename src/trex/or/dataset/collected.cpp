@@ -5,14 +5,10 @@
 #include <filesystem>
 
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/strings.hpp"
 
 namespace trex::orlib {
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
@@ -77,6 +73,30 @@ bool is_block(const std::string& tag) {
                       [&](const char* b) { return tag == b; }) != std::end(kBlocks);
 }
 
+// Windows-1252 for the bytes that are not well-formed UTF-8: pages of older
+// documentation (lp_solve's: "Copyright \xa9") are in that code page.
+std::string utf8_from_legacy_bytes(std::string_view text) {
+  // U+20AC..U+0178 for 0x80..0x9F; 0 where Windows-1252 leaves a byte undefined.
+  static const uint16_t k1252[32] = {
+      0x20AC, 0,      0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160,
+      0x2039, 0x0152, 0,      0x017D, 0,      0,      0x2018, 0x2019, 0x201C, 0x201D, 0x2022,
+      0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0,      0x017E, 0x0178};
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const long n = utf8_sequence(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, static_cast<size_t>(n)));
+      i += static_cast<size_t>(n);
+      continue;
+    }
+    const auto byte = static_cast<unsigned char>(text[i++]);
+    const uint32_t cp = byte >= 0xA0 ? byte : k1252[byte - 0x80];
+    append_utf8(out, cp == 0 ? 0xFFFD : cp);
+  }
+  return out;
+}
+
 // Collapses blank-line runs to one blank line and trims each line's right end.
 std::string tidy_lines(const std::string& text) {
   std::string out;
@@ -114,7 +134,7 @@ const std::vector<CollectedSource>& default_collected_sources() {
 }
 
 std::string html_title(const std::string& html) {
-  const std::string low = lower(html);
+  const std::string low = to_lower(html);
   const size_t open = low.find("<title");
   if (open == std::string::npos) return "";
   const size_t start = low.find('>', open);
@@ -213,13 +233,13 @@ std::vector<CollectedDocument> collected_documents(const CollectedSource& source
   if (source.dir.empty() || !std::filesystem::is_directory(source.dir)) return out;
   std::vector<std::filesystem::path> paths;
   for (const auto& e : std::filesystem::recursive_directory_iterator(source.dir)) {
-    const std::string ext = lower(e.path().extension().string());
+    const std::string ext = to_lower(e.path().extension().string());
     if (e.is_regular_file() && (ext == ".htm" || ext == ".html")) paths.push_back(e.path());
   }
   std::sort(paths.begin(), paths.end());
   for (const auto& path : paths) {
     if (stats) ++stats->files;
-    const std::string html = read_file(path.string());
+    const std::string html = utf8_from_legacy_bytes(read_file(path.string()));
     std::string body = html_to_text(html);
     if (body.size() < kMinCollectedChars) {
       if (stats) ++stats->too_short;
