@@ -161,7 +161,9 @@ TEST(CollectedText, PagesOfASourceBecomeDocumentsWithTheirLicence) {
   test::TempDir dir;
   const std::string long_text(500, 'w');
   std::filesystem::create_directories(dir.file("sub"));
-  write_file_atomic(dir.file("a.htm"), "<title>Page A</title><p>" + long_text + "</p>");
+  // Windows-1252 bytes (as in older pages) become UTF-8: "\xa9" -> "©", "\x93..\x94" -> “..”.
+  write_file_atomic(dir.file("a.htm"),
+                    "<title>Page A</title><p>" + long_text + "</p><p>\xa9 \x93q\x94</p>");
   write_file_atomic(dir.file("sub/b.html"),
                     "<title>Page B</title><h1>Page B</h1><p>" + long_text + "</p>");
   write_file_atomic(dir.file("index.htm"), "<title>Index</title><p>short</p>");
@@ -176,7 +178,7 @@ TEST(CollectedText, PagesOfASourceBecomeDocumentsWithTheirLicence) {
   EXPECT_EQ(docs[0].text,
             "# Page A\n\n(From the Test guide, Debian package test-doc; licence "
             "MIT.)\n\n" +
-                long_text + "\n");
+                long_text + "\n\n\u00a9 \u201cq\u201d\n");
   EXPECT_EQ(docs[1].file, "sub/b.html");  // its heading already names it: no second title
   EXPECT_EQ(docs[1].text.rfind("(From the Test guide", 0), 0u);
 
