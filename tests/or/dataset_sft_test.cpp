@@ -285,26 +285,42 @@ TEST(DatasetDecontam, NumbersAreNormalisedAndSmallIntegersLeftOut) {
             (std::vector<std::string>{"1200", "3.5", "15", "7", "12", "34"}));
   EXPECT_EQ(number_signature("3 machines, 10 hours, 250 units at 4.25 each, 250 again, 1,000"),
             (std::vector<std::string>{"1000", "250", "4.25"}));
+  // Integers under 100 identify nothing; decimals do, however small.
+  EXPECT_EQ(number_signature("45 days, 99 units, 100 kg, 0.5 h"),
+            (std::vector<std::string>{"0.5", "100"}));
 }
 
 TEST(DatasetDecontam, ANumberSignatureCatchesAParaphraseOfTheSameInstance) {
   NgramIndex index(8);
   index.add_question("bench.jsonl:7",
-                     "A bakery sells cakes for $12 and pies for $15; flour 350 kg, sugar 120 kg, "
-                     "oven time 48 hours. How many of each maximise revenue?");
-  index.add_question("bench.jsonl:9", "Only 2 or 3 small numbers: 4 and 5.");  // no signature
+                     "A bakery sells cakes for $12.50 and pies for $15.75; flour 350 kg, sugar "
+                     "120 kg, oven time 480 minutes. How many of each maximise revenue?");
+  index.add_question("bench.jsonl:9", "Only small numbers: 4, 5, 12, 40 and 99 units.");
   EXPECT_EQ(index.signed_questions(), 1u);
   // Every word changed, the instance's numbers kept: not an n-gram match, a signature one.
   const std::string paraphrase =
-      "Each cake earns 12 and each pie 15. Stock: 350 units of flour, 120 of sugar; the oven "
-      "runs 48 h per week.";
+      "Each cake earns 12.50 and each pie 15.75. Stock: 350 units of flour, 120 of sugar; the "
+      "oven runs 480 min per week.";
   EXPECT_EQ(index.max_overlap(paraphrase).fraction, 0.0);
   const NgramIndex::Overlap numbers = index.max_signature_share(paraphrase);
   EXPECT_DOUBLE_EQ(numbers.fraction, 1.0);
   EXPECT_EQ(numbers.source, "bench.jsonl:7");
   // Another instance of the same story (two numbers changed) stays below the share.
-  EXPECT_LT(index.max_signature_share("cakes 12, pies 15, flour 300, sugar 100, oven 48").fraction,
-            kSignatureShare);
+  EXPECT_LT(
+      index.max_signature_share("cakes 12.50, pies 15.75, flour 300, sugar 100, oven 480").fraction,
+      kSignatureShare);
+  // A number-rich text holding the five among eight others of its own (5 < 0.4 x 13)
+  // is not that instance: a table that happens to contain them.
+  EXPECT_EQ(index
+                .max_signature_share("12.50 15.75 350 120 480 and 101 202 303 404 505 606 707 "
+                                     "808 in a long table")
+                .fraction,
+            0.0);
+  // With fewer others (5 of 12) it matches.
+  EXPECT_DOUBLE_EQ(
+      index.max_signature_share("12.50 15.75 350 120 480 with 101 202 303 404 505 606 707")
+          .fraction,
+      1.0);
 }
 
 // A build whose benchmark directory holds `question` alone.

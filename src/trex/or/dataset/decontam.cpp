@@ -60,8 +60,8 @@ std::vector<std::string> numbers_of(const std::string& text) {
 std::vector<std::string> number_signature(const std::string& text) {
   std::vector<std::string> out;
   for (std::string& n : numbers_of(text)) {
-    const bool small = n.find('.') == std::string::npos && n.size() <= 2 && std::stoi(n) <= 10;
-    if (!small) out.push_back(std::move(n));
+    const bool small_integer = n.find('.') == std::string::npos && n.size() <= 2;  // < 100
+    if (!small_integer) out.push_back(std::move(n));
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -143,13 +143,15 @@ NgramIndex::Overlap NgramIndex::max_overlap(const std::string& text) const {
 
 NgramIndex::Overlap NgramIndex::max_signature_share(const std::string& text) const {
   std::unordered_map<uint32_t, uint32_t> hits;
-  for (const std::string& n : number_signature(text)) {
+  const std::vector<std::string> own = number_signature(text);
+  for (const std::string& n : own) {
     auto it = number_postings_.find(n);
     if (it == number_postings_.end()) continue;
     for (uint32_t id : it->second) hits[id] += 1;
   }
   Overlap best;
   for (const auto& [id, count] : hits) {
+    if (static_cast<double>(count) < kSignatureDensity * static_cast<double>(own.size())) continue;
     const double f = static_cast<double>(count) / signature_sizes_[id];
     if (f > best.fraction ||
         (f == best.fraction && !best.source.empty() && signature_sources_[id] < best.source)) {

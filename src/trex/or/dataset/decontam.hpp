@@ -5,11 +5,15 @@
 //   words) that also occur in the text; a record's score is the maximum over
 //   every question of every benchmark file;
 // - number signatures: a question's signature is the set of its distinct
-//   numbers other than the small integers 0..10 (thousands separators, trailing
-//   decimal zeros and "%" normalised away); when it has at least
-//   kSignatureMinNumbers of them, a text that contains kSignatureShare of them
-//   matches it — a paraphrase of the same instance keeps its numbers even when
-//   every word changes.
+//   decimals and integers >= 100 (thousands separators, trailing decimal zeros
+//   and "%" normalised away; smaller integers — counts, indices, days, small
+//   round figures — are everywhere and identify nothing); when it has at least
+//   kSignatureMinNumbers of them, a text matches it when it contains
+//   kSignatureShare of them and they make at least kSignatureDensity of the
+//   text's own signature numbers — a paraphrase of the same instance keeps its
+//   numbers even when every word changes, while a long number-rich document
+//   (a table, a model with its data) that holds a few of them by chance does
+//   not match.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -22,12 +26,14 @@ constexpr int kDecontamNgram = 8;
 constexpr double kDecontamThreshold = 0.2;
 constexpr size_t kSignatureMinNumbers = 5;
 constexpr double kSignatureShare = 0.9;
+constexpr double kSignatureDensity = 0.4;
 
 std::vector<std::string> words_of(const std::string& text);
 // The numbers of a text, normalised ("1,200" -> "1200", "3.50" -> "3.5",
 // "15%" -> "15"), in order of appearance, repeats kept.
 std::vector<std::string> numbers_of(const std::string& text);
-// The distinct numbers of `text` that can identify an instance (not 0..10).
+// The distinct numbers of `text` that can identify an instance: decimals and
+// integers >= 100.
 std::vector<std::string> number_signature(const std::string& text);
 
 // The "question" of every record of the benchmark files in `dir` (*.jsonl, in
@@ -51,7 +57,8 @@ class NgramIndex {
   };
   Overlap max_overlap(const std::string& text) const;
   // The largest share of a question's number signature found in `text`, over
-  // the questions with at least kSignatureMinNumbers signature numbers.
+  // the questions with at least kSignatureMinNumbers signature numbers whose
+  // found numbers make at least kSignatureDensity of the text's signature.
   Overlap max_signature_share(const std::string& text) const;
   size_t questions() const { return totals_.size(); }
   size_t signed_questions() const { return signature_sizes_.size(); }
