@@ -658,7 +658,9 @@ std::string format_cpt_summary(const CptSummary& s) {
   for (const auto& [name, v] : s.sources) {
     std::string line = row(name, v.documents, v.bytes);
     line.pop_back();
-    line += "  " + (v.license.empty() ? std::string("generated") : v.license);
+    line += "  " + (!v.license.empty()       ? v.license
+                    : name == "trex-written" ? std::string("written in this repository")
+                                             : std::string("generated"));
     if (!v.installed)
       line += " (not installed: scripts/install-deps.sh installs " + v.package + ")";
     out += line + "\n";
