@@ -154,6 +154,8 @@ TEST(CollectedText, HtmlToTextHandChecked) {
             "a1 x1 +  a2 x2 <= max\n  -x >= 0\n\n"
             "- one \u00e9l\u00e8ve\n- two & three\n\nx y\n\nA &unknown; & end\nlast\n");
   EXPECT_EQ(html_title(html), "Absolute & values");
+  // Numeric entities outside Unicode's scalar values become U+FFFD.
+  EXPECT_EQ(html_to_text("<p>a&#xD800;b&#99999999;c&#x41;</p>"), "a\uFFFDb\uFFFDcA\n");
   EXPECT_EQ(html_title("<p>no title</p>"), "");
 }
 

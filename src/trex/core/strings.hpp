@@ -16,6 +16,8 @@ std::string to_lower(std::string_view text);
 // Length of the well-formed UTF-8 sequence at text[i], or -(length of the
 // maximal ill-formed subpart) when it is not well formed (Unicode 3.9, D93b).
 long utf8_sequence(std::string_view text, size_t i);
+// Appends code point cp (<= U+10FFFF) as UTF-8.
+void append_utf8(char32_t cp, std::string& out);
 std::string replace_all(std::string text, std::string_view from, std::string_view to);
 
 // Shortest decimal text that parses back to exactly `v` (integers without ".0").

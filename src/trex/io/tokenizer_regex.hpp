@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "trex/core/strings.hpp"
+
 namespace trex::io {
 
 namespace unicode {
@@ -66,7 +68,7 @@ bool is_white_space(char32_t cp);
 // invalid byte decodes as U+FFFD covering that single byte, so every input splits somewhere.
 void decode_utf8(std::string_view text, std::vector<char32_t>& code_points,
                  std::vector<uint32_t>& byte_offsets);
-void append_utf8(char32_t cp, std::string& out);
+using ::trex::append_utf8;  // core/strings.hpp
 // Rust's String::from_utf8_lossy: each maximal invalid subpart becomes one U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
 

@@ -10,24 +10,6 @@
 namespace trex::orlib {
 namespace {
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x110000) {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // The entity at html[i] ('&'): appends its text and returns the index after
 // it; an unknown or malformed one is kept as a literal '&'.
 size_t decode_entity(const std::string& html, size_t i, std::string& out) {
@@ -44,7 +26,7 @@ size_t decode_entity(const std::string& html, size_t i, std::string& out) {
       {"ndash", 0x2013}, {"mdash", 0x2014}, {"hellip", 0x2026}, {"rarr", 0x2192}, {"sum", 0x2211}};
   for (const auto& [entity, cp] : kNamed)
     if (name == entity) {
-      append_utf8(out, cp);
+      append_utf8(static_cast<char32_t>(cp), out);
       return end + 1;
     }
   if (name.size() >= 2 && name[0] == '#') {
@@ -55,8 +37,10 @@ size_t decode_entity(const std::string& html, size_t i, std::string& out) {
                  : std::isdigit(static_cast<unsigned char>(c)) != 0;
     });
     if (valid) {
-      const unsigned long cp = std::stoul(digits, nullptr, hex ? 16 : 10);
-      append_utf8(out, cp == 0xA0 ? ' ' : static_cast<uint32_t>(cp));
+      const unsigned long cp =
+          digits.size() > 7 ? 0xFFFD : std::stoul(digits, nullptr, hex ? 16 : 10);
+      const bool scalar = cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+      append_utf8(cp == 0xA0 ? U' ' : scalar ? static_cast<char32_t>(cp) : U'\uFFFD', out);
       return end + 1;
     }
   }
@@ -92,7 +76,7 @@ std::string utf8_from_legacy_bytes(std::string_view text) {
     }
     const auto byte = static_cast<unsigned char>(text[i++]);
     const uint32_t cp = byte >= 0xA0 ? byte : k1252[byte - 0x80];
-    append_utf8(out, cp == 0 ? 0xFFFD : cp);
+    append_utf8(cp == 0 ? U'\uFFFD' : static_cast<char32_t>(cp), out);
   }
   return out;
 }
