@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trex/kernels/cpu/attention_core.hpp"
+#include "trex/kernels/cpu/gemm.hpp"
 
 namespace trex::kernels {
 namespace {
@@ -20,22 +21,51 @@ T dot(const T* x, const T* y, int64_t n) {
   return s;
 }
 
-// Key rows of query row r in prob order: window (oldest first), then its
-// compressed entries in comp_list order. Returns their count.
-template <class T>
-int64_t gather_keys(const AttentionCoreDims& dims, int64_t c, const AttentionKeySets<T>& ks,
-                    int64_t r, std::vector<const T*>& keys) {
+// The window keys of a block of consecutive query tokens are one contiguous
+// run of kv rows, so the window part of the core is done as dense GEMMs over
+// that run (scores, output, dq, and per key block dkv), with the entries outside
+// each query's window set to zero; only the few compressed keys of a query
+// (gathered, per query) use the row-pointer kernels. Blocks are fixed by the
+// shape, each GEMM by its block, so the bits do not depend on the thread count.
+constexpr int64_t kQueryBlock = 64;  // query tokens per forward / dq block
+constexpr int64_t kKeyBlock = 64;    // key rows per dkv block
+
+// Query block i of the N = B·S rows: sequence b, tokens t0 .. t1−1, and the
+// window run of kv rows k0 .. t1−1 that covers every query of the block.
+struct QueryBlock {
+  int64_t b, t0, t1, k0;
+  int64_t tokens() const { return t1 - t0; }
+  int64_t keys() const { return t1 - k0; }
+};
+
+QueryBlock query_block(const AttentionCoreDims& dims, int64_t i) {
   const int64_t S = dims.seq;
-  const int64_t ws = dims.window_start(r);
-  const int64_t n_window = r % S - ws + 1;
-  const int64_t first = ks.comp_offsets[r];
-  const int64_t n_comp = ks.comp_offsets[r + 1] - first;
-  keys.resize(static_cast<size_t>(n_window + n_comp));
-  const T* window_rows = ks.kv + (r - r % S + ws) * c;
-  for (int64_t k = 0; k < n_window; ++k) keys[k] = window_rows + k * c;
-  for (int64_t k = 0; k < n_comp; ++k)
-    keys[n_window + k] = ks.compressed + ks.comp_list[first + k] * c;
-  return n_window + n_comp;
+  const int64_t per_seq = (S + kQueryBlock - 1) / kQueryBlock;
+  QueryBlock qb;
+  qb.b = i / per_seq;
+  qb.t0 = (i % per_seq) * kQueryBlock;
+  qb.t1 = std::min(S, qb.t0 + kQueryBlock);
+  qb.k0 = dims.window_start(qb.b * S + qb.t0);
+  return qb;
+}
+
+template <class T>
+std::vector<T>& scratch(int slot) {
+  static thread_local std::vector<T> buffers[2];
+  return buffers[slot];
+}
+
+// Row (t, h) of a block's dense [tokens·H, keys] matrix holds the window part
+// of prob-layout row `src` (n_window values) at column ws − k0; zeros elsewhere.
+template <class T>
+void scatter_window(const QueryBlock& qb, int64_t H, int64_t t, int64_t ws, int64_t n_window,
+                    const T* src, int64_t n_keys, T* dense) {
+  const int64_t ld = qb.keys();
+  for (int64_t h = 0; h < H; ++h) {
+    T* row = dense + ((t - qb.t0) * H + h) * ld;
+    std::fill(row, row + ld, T(0));
+    std::copy(src + h * n_keys, src + h * n_keys + n_window, row + (ws - qb.k0));
+  }
 }
 
 }  // namespace
@@ -45,22 +75,37 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
                             const T* q, const AttentionKeySets<T>& ks, const T* sink, T* prob,
                             T* sink_prob, T* o) {
   const int64_t hc = H * c;
-  const int64_t probs = ks.prob_offsets[N];
-  std::fill(prob, prob + probs, T(0));
-  std::fill(sink_prob, sink_prob + N * H, T(0));
-  std::fill(o, o + N * hc, T(0));
+  const int64_t S = dims.seq;
+  if (N == 0) return;
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
-  // All heads of a token share its keys (MQA): scores = one [H, keys] product,
-  // output = one [H, keys]·[keys, c] product.
-#pragma omp parallel if (probs * c > kParallelWork)
-  {
-    std::vector<const T*> keys;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_keys = gather_keys(dims, c, ks, r, keys);
+  const int64_t blocks = (N / S) * ((S + kQueryBlock - 1) / kQueryBlock);
+  run_gemm_tasks(blocks, [&](int64_t i) {
+    const QueryBlock qb = query_block(dims, i);
+    const int64_t rows = qb.tokens() * H, nk = qb.keys();
+    const int64_t r0 = qb.b * S + qb.t0;
+    const T* keys_run = ks.kv + (qb.b * S + qb.k0) * c;
+    std::vector<T>& dense = scratch<T>(0);
+    dense.resize(static_cast<size_t>(rows * nk));
+    // Scores of every query of the block against the whole run (MQA: all heads share it).
+    gemm<T>(Precision::kF32, false, true, rows, nk, c, inv_sqrt_c, q + r0 * hc, c, keys_run, c,
+            T(0), dense.data(), nk);
+    std::vector<const T*> comp;
+    for (int64_t t = qb.t0; t < qb.t1; ++t) {
+      const int64_t r = qb.b * S + t;
+      const int64_t ws = dims.window_start(r);
+      const int64_t n_window = t - ws + 1;
+      const int64_t first = ks.comp_offsets[r];
+      const int64_t n_comp = ks.comp_offsets[r + 1] - first;
+      const int64_t n_keys = n_window + n_comp;
       T* p_row = prob + ks.prob_offsets[r];
-      const T* q_row = q + r * hc;
-      attention_dots(H, n_keys, c, q_row, c, keys.data(), inv_sqrt_c, p_row, n_keys);
+      for (int64_t h = 0; h < H; ++h) {
+        const T* s_row = dense.data() + ((t - qb.t0) * H + h) * nk + (ws - qb.k0);
+        std::copy(s_row, s_row + n_window, p_row + h * n_keys);
+      }
+      comp.resize(static_cast<size_t>(n_comp));
+      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
+      attention_dots(H, n_comp, c, q + r * hc, c, comp.data(), inv_sqrt_c, p_row + n_window,
+                     n_keys);
       for (int64_t h = 0; h < H; ++h) {
         T* p = p_row + h * n_keys;
         const T sink_h = sink[h];
@@ -76,9 +121,22 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
         for (int64_t k = 0; k < n_keys; ++k) p[k] *= inv_denom;
         sink_prob[r * H + h] = sink_exp * inv_denom;
       }
-      attention_combine(H, n_keys, c, p_row, n_keys, keys.data(), o + r * hc, c);
+      scatter_window(qb, H, t, ws, n_window, p_row, n_keys, dense.data());
     }
-  }
+    gemm<T>(Precision::kF32, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
+            o + r0 * hc, c);
+    for (int64_t t = qb.t0; t < qb.t1; ++t) {
+      const int64_t r = qb.b * S + t;
+      const int64_t n_window = dims.window_keys(r);
+      const int64_t first = ks.comp_offsets[r];
+      const int64_t n_comp = ks.comp_offsets[r + 1] - first;
+      if (n_comp == 0) continue;
+      comp.resize(static_cast<size_t>(n_comp));
+      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
+      attention_combine(H, n_comp, c, prob + ks.prob_offsets[r] + n_window, n_window + n_comp,
+                        comp.data(), o + r * hc, c);
+    }
+  });
 }
 
 template <class T>
@@ -91,26 +149,42 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
   const int64_t probs = ks.prob_offsets[N];
   const int64_t* comp_offsets = ks.comp_offsets;
   const int64_t comp_count = comp_offsets[N];
-  std::fill(dq, dq + N * hc, T(0));
-  std::fill(dkv, dkv + N * c, T(0));
   std::fill(dcompressed, dcompressed + ks.entries * c, T(0));
+  if (N == 0) return;
 
-  // Pass 1 (per query): dlogit, dq, sink term. As in the forward, all heads of
-  // a token share its keys: g·vᵀ is one [H, keys] product, dq one [H, keys]·[keys, c].
+  // Pass 1 (per query block): dlogit = p·(g·vᵀ − D) for every key, the sink
+  // term, and dq = dlogit·K/√c (the window part one GEMM per block).
   const T inv_sqrt_c = static_cast<T>(1.0 / std::sqrt(static_cast<double>(c)));
   std::vector<T> dlogit(static_cast<size_t>(probs), T(0));
   std::vector<T> dsink_part(static_cast<size_t>(N * H), T(0));
-  const bool parallel = probs * c > kParallelWork;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<const T*> keys;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t n_keys = gather_keys(dims, c, ks, r, keys);
+  const int64_t query_blocks = B * ((S + kQueryBlock - 1) / kQueryBlock);
+  run_gemm_tasks(query_blocks, [&](int64_t i) {
+    const QueryBlock qb = query_block(dims, i);
+    const int64_t rows = qb.tokens() * H, nk = qb.keys();
+    const int64_t r0 = qb.b * S + qb.t0;
+    const T* keys_run = ks.kv + (qb.b * S + qb.k0) * c;
+    std::vector<T>& dense = scratch<T>(0);
+    dense.resize(static_cast<size_t>(rows * nk));
+    gemm<T>(Precision::kF32, false, true, rows, nk, c, T(1), d_o + r0 * hc, c, keys_run, c, T(0),
+            dense.data(), nk);
+    std::vector<const T*> comp;
+    for (int64_t t = qb.t0; t < qb.t1; ++t) {
+      const int64_t r = qb.b * S + t;
+      const int64_t ws = dims.window_start(r);
+      const int64_t n_window = t - ws + 1;
+      const int64_t first = comp_offsets[r];
+      const int64_t n_comp = comp_offsets[r + 1] - first;
+      const int64_t n_keys = n_window + n_comp;
       const T* go_row = d_o + r * hc;
-      const T* p_row = prob + ks.prob_offsets[r];
       T* dl_row = dlogit.data() + ks.prob_offsets[r];
-      attention_dots(H, n_keys, c, go_row, c, keys.data(), T(1), dl_row, n_keys);
+      for (int64_t h = 0; h < H; ++h) {
+        const T* g_row = dense.data() + ((t - qb.t0) * H + h) * nk + (ws - qb.k0);
+        std::copy(g_row, g_row + n_window, dl_row + h * n_keys);
+      }
+      comp.resize(static_cast<size_t>(n_comp));
+      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
+      attention_dots(H, n_comp, c, go_row, c, comp.data(), T(1), dl_row + n_window, n_keys);
+      const T* p_row = prob + ks.prob_offsets[r];
       for (int64_t h = 0; h < H; ++h) {
         const T D = dot(go_row + h * c, o + r * hc + h * c, c);
         dsink_part[r * H + h] = -sink_prob[r * H + h] * D;
@@ -118,18 +192,68 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
         T* dl = dl_row + h * n_keys;
         for (int64_t k = 0; k < n_keys; ++k) dl[k] = p[k] * (dl[k] - D);
       }
+      scatter_window(qb, H, t, ws, n_window, dl_row, n_keys, dense.data());
+    }
+    T* dq_block = dq + r0 * hc;
+    gemm<T>(Precision::kF32, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
+            dq_block, c);
+    for (int64_t t = qb.t0; t < qb.t1; ++t) {
+      const int64_t r = qb.b * S + t;
+      const int64_t n_window = dims.window_keys(r);
+      const int64_t first = comp_offsets[r];
+      const int64_t n_comp = comp_offsets[r + 1] - first;
       T* dq_row = dq + r * hc;
-      attention_combine(H, n_keys, c, dl_row, n_keys, keys.data(), dq_row, c);
+      if (n_comp > 0) {
+        comp.resize(static_cast<size_t>(n_comp));
+        for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
+        attention_combine(H, n_comp, c, dlogit.data() + ks.prob_offsets[r] + n_window,
+                          n_window + n_comp, comp.data(), dq_row, c);
+      }
       for (int64_t e = 0; e < hc; ++e) dq_row[e] *= inv_sqrt_c;
     }
-  }
+  });
   if (dsink)
     for (int64_t r = 0; r < N; ++r)
       for (int64_t h = 0; h < H; ++h) dsink[h] += dsink_part[r * H + h];
 
-  // Pass 2 (per key): a key/value receives p·g (value role) + dlogit·q/√c (key role)
-  // from every query that attends to it, summed in query order whatever the
-  // partition. coef holds, per key slot, [p of every head, dlogit/√c of every head]
+  // Pass 2 (per block of window keys s0 .. s1−1): a key/value receives p·g
+  // (value role) + dlogit·q/√c (key role) from every query whose window holds
+  // it — queries s0 .. s1−1+window−1, one contiguous run of rows — as two
+  // GEMMs with the block's probabilities and dlogits laid out densely.
+  const int64_t key_blocks = (S + kKeyBlock - 1) / kKeyBlock;
+  run_gemm_tasks(B * key_blocks, [&](int64_t i) {
+    const int64_t b = i / key_blocks;
+    const int64_t s0 = (i % key_blocks) * kKeyBlock;
+    const int64_t s1 = std::min(S, s0 + kKeyBlock);
+    const int64_t t_last = std::min(S - 1, s1 - 1 + dims.window - 1);
+    const int64_t kb = s1 - s0, rows = (t_last - s0 + 1) * H;
+    std::vector<T>& p_dense = scratch<T>(0);
+    std::vector<T>& g_dense = scratch<T>(1);
+    p_dense.assign(static_cast<size_t>(rows * kb), T(0));
+    g_dense.assign(static_cast<size_t>(rows * kb), T(0));
+    for (int64_t t = s0; t <= t_last; ++t) {
+      const int64_t r = b * S + t;
+      const int64_t ws = dims.window_start(r);
+      const int64_t lo = std::max(s0, ws), hi = std::min(s1 - 1, t);
+      if (lo > hi) continue;
+      const int64_t n_keys = t - ws + 1 + comp_offsets[r + 1] - comp_offsets[r];
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t at = ks.prob_offsets[r] + h * n_keys + (lo - ws);
+        const int64_t row = ((t - s0) * H + h) * kb + (lo - s0);
+        std::copy(prob + at, prob + at + (hi - lo + 1), p_dense.data() + row);
+        std::copy(dlogit.data() + at, dlogit.data() + at + (hi - lo + 1), g_dense.data() + row);
+      }
+    }
+    const int64_t first_row = b * S + s0;
+    gemm<T>(Precision::kF32, true, false, kb, c, rows, T(1), p_dense.data(), kb,
+            d_o + first_row * hc, c, T(0), dkv + first_row * c, c);
+    gemm<T>(Precision::kF32, true, false, kb, c, rows, inv_sqrt_c, g_dense.data(), kb,
+            q + first_row * hc, c, T(1), dkv + first_row * c, c);
+  });
+  const int64_t entries = ks.entries;
+  if (entries == 0) return;
+  // Compressed entries: per entry, the queries that attend to it in query
+  // order. coef holds, per key slot, [p of every head, dlogit/√c of every head]
   // against rows [g of every head, q of every head] of the query.
   auto query_rows = [&](int64_t r, std::vector<const T*>& rows) {
     rows.resize(static_cast<size_t>(2 * H));
@@ -139,44 +263,13 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
     }
   };
   auto key_coefficients = [&](int64_t r, int64_t k, T* coef) {
-    const int64_t n_window = r % S - dims.window_start(r) + 1;
-    const int64_t n_keys = n_window + comp_offsets[r + 1] - comp_offsets[r];
+    const int64_t n_keys = dims.window_keys(r) + comp_offsets[r + 1] - comp_offsets[r];
     for (int64_t h = 0; h < H; ++h) {
       const int64_t at = ks.prob_offsets[r] + h * n_keys + k;
       coef[h] = prob[at];
       coef[H + h] = dlogit[at] * inv_sqrt_c;
     }
   };
-  // Window keys in blocks of consecutive rows: each query's g and q rows are
-  // loaded once per block instead of once per key.
-  constexpr int64_t kKeyBlock = 16;
-  const int64_t key_blocks = (S + kKeyBlock - 1) / kKeyBlock;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<const T*> rows;
-    std::vector<T> coef;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t block = 0; block < B * key_blocks; ++block) {
-      const int64_t b = block / key_blocks;
-      const int64_t s0 = (block % key_blocks) * kKeyBlock;
-      const int64_t s1 = std::min(S, s0 + kKeyBlock);
-      const int64_t t_last = std::min(S - 1, s1 - 1 + dims.window - 1);
-      for (int64_t t = s0; t <= t_last; ++t) {
-        const int64_t r = b * S + t;
-        const int64_t ws = dims.window_start(r);
-        const int64_t lo = std::max(s0, ws);
-        const int64_t hi = std::min(s1 - 1, t);
-        if (lo > hi) continue;
-        const int64_t m = hi - lo + 1;
-        coef.resize(static_cast<size_t>(m * 2 * H));
-        for (int64_t i = 0; i < m; ++i) key_coefficients(r, lo + i - ws, coef.data() + i * 2 * H);
-        query_rows(r, rows);
-        attention_combine(m, 2 * H, c, coef.data(), 2 * H, rows.data(), dkv + (b * S + lo) * c, c);
-      }
-    }
-  }
-  const int64_t entries = ks.entries;
-  if (entries == 0) return;
   // Reverse index entry → (query row, key slot), built in query order.
   std::vector<int64_t> count(static_cast<size_t>(entries + 1), 0);
   for (int64_t i = 0; i < comp_count; ++i) ++count[ks.comp_list[i] + 1];
