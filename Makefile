@@ -32,9 +32,11 @@ build-trex: deps
 # Passive OpenMP waiting: on a loaded machine, spinning threads that wait for a
 # descheduled peer at every barrier slow a step by an order of magnitude.
 # DEMO_RANKS processes (mpirun) share the cores: the demo's small GEMMs and
-# per-step work scale better over data-parallel ranks than over threads
-# (docs/demo.md); the default stays 1 until a full make demo measures 2.
-DEMO_RANKS ?= 1
+# per-step work scale better over data-parallel ranks than over threads (an SFT
+# step of the demo model: 2 ranks x 1 thread 1.3-1.7x faster than 1 x 2 on an
+# AMX machine, docs/results/demo.md). Two ranks where there are two cores; the
+# demo's batches split over 2 (not over every core of a big machine).
+DEMO_RANKS ?= $(shell [ $(JOBS) -ge 2 ] && echo 2 || echo 1)
 DEMO_THREADS ?= $(shell n=$$(( $(JOBS) / $(DEMO_RANKS) )); [ $$n -ge 1 ] && echo $$n || echo 1)
 MPIRUN_DEMO = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np $(DEMO_RANKS) \
   --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none \

@@ -84,6 +84,10 @@ TEST(DemoPreset, FilesHoldEachPresetsValues) {
   EXPECT_EQ(def.cpt_lr, 3e-3);
   EXPECT_EQ(def.checkpoint_interval, 25);
   EXPECT_EQ(def.model_config["sliding_window"], 512);
+  // The full preset's recipe in short: drills, a copy warm-up, then CPT and SFT.
+  EXPECT_EQ(def.sizes.copy_drills, 8);
+  EXPECT_EQ(def.copy_warmup_steps, 250);
+  EXPECT_EQ(def.sft_steps, 320);
 
   const DemoPreset full = trex::demo::demo_preset("full", configs());
   EXPECT_EQ(full.data_preset, "full");

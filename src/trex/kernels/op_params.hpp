@@ -32,6 +32,10 @@ void validate(const MhcDims& dims);
 struct AttentionCoreDims {
   int64_t seq = 0;     // S
   int64_t window = 0;  // n_win
+  // The window keys' score, output and gradient products (kBF16: bf16
+  // operands, fp32 accumulation, as the linear layers); softmax and the
+  // compressed keys stay fp32.
+  Precision precision = Precision::kF32;
   int64_t window_start(int64_t row) const {
     const int64_t t = row % seq;
     return t - window + 1 > 0 ? t - window + 1 : 0;

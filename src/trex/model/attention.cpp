@@ -253,7 +253,7 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
   cache.prob.assign(probs, T(0), ops);
   cache.sink_prob.assign(N * H, T(0), ops);
   cache.o.assign(N * hc, T(0), ops);
-  const kernels::AttentionCoreDims core{shape.S, dims.window};
+  const kernels::AttentionCoreDims core{shape.S, dims.window, ctx.precision};
   ops.attention_core_forward(core, cache.q.view({N, H, c}), key_tensors(cache, N, c),
                              Tensor::of(w.attn_sink, {H}), cache.prob.view({probs}),
                              cache.sink_prob.view({N, H}), cache.o.view({N, H, c}));
@@ -329,7 +329,7 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
   kernels::Array<T> dkv(N * c, ops);
   kernels::Array<T> dcompressed(cache.compressed.size(), ops);
   ops.attention_core_backward(
-      kernels::AttentionCoreDims{shape.S, dims.window}, cache.q.view({N, H, c}),
+      kernels::AttentionCoreDims{shape.S, dims.window, ctx.precision}, cache.q.view({N, H, c}),
       key_tensors(cache, N, c), cache.prob.view({cache.prob.size()}), cache.sink_prob.view({N, H}),
       cache.o.view({N, H, c}), d_o.view({N, H, c}), dq.view({N, H, c}), dkv.view({N, c}),
       dcompressed.view({dcompressed.size() / c, c}), Tensor::optional(grads.attn_sink, {H}));

@@ -87,8 +87,8 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
     std::vector<T>& dense = scratch<T>(0);
     dense.resize(static_cast<size_t>(rows * nk));
     // Scores of every query of the block against the whole run (MQA: all heads share it).
-    gemm<T>(Precision::kF32, false, true, rows, nk, c, inv_sqrt_c, q + r0 * hc, c, keys_run, c,
-            T(0), dense.data(), nk);
+    gemm<T>(dims.precision, false, true, rows, nk, c, inv_sqrt_c, q + r0 * hc, c, keys_run, c, T(0),
+            dense.data(), nk);
     std::vector<const T*> comp;
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
       const int64_t r = qb.b * S + t;
@@ -123,7 +123,7 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
       }
       scatter_window(qb, H, t, ws, n_window, p_row, n_keys, dense.data());
     }
-    gemm<T>(Precision::kF32, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
+    gemm<T>(dims.precision, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
             o + r0 * hc, c);
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
       const int64_t r = qb.b * S + t;
@@ -165,7 +165,7 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
     const T* keys_run = ks.kv + (qb.b * S + qb.k0) * c;
     std::vector<T>& dense = scratch<T>(0);
     dense.resize(static_cast<size_t>(rows * nk));
-    gemm<T>(Precision::kF32, false, true, rows, nk, c, T(1), d_o + r0 * hc, c, keys_run, c, T(0),
+    gemm<T>(dims.precision, false, true, rows, nk, c, T(1), d_o + r0 * hc, c, keys_run, c, T(0),
             dense.data(), nk);
     std::vector<const T*> comp;
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
@@ -195,7 +195,7 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
       scatter_window(qb, H, t, ws, n_window, dl_row, n_keys, dense.data());
     }
     T* dq_block = dq + r0 * hc;
-    gemm<T>(Precision::kF32, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
+    gemm<T>(dims.precision, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
             dq_block, c);
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
       const int64_t r = qb.b * S + t;
@@ -245,9 +245,9 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
       }
     }
     const int64_t first_row = b * S + s0;
-    gemm<T>(Precision::kF32, true, false, kb, c, rows, T(1), p_dense.data(), kb,
+    gemm<T>(dims.precision, true, false, kb, c, rows, T(1), p_dense.data(), kb,
             d_o + first_row * hc, c, T(0), dkv + first_row * c, c);
-    gemm<T>(Precision::kF32, true, false, kb, c, rows, inv_sqrt_c, g_dense.data(), kb,
+    gemm<T>(dims.precision, true, false, kb, c, rows, inv_sqrt_c, g_dense.data(), kb,
             q + first_row * hc, c, T(1), dkv + first_row * c, c);
   });
   const int64_t entries = ks.entries;

@@ -2,9 +2,10 @@
 // CPU kernels of the attention core ops (backend.hpp; the equations are in
 // model/attention.hpp): per query token, scores against its window and
 // compressed keys, softmax with the head's sink, and the weighted sum of the
-// keys (K = V, shared by all heads). Query tokens run over OpenMP; every
-// key's gradient is summed in query order, so results do not depend on the
-// thread count. Callers validate (model/attention.cpp, Backend).
+// keys (K = V, shared by all heads). The window keys are handled as GEMMs
+// per block of consecutive queries (and of keys for their gradient), in
+// dims.precision; blocks are fixed by the shape, so results do not depend on
+// the thread count. Callers validate (model/attention.cpp, Backend).
 #include <cstdint>
 
 #include "trex/kernels/op_params.hpp"
