@@ -55,6 +55,17 @@ std::vector<T>& scratch(int slot) {
   return buffers[slot];
 }
 
+// The inverse of scatter_window: the window part of row (t, h) of dense into
+// prob-layout row dst (n_keys values per head).
+template <class T>
+void gather_window(const QueryBlock& qb, int64_t H, int64_t t, int64_t ws, int64_t n_window,
+                   const T* dense, int64_t n_keys, T* dst) {
+  for (int64_t h = 0; h < H; ++h) {
+    const T* row = dense + ((t - qb.t0) * H + h) * qb.keys() + (ws - qb.k0);
+    std::copy(row, row + n_window, dst + h * n_keys);
+  }
+}
+
 // Row (t, h) of a block's dense [tokens·H, keys] matrix holds the window part
 // of prob-layout row `src` (n_window values) at column ws − k0; zeros elsewhere.
 template <class T>
@@ -65,6 +76,64 @@ void scatter_window(const QueryBlock& qb, int64_t H, int64_t t, int64_t ws, int6
     T* row = dense + ((t - qb.t0) * H + h) * ld;
     std::fill(row, row + ld, T(0));
     std::copy(src + h * n_keys, src + h * n_keys + n_window, row + (ws - qb.k0));
+  }
+}
+
+// The compressed keys of query row r in comp_list order; returns their count.
+template <class T>
+int64_t compressed_keys(const AttentionKeySets<T>& ks, int64_t r, int64_t c,
+                        std::vector<const T*>& keys) {
+  const int64_t first = ks.comp_offsets[r];
+  const int64_t n = ks.comp_offsets[r + 1] - first;
+  keys.resize(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) keys[k] = ks.compressed + ks.comp_list[first + k] * c;
+  return n;
+}
+
+// Query row r's keys: its window (from window_start, n_window rows) and its
+// compressed entries (pointers in comp).
+struct QueryKeys {
+  int64_t row, window_start, window, compressed;
+  int64_t keys() const { return window + compressed; }
+};
+
+template <class T>
+QueryKeys query_keys(const AttentionCoreDims& dims, const AttentionKeySets<T>& ks, int64_t r,
+                     int64_t c, std::vector<const T*>& comp) {
+  const int64_t ws = dims.window_start(r);
+  return {r, ws, r % dims.seq - ws + 1, compressed_keys(ks, r, c, comp)};
+}
+
+// dense [tokens·H, keys] = alpha · (the block's rows of a [N, H, c]) · (its window run)ᵀ,
+// in this thread's scratch slot 0: scores (a = q) or g·vᵀ (a = d_o).
+template <class T>
+std::vector<T>& block_products(const AttentionCoreDims& dims, const QueryBlock& qb, int64_t H,
+                               int64_t c, const T* a, const T* kv, T alpha) {
+  const int64_t rows = qb.tokens() * H, nk = qb.keys(), S = dims.seq;
+  std::vector<T>& dense = scratch<T>(0);
+  dense.resize(static_cast<size_t>(rows * nk));
+  gemm<T>(dims.precision, false, true, rows, nk, c, alpha, a + (qb.b * S + qb.t0) * H * c, c,
+          kv + (qb.b * S + qb.k0) * c, c, T(0), dense.data(), nk);
+  return dense;
+}
+
+// out rows of the block [tokens·H, c] = dense · (window run) + the compressed
+// keys weighted by coef (prob-layout rows: prob for the output, dlogit for dq).
+template <class T>
+void block_combine(const AttentionCoreDims& dims, const QueryBlock& qb, int64_t H, int64_t c,
+                   const AttentionKeySets<T>& ks, const std::vector<T>& dense, const T* coef,
+                   T* out) {
+  const int64_t S = dims.seq, hc = H * c;
+  gemm<T>(dims.precision, false, false, qb.tokens() * H, c, qb.keys(), T(1), dense.data(),
+          qb.keys(), ks.kv + (qb.b * S + qb.k0) * c, c, T(0), out + (qb.b * S + qb.t0) * hc, c);
+  std::vector<const T*> comp;
+  for (int64_t t = qb.t0; t < qb.t1; ++t) {
+    const int64_t r = qb.b * S + t;
+    const int64_t n_window = dims.window_keys(r);
+    const int64_t n_comp = compressed_keys(ks, r, c, comp);
+    if (n_comp > 0)
+      attention_combine(H, n_comp, c, coef + ks.prob_offsets[r] + n_window, n_window + n_comp,
+                        comp.data(), out + r * hc, c);
   }
 }
 
@@ -81,30 +150,15 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
   const int64_t blocks = (N / S) * ((S + kQueryBlock - 1) / kQueryBlock);
   run_gemm_tasks(blocks, [&](int64_t i) {
     const QueryBlock qb = query_block(dims, i);
-    const int64_t rows = qb.tokens() * H, nk = qb.keys();
-    const int64_t r0 = qb.b * S + qb.t0;
-    const T* keys_run = ks.kv + (qb.b * S + qb.k0) * c;
-    std::vector<T>& dense = scratch<T>(0);
-    dense.resize(static_cast<size_t>(rows * nk));
     // Scores of every query of the block against the whole run (MQA: all heads share it).
-    gemm<T>(dims.precision, false, true, rows, nk, c, inv_sqrt_c, q + r0 * hc, c, keys_run, c, T(0),
-            dense.data(), nk);
+    std::vector<T>& dense = block_products(dims, qb, H, c, q, ks.kv, inv_sqrt_c);
     std::vector<const T*> comp;
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
-      const int64_t r = qb.b * S + t;
-      const int64_t ws = dims.window_start(r);
-      const int64_t n_window = t - ws + 1;
-      const int64_t first = ks.comp_offsets[r];
-      const int64_t n_comp = ks.comp_offsets[r + 1] - first;
-      const int64_t n_keys = n_window + n_comp;
+      const QueryKeys qk = query_keys(dims, ks, qb.b * S + t, c, comp);
+      const int64_t r = qk.row, ws = qk.window_start, n_window = qk.window, n_keys = qk.keys();
       T* p_row = prob + ks.prob_offsets[r];
-      for (int64_t h = 0; h < H; ++h) {
-        const T* s_row = dense.data() + ((t - qb.t0) * H + h) * nk + (ws - qb.k0);
-        std::copy(s_row, s_row + n_window, p_row + h * n_keys);
-      }
-      comp.resize(static_cast<size_t>(n_comp));
-      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
-      attention_dots(H, n_comp, c, q + r * hc, c, comp.data(), inv_sqrt_c, p_row + n_window,
+      gather_window(qb, H, t, ws, n_window, dense.data(), n_keys, p_row);
+      attention_dots(H, qk.compressed, c, q + r * hc, c, comp.data(), inv_sqrt_c, p_row + n_window,
                      n_keys);
       for (int64_t h = 0; h < H; ++h) {
         T* p = p_row + h * n_keys;
@@ -123,19 +177,7 @@ void attention_core_forward(const AttentionCoreDims& dims, int64_t N, int64_t H,
       }
       scatter_window(qb, H, t, ws, n_window, p_row, n_keys, dense.data());
     }
-    gemm<T>(dims.precision, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
-            o + r0 * hc, c);
-    for (int64_t t = qb.t0; t < qb.t1; ++t) {
-      const int64_t r = qb.b * S + t;
-      const int64_t n_window = dims.window_keys(r);
-      const int64_t first = ks.comp_offsets[r];
-      const int64_t n_comp = ks.comp_offsets[r + 1] - first;
-      if (n_comp == 0) continue;
-      comp.resize(static_cast<size_t>(n_comp));
-      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
-      attention_combine(H, n_comp, c, prob + ks.prob_offsets[r] + n_window, n_window + n_comp,
-                        comp.data(), o + r * hc, c);
-    }
+    block_combine(dims, qb, H, c, ks, dense, prob, o);
   });
 }
 
@@ -160,30 +202,15 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
   const int64_t query_blocks = B * ((S + kQueryBlock - 1) / kQueryBlock);
   run_gemm_tasks(query_blocks, [&](int64_t i) {
     const QueryBlock qb = query_block(dims, i);
-    const int64_t rows = qb.tokens() * H, nk = qb.keys();
-    const int64_t r0 = qb.b * S + qb.t0;
-    const T* keys_run = ks.kv + (qb.b * S + qb.k0) * c;
-    std::vector<T>& dense = scratch<T>(0);
-    dense.resize(static_cast<size_t>(rows * nk));
-    gemm<T>(dims.precision, false, true, rows, nk, c, T(1), d_o + r0 * hc, c, keys_run, c, T(0),
-            dense.data(), nk);
+    std::vector<T>& dense = block_products(dims, qb, H, c, d_o, ks.kv, T(1));
     std::vector<const T*> comp;
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
-      const int64_t r = qb.b * S + t;
-      const int64_t ws = dims.window_start(r);
-      const int64_t n_window = t - ws + 1;
-      const int64_t first = comp_offsets[r];
-      const int64_t n_comp = comp_offsets[r + 1] - first;
-      const int64_t n_keys = n_window + n_comp;
+      const QueryKeys qk = query_keys(dims, ks, qb.b * S + t, c, comp);
+      const int64_t r = qk.row, ws = qk.window_start, n_window = qk.window, n_keys = qk.keys();
       const T* go_row = d_o + r * hc;
       T* dl_row = dlogit.data() + ks.prob_offsets[r];
-      for (int64_t h = 0; h < H; ++h) {
-        const T* g_row = dense.data() + ((t - qb.t0) * H + h) * nk + (ws - qb.k0);
-        std::copy(g_row, g_row + n_window, dl_row + h * n_keys);
-      }
-      comp.resize(static_cast<size_t>(n_comp));
-      for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
-      attention_dots(H, n_comp, c, go_row, c, comp.data(), T(1), dl_row + n_window, n_keys);
+      gather_window(qb, H, t, ws, n_window, dense.data(), n_keys, dl_row);
+      attention_dots(H, qk.compressed, c, go_row, c, comp.data(), T(1), dl_row + n_window, n_keys);
       const T* p_row = prob + ks.prob_offsets[r];
       for (int64_t h = 0; h < H; ++h) {
         const T D = dot(go_row + h * c, o + r * hc + h * c, c);
@@ -194,21 +221,9 @@ void attention_core_backward(const AttentionCoreDims& dims, int64_t N, int64_t H
       }
       scatter_window(qb, H, t, ws, n_window, dl_row, n_keys, dense.data());
     }
-    T* dq_block = dq + r0 * hc;
-    gemm<T>(dims.precision, false, false, rows, c, nk, T(1), dense.data(), nk, keys_run, c, T(0),
-            dq_block, c);
+    block_combine(dims, qb, H, c, ks, dense, dlogit.data(), dq);
     for (int64_t t = qb.t0; t < qb.t1; ++t) {
-      const int64_t r = qb.b * S + t;
-      const int64_t n_window = dims.window_keys(r);
-      const int64_t first = comp_offsets[r];
-      const int64_t n_comp = comp_offsets[r + 1] - first;
-      T* dq_row = dq + r * hc;
-      if (n_comp > 0) {
-        comp.resize(static_cast<size_t>(n_comp));
-        for (int64_t k = 0; k < n_comp; ++k) comp[k] = ks.compressed + ks.comp_list[first + k] * c;
-        attention_combine(H, n_comp, c, dlogit.data() + ks.prob_offsets[r] + n_window,
-                          n_window + n_comp, comp.data(), dq_row, c);
-      }
+      T* dq_row = dq + (qb.b * S + t) * hc;
       for (int64_t e = 0; e < hc; ++e) dq_row[e] *= inv_sqrt_c;
     }
   });
