@@ -24,7 +24,7 @@ build-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # The demo needs only the CLI: building just that target keeps `make demo` on a
-# fresh machine within its 20-minute budget.
+# fresh machine short (~5 min on 2 cores).
 build-trex: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTREX_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS) --target trex

@@ -18,7 +18,7 @@ void add_demo_command(CLI::App& app) {
   d->add_option("--out-dir", options->out_dir, "Output directory (rerun to resume)")
       ->capture_default_str();
   d->add_option("--preset", options->preset,
-                "default (<= 20 min on 2 cores) | full (hours, 10K SFT set) | smoke (seconds): "
+                "default (~17 min on 2 cores) | full (hours, 10K SFT set) | smoke (seconds): "
                 "configs/demo/NAME.toml; or a preset file (PATH.toml)")
       ->capture_default_str();
   d->add_option("--config-dir", options->config_dir,
