@@ -334,6 +334,63 @@ TEST(Generate, TopPNearZeroEqualsGreedyAndSamplingIsSeeded) {
   EXPECT_NE(s1.tokens, s3.tokens);
 }
 
+// The old-policy log-probabilities of the policy-gradient step: what sampling
+// records for each generated token (EOS included) is the training forward's
+// log p(token) of the whole sequence, and the entropy is that row's.
+TEST(Generate, RecordedLogProbsAreTheTrainingForwards) {
+  Model<double> m = random_model("tiny-v4.json", 18);
+  const int64_t V = m.config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts = {{3, 9, 27, 4}, {5, 8, 13, 21, 34, 2}};
+  trex::infer::GenerateOptions o;
+  o.max_new_tokens = 9;
+  o.sampling = {1.0, 1.0};
+  o.samples = 2;
+  o.seed = 3;
+  o.record_log_probs = true;
+  o.eos_id = 7;
+  auto g = trex::infer::generate_tokens(m, prompts, o);
+  int64_t checked = 0;
+  for (size_t p = 0; p < prompts.size(); ++p)
+    for (size_t k = 0; k < 2; ++k) {
+      const auto& toks = g.tokens[p][k];
+      const bool eos = g.stopped_at_eos[p][k];
+      ASSERT_EQ(g.log_probs[p][k].size(), toks.size() + (eos ? 1 : 0));
+      ASSERT_EQ(g.entropies[p][k].size(), g.log_probs[p][k].size());
+      trex::model::Batch batch;
+      batch.input_ids.assign(prompts[p].begin(), prompts[p].end());
+      for (int32_t t : toks) batch.input_ids.push_back(t);
+      if (eos) batch.input_ids.push_back(o.eos_id);
+      batch.B = 1;
+      batch.S = static_cast<int64_t>(batch.input_ids.size());
+      batch.labels.assign(batch.input_ids.size(), -1);
+      for (size_t i = prompts[p].size(); i < batch.input_ids.size(); ++i)
+        batch.labels[i] = batch.input_ids[i];
+      trex::model::LossOptions loss;
+      loss.mtp_weight = 0;
+      trex::model::StepOptions step;
+      step.backward = false;
+      std::vector<double> lp;
+      step.label_log_probs = &lp;
+      std::vector<double> logits(batch.input_ids.size() * static_cast<size_t>(V));
+      m.forward_backward(batch, loss, step, logits.data());
+      for (size_t i = 0; i < g.log_probs[p][k].size(); ++i) {
+        const size_t r = prompts[p].size() + i;
+        EXPECT_NEAR(g.log_probs[p][k][i], lp[r], 1e-5) << p << " " << k << " " << i;
+        const double* z = logits.data() + (r - 1) * static_cast<size_t>(V);
+        double mx = z[0], sum = 0, h = 0;
+        for (int64_t v = 1; v < V; ++v) mx = std::max(mx, z[v]);
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - mx);
+        for (int64_t v = 0; v < V; ++v) {
+          const double q = std::exp(z[v] - mx) / sum;
+          if (q > 0) h -= q * std::log(q);
+        }
+        EXPECT_NEAR(g.entropies[p][k][i], h, 1e-5);
+        ++checked;
+      }
+    }
+  EXPECT_GE(checked, 20);
+}
+
 TEST(Generate, SampleTokenMatchesSoftmaxAndNucleus) {
   // softmax of log(1), log(2), log(4) at T = 1: 1/7, 2/7, 4/7.
   const std::vector<double> logits = {0.0, std::log(2.0), std::log(4.0)};

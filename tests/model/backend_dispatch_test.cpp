@@ -437,10 +437,12 @@ class RecordingBackend final : public Backend {
     cpu().decode_attention(q, keys, sink, o);
   }
   double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
-                                  double loss_scale, const LmHeadOutputs& outputs,
-                                  int64_t chunk_rows, Precision p) const override {
+                                  const Tensor& weights, double loss_scale,
+                                  const LmHeadOutputs& outputs, int64_t chunk_rows,
+                                  Precision p) const override {
     const OpScope scope(*this, "lm_head_cross_entropy");
-    return cpu().lm_head_cross_entropy(h, head, targets, loss_scale, outputs, chunk_rows, p);
+    return cpu().lm_head_cross_entropy(h, head, targets, weights, loss_scale, outputs, chunk_rows,
+                                       p);
   }
 
   bool guard_ = false;

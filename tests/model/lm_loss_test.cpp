@@ -72,6 +72,53 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// Token weights scale each row's loss and gradient: the weighted result is the
+// weighted sum of the one-token results (linearity), for any chunking, with
+// negative and zero weights; float and both index types take the same path.
+TEST(LmLoss, TokenWeightsScaleEachRowsLossAndGradient) {
+  const Problem p;
+  const std::vector<double> w = {0.5,   9.0, -1.5, 2.0, 0.0, 3.0, 1.0,
+                                 -0.25, 1.0, 4.0,  1.0, 7.0, 0.75};
+  for (int64_t chunk : {1, 4, 0}) {
+    std::vector<double> dh(p.N * p.d, 0.0), dhead(p.V * p.d, 0.0);
+    LmLossOutputs<double> o;
+    o.dh = dh.data();
+    o.dhead = dhead.data();
+    const LmLossResult r = lm_head_cross_entropy<double, int64_t>(
+        LmLossDims{p.N, p.d, p.V, chunk}, p.h.data(), p.head.data(), p.targets.data(), w.data(),
+        p.scale, o);
+    EXPECT_EQ(r.counted, 9);
+    double want_loss = 0.0;
+    std::vector<double> want_dh(p.N * p.d, 0.0), want_dhead(p.V * p.d, 0.0);
+    for (int64_t t = 0; t < p.N; ++t) {
+      if (p.targets[t] < 0) continue;
+      std::vector<int64_t> one(p.N, -1);
+      one[t] = p.targets[t];
+      const Reference ref = reference(p.N, p.d, p.V, p.h, p.head, one, p.scale * w[t]);
+      want_loss += ref.loss;
+      for (size_t i = 0; i < want_dh.size(); ++i) want_dh[i] += ref.dh[i];
+      for (size_t i = 0; i < want_dhead.size(); ++i) want_dhead[i] += ref.dhead[i];
+    }
+    EXPECT_NEAR(r.loss, want_loss, 1e-12) << chunk;
+    EXPECT_LT(max_abs_diff(dh, want_dh), 1e-12) << chunk;
+    EXPECT_LT(max_abs_diff(dhead, want_dhead), 1e-12) << chunk;
+  }
+  // Weights of 1 are the unweighted op, bit for bit (float, the vectorised row path).
+  const std::vector<float> hf(p.h.begin(), p.h.end()), headf(p.head.begin(), p.head.end());
+  const std::vector<int32_t> t32(p.targets.begin(), p.targets.end());
+  const std::vector<float> ones(p.N, 1.0f);
+  std::vector<float> dh1(p.N * p.d), dh2(p.N * p.d);
+  LmLossOutputs<float> o1, o2;
+  o1.dh = dh1.data();
+  o2.dh = dh2.data();
+  const auto a = lm_head_cross_entropy<float, int32_t>(LmLossDims{p.N, p.d, p.V, 0}, hf.data(),
+                                                       headf.data(), t32.data(), 0.25, o1);
+  const auto b = lm_head_cross_entropy<float, int32_t>(
+      LmLossDims{p.N, p.d, p.V, 0}, hf.data(), headf.data(), t32.data(), ones.data(), 0.25, o2);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(dh1, dh2);
+}
+
 TEST(LmLoss, ChunkedMatchesStraightforwardComputation) {
   const Problem p;
   const Reference ref = reference(p.N, p.d, p.V, p.h, p.head, p.targets, p.scale);

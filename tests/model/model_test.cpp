@@ -243,7 +243,7 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
     if (t.name == "layers.0.attn.wq_a.weight") {
       w.push_back({t.name, trex::DType::kF8E4M3, {q, d}, fp8.data(), fp8.size()});
       w.push_back({"layers.0.attn.wq_a.scale", trex::DType::kF8E8M0, {1, 1}, fp8_scale.data(), 1});
-    } else if (t.name == "layers.1.ffn.experts.0.w1.weight") {
+    } else if (t.name == "layers.2.ffn.shared_experts.w1.weight") {
       w.push_back({t.name, trex::DType::kI8, {I, d / 2}, fp4.data(), fp4.size()});
       w.push_back({"layers.1.ffn.experts.0.w1.scale",
                    trex::DType::kF8E8M0,
@@ -265,7 +265,7 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
   const float* wq = store.value("layers.0.attn.wq_a.weight");
   EXPECT_EQ(wq[0], 0.5f);
   EXPECT_EQ(wq[1], 1.0f);
-  const float* w1 = store.value("layers.1.ffn.experts.0.w1.weight");
+  const float* w1 = store.value("layers.2.ffn.shared_experts.w1.weight");
   EXPECT_EQ(w1[0], 2.0f);   // low nibble: element 0
   EXPECT_EQ(w1[1], -3.0f);  // high nibble: element 1
   EXPECT_EQ(store.values().size(), m.params().values().size());
@@ -291,6 +291,80 @@ TEST(V4Model, Bf16ComputeStaysCloseToFp32) {
   }
   EXPECT_LT(std::sqrt(num / den), 0.05);
   EXPECT_GT(std::sqrt(num / den), 0.0);  // bf16 really was used
+}
+
+// Per-token loss weights (the policy-gradient step): the reported LM loss is
+// Σ w·CE / n and the gradient is its gradient (finite differences, selections
+// fixed); label_log_probs gives −CE of every target; bad weights are refused.
+TEST(V4Model, LossWeightsAndLabelLogProbs) {
+  Model<double> m(tiny());
+  randomize(m, 5);
+  auto batch = random_batch(m.config(), 2, 12, 4);
+  trex::model::LossOptions loss;
+  loss.mtp_weight = 0;
+  trex::model::StepOptions probe;
+  probe.backward = false;
+  std::vector<double> lp;
+  probe.label_log_probs = &lp;
+  const auto plain = m.forward_backward(batch, loss, probe);
+  ASSERT_EQ(lp.size(), batch.input_ids.size());
+  double sum = 0;
+  int64_t nonzero = 0;
+  for (int64_t b = 0; b < batch.B; ++b)
+    for (int64_t t = 0; t < batch.S; ++t) {
+      const double v = lp[static_cast<size_t>(b * batch.S + t)];
+      if (t == 0 || batch.labels[static_cast<size_t>(b * batch.S + t)] < 0) {
+        EXPECT_EQ(v, 0.0) << b << " " << t;  // no target there
+      } else {
+        EXPECT_LT(v, 0.0);
+        ++nonzero;
+      }
+      sum += v;
+    }
+  EXPECT_EQ(nonzero, plain.lm_tokens);
+  EXPECT_NEAR(-sum / static_cast<double>(plain.lm_tokens), plain.lm, 1e-12);
+
+  trex::Rng rng(8, {3});
+  batch.loss_weights.resize(batch.input_ids.size());
+  for (float& w : batch.loss_weights) w = static_cast<float>(2 * rng.uniform() - 1);
+  double want = 0;
+  for (size_t r = 0; r < lp.size(); ++r) want -= batch.loss_weights[r] * lp[r];
+  m.params().zero_grads();
+  const auto weighted = m.forward_backward(batch, loss, {});
+  EXPECT_NEAR(weighted.lm, want / static_cast<double>(plain.lm_tokens), 1e-12);
+  EXPECT_EQ(weighted.lm_tokens, plain.lm_tokens);
+  const std::vector<double> analytic = m.params().grads();
+  trex::model::StepOptions fixed;
+  fixed.backward = false;
+  fixed.fixed_selection = true;
+  std::vector<double>& values = m.params().values();
+  int64_t checked = 0;
+  for (const char* name : {"head.weight", "embed.weight", "layers.0.attn.wq_a.weight",
+                           "layers.2.ffn.shared_experts.w1.weight"}) {
+    if (!m.params().contains(name)) continue;
+    const int64_t off = m.params().offset(name);
+    for (int64_t k = 0; k < 2; ++k) {
+      const int64_t i = off + k * 37 + 5;
+      const double saved = values[i], h = 1e-5;
+      values[i] = saved + h;
+      const double up = m.forward_backward(batch, loss, fixed).lm;
+      values[i] = saved - h;
+      const double down = m.forward_backward(batch, loss, fixed).lm;
+      values[i] = saved;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << name << " " << k;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 6);
+
+  loss.mtp_weight = 0.3;  // the MTP loss has no weights
+  EXPECT_THROW(m.forward_backward(batch, loss, {}), trex::Error);
+  loss.mtp_weight = 0;
+  batch.loss_weights.pop_back();
+  EXPECT_THROW(m.forward_backward(batch, loss, {}), trex::Error);
+  batch.loss_weights.push_back(std::nanf(""));
+  EXPECT_THROW(m.forward_backward(batch, loss, {}), trex::Error);
 }
 
 TEST(V4Model, ShortSequencesAndBadBatches) {

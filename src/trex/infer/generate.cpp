@@ -49,6 +49,11 @@ GeneratedTokens generate_tokens(const Model<T>& model,
             .field("prompt");
     out.prompt_tokens += static_cast<int64_t>(prompt_tokens[p].size());
   }
+  if (options.record_log_probs) {
+    out.log_probs.assign(static_cast<size_t>(P),
+                         std::vector<std::vector<float>>(static_cast<size_t>(K)));
+    out.entropies = out.log_probs;
+  }
   if (options.max_new_tokens == 0) return out;
 
   struct Active {
@@ -61,9 +66,15 @@ GeneratedTokens generate_tokens(const Model<T>& model,
   std::vector<T> logits;
   int64_t next_prompt = 0, finished = 0;
 
-  // Records a sampled token; returns true when its completion is finished.
-  auto accept = [&](Active& a, int64_t token) {
+  // Records a sampled token (drawn from logits row z); returns true when its
+  // completion is finished.
+  auto accept = [&](Active& a, const T* z, int64_t token) {
     ++out.generated_tokens;
+    if (options.record_log_probs) {
+      const TokenLogProb lp = token_log_prob(z, V, token);
+      out.log_probs[a.prompt][a.sample].push_back(static_cast<float>(lp.log_prob));
+      out.entropies[a.prompt][a.sample].push_back(static_cast<float>(lp.entropy));
+    }
     auto& toks = out.tokens[a.prompt][a.sample];
     if (token == eos) {
       out.stopped_at_eos[a.prompt][a.sample] = true;
@@ -115,9 +126,10 @@ GeneratedTokens generate_tokens(const Model<T>& model,
                    trex::Rng(options.seed,
                              {kSampleStream, static_cast<uint64_t>(options.first_prompt_index + p),
                               static_cast<uint64_t>(k)})};
-          const int64_t tok = sample_token(logits.data() + i * V, V, options.sampling, a.rng);
+          const T* z = logits.data() + i * V;
+          const int64_t tok = sample_token(z, V, options.sampling, a.rng);
           active.push_back(std::move(a));
-          done.push_back(accept(active.back(), tok));
+          done.push_back(accept(active.back(), z, tok));
         }
       }
       std::vector<bool> all_done(active.size() - done.size(), false);
@@ -136,8 +148,9 @@ GeneratedTokens generate_tokens(const Model<T>& model,
     decoder.feed(seqs, toks, logits.data());
     std::vector<bool> done(active.size());
     for (size_t i = 0; i < active.size(); ++i) {
-      const int64_t tok = sample_token(logits.data() + i * V, V, options.sampling, active[i].rng);
-      done[i] = accept(active[i], tok);
+      const T* z = logits.data() + i * V;
+      const int64_t tok = sample_token(z, V, options.sampling, active[i].rng);
+      done[i] = accept(active[i], z, tok);
     }
     retire(done);
     if (options.on_progress) options.on_progress(finished, out.generated_tokens);

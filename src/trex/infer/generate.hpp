@@ -24,6 +24,10 @@ struct GenerateOptions {
   int64_t first_prompt_index = 0;  // index of prompt 0 in a larger set (a shard keeps its samples)
   int64_t batch_size = 64;         // sequences decoded together
   int64_t eos_id = -1;             // -1: the tokenizer's EOS (generate), else config eos_token_id
+  // Also record, for every generated token (EOS included), its log-probability and
+  // the entropy of the model's next-token distribution, both at temperature 1 (the
+  // policy-gradient step's old-policy log-probabilities).
+  bool record_log_probs = false;
   // Called after every decoding step: (finished completions, generated tokens so far).
   std::function<void(int64_t, int64_t)> on_progress;
 };
@@ -35,6 +39,10 @@ struct GeneratedTokens {
   std::vector<std::vector<bool>> stopped_at_eos;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;  // EOS tokens included
+  // With record_log_probs, [prompt][sample][i]: of generated token i (the EOS last
+  // when stopped_at_eos): log p(token) and the distribution's entropy (nats).
+  std::vector<std::vector<std::vector<float>>> log_probs;
+  std::vector<std::vector<std::vector<float>>> entropies;
 };
 
 struct Generation : GeneratedTokens {

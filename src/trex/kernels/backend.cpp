@@ -671,8 +671,9 @@ void Backend::indexer_score_backward(const IndexerScoreDims& dims, const Indexer
 }
 
 double Backend::lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
-                                      double loss_scale, const LmHeadOutputs& outputs,
-                                      int64_t chunk_rows, Precision precision) const {
+                                      const Tensor& token_weights, double loss_scale,
+                                      const LmHeadOutputs& outputs, int64_t chunk_rows,
+                                      Precision precision) const {
   constexpr const char* op = "lm_head_cross_entropy";
   expect_float(h, op, "h");
   const DType dt = h.dtype();
@@ -684,13 +685,15 @@ double Backend::lm_head_cross_entropy(const Tensor& h, const Tensor& head, const
     expect_tensor(targets, op, "targets", DType::kI32, {N});
   else
     expect_tensor(targets, op, "targets", DType::kI64, {N});
+  expect_optional(token_weights, op, "token_weights", dt, {N});
   expect_optional(outputs.dh, op, "dh", dt, {N, d});
   expect_optional(outputs.dhead, op, "dhead", dt, {V, d});
   expect_optional(outputs.per_token_loss, op, "per_token_loss", dt, {N});
   expect_optional(outputs.logits, op, "logits", dt, {N, V});
   if (chunk_rows < 0)
     throw Error(std::string(op) + ": chunk_rows must be >= 0").field("chunk_rows");
-  return do_lm_head_cross_entropy(h, head, targets, loss_scale, outputs, chunk_rows, precision);
+  return do_lm_head_cross_entropy(h, head, targets, token_weights, loss_scale, outputs, chunk_rows,
+                                  precision);
 }
 
 namespace {

@@ -271,12 +271,14 @@ class Backend {
                               const Tensor& dq, const Tensor& dweights, const Tensor& dkeys) const;
 
   // ---- Fused LM head + cross-entropy (spec §2.9; model/lm_loss.hpp) ---------
-  // h [N, d], head [V, d], targets [N] (I64 or I32; < 0: ignored; all < V) ->
-  // returns loss_scale · Σ_t CE_t of logits_t = h_t·headᵀ; backward into
+  // h [N, d], head [V, d], targets [N] (I64 or I32; < 0: ignored; all < V),
+  // token_weights [N] (optional, h's dtype; w_t, undefined = 1) -> returns
+  // loss_scale · Σ_t w_t·CE_t of logits_t = h_t·headᵀ; backward into
   // outputs.dh / dhead when either is given. At most chunk_rows rows of logits
   // exist at a time (0: automatic), unless outputs.logits asks for all.
   double lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
-                               double loss_scale, const LmHeadOutputs& outputs, int64_t chunk_rows,
+                               const Tensor& token_weights, double loss_scale,
+                               const LmHeadOutputs& outputs, int64_t chunk_rows,
                                Precision precision) const;
 
   // ---- MoE router (spec §2.7, §3.3; model/moe_router.hpp) -------------------
@@ -493,9 +495,9 @@ class Backend {
                                          const Tensor& dscores, double scale, const Tensor& dq,
                                          const Tensor& dweights, const Tensor& dkeys) const = 0;
   virtual double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head,
-                                          const Tensor& targets, double loss_scale,
-                                          const LmHeadOutputs& outputs, int64_t chunk_rows,
-                                          Precision precision) const = 0;
+                                          const Tensor& targets, const Tensor& token_weights,
+                                          double loss_scale, const LmHeadOutputs& outputs,
+                                          int64_t chunk_rows, Precision precision) const = 0;
   virtual void do_router_scores(const Tensor& logits, const Tensor& scores) const = 0;
   virtual void do_router_select(const Tensor& scores, const Tensor& bias, const Tensor& token_ids,
                                 const Tensor& tid2eid, const Tensor& expert_index) const = 0;

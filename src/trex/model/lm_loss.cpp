@@ -27,6 +27,14 @@ template <class T, class Index>
 LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* head,
                                    const Index* targets, double loss_scale,
                                    const LmLossOutputs<T>& outputs, const kernels::OpContext& ctx) {
+  return lm_head_cross_entropy(dims, h, head, targets, static_cast<const T*>(nullptr), loss_scale,
+                               outputs, ctx);
+}
+
+template <class T, class Index>
+LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* head,
+                                   const Index* targets, const T* token_weights, double loss_scale,
+                                   const LmLossOutputs<T>& outputs, const kernels::OpContext& ctx) {
   if (dims.tokens < 0) throw Error("lm loss: tokens must be >= 0").field("tokens");
   if (dims.hidden <= 0) throw Error("lm loss: hidden must be > 0").field("hidden_size");
   if (dims.vocab <= 0) throw Error("lm loss: vocab must be > 0").field("vocab_size");
@@ -46,9 +54,9 @@ LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* 
   const kernels::LmHeadOutputs out{
       Tensor::optional(outputs.dh, {N, d}), Tensor::optional(outputs.dhead, {V, d}),
       Tensor::optional(outputs.per_token_loss, {N}), Tensor::optional(outputs.logits, {N, V})};
-  result.loss = ctx.ops().lm_head_cross_entropy(Tensor::of(h, {N, d}), Tensor::of(head, {V, d}),
-                                                Tensor::of(targets, {N}), loss_scale, out,
-                                                dims.chunk_rows, ctx.precision);
+  result.loss = ctx.ops().lm_head_cross_entropy(
+      Tensor::of(h, {N, d}), Tensor::of(head, {V, d}), Tensor::of(targets, {N}),
+      Tensor::optional(token_weights, {N}), loss_scale, out, dims.chunk_rows, ctx.precision);
   return result;
 }
 
@@ -70,6 +78,27 @@ template LmLossResult lm_head_cross_entropy<double, int32_t>(const LmLossDims&, 
                                                              const kernels::OpContext&);
 template LmLossResult lm_head_cross_entropy<double, int64_t>(const LmLossDims&, const double*,
                                                              const double*, const int64_t*, double,
+                                                             const LmLossOutputs<double>&,
+                                                             const kernels::OpContext&);
+
+template LmLossResult lm_head_cross_entropy<float, int32_t>(const LmLossDims&, const float*,
+                                                            const float*, const int32_t*,
+                                                            const float*, double,
+                                                            const LmLossOutputs<float>&,
+                                                            const kernels::OpContext&);
+template LmLossResult lm_head_cross_entropy<float, int64_t>(const LmLossDims&, const float*,
+                                                            const float*, const int64_t*,
+                                                            const float*, double,
+                                                            const LmLossOutputs<float>&,
+                                                            const kernels::OpContext&);
+template LmLossResult lm_head_cross_entropy<double, int32_t>(const LmLossDims&, const double*,
+                                                             const double*, const int32_t*,
+                                                             const double*, double,
+                                                             const LmLossOutputs<double>&,
+                                                             const kernels::OpContext&);
+template LmLossResult lm_head_cross_entropy<double, int64_t>(const LmLossDims&, const double*,
+                                                             const double*, const int64_t*,
+                                                             const double*, double,
                                                              const LmLossOutputs<double>&,
                                                              const kernels::OpContext&);
 

@@ -3,7 +3,7 @@
 //
 //   logits_t = h_t · headᵀ            h [N, d] (final normed hidden), head [V, d] (untied)
 //   CE_t     = logsumexp(logits_t) − logits_t[target_t]
-//   loss     = loss_scale · Σ_{t counted} CE_t
+//   loss     = loss_scale · Σ_{t counted} w_t·CE_t   (w_t = 1 unless token weights are given)
 // A negative target means "ignore" (SFT loss mask, no next token): CE_t = 0, no gradient.
 // The caller chooses the reduction through loss_scale (1/count for a mean,
 // λ/count for the MTP loss, 1 for a sum).
@@ -52,6 +52,15 @@ int64_t lm_loss_count_targets(const Index* targets, int64_t tokens, int64_t voca
 template <class T, class Index>
 LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* head,
                                    const Index* targets, double loss_scale,
+                                   const LmLossOutputs<T>& outputs,
+                                   const kernels::OpContext& ctx = {});
+
+// The same with a weight per token (token_weights [N], nullable = 1): the loss is
+// loss_scale · Σ w_t·CE_t and each row's gradient is scaled by w_t (a weight may be
+// negative or 0: the policy-gradient step weights log-probabilities this way).
+template <class T, class Index>
+LmLossResult lm_head_cross_entropy(const LmLossDims& dims, const T* h, const T* head,
+                                   const Index* targets, const T* token_weights, double loss_scale,
                                    const LmLossOutputs<T>& outputs,
                                    const kernels::OpContext& ctx = {});
 

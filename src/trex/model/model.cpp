@@ -411,6 +411,12 @@ void check_batch(const ModelConfig& c, const Batch& b) {
   for (int64_t id : b.labels)
     if (id >= c.vocab_size)
       throw Error("batch: label " + std::to_string(id) + " outside the vocabulary").field("labels");
+  if (!b.loss_weights.empty() && static_cast<int64_t>(b.loss_weights.size()) != b.B * b.S)
+    throw Error("batch: loss_weights has " + std::to_string(b.loss_weights.size()) +
+                " entries, expected B·S = " + std::to_string(b.B * b.S) + " or none")
+        .field("loss_weights");
+  for (float w : b.loss_weights)
+    if (!std::isfinite(w)) throw Error("batch: a loss weight is not finite").field("loss_weights");
 }
 
 std::string token_at(int64_t b, int64_t t) {
@@ -760,11 +766,30 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
       o.dh = st.d_final.data();
       o.dhead = params_.grad("head.weight");
     }
+    // LM row r predicts labels[r + 1]: its weight is that label's.
+    std::vector<T> row_weights;
+    if (!batch.loss_weights.empty()) {
+      if (run_mtp)
+        throw Error("batch: loss_weights need mtp_weight = 0 (the MTP loss is not weighted)")
+            .field("loss_weights");
+      row_weights.assign(static_cast<size_t>(N), T(0));
+      for (int64_t r = 0; r < N; ++r)
+        if (targets.lm[r] >= 0) row_weights[r] = static_cast<T>(batch.loss_weights[r + 1]);
+    }
+    std::vector<T> row_losses(step.label_log_probs ? static_cast<size_t>(N) : 0);
+    o.per_token_loss = step.label_log_probs ? row_losses.data() : nullptr;
     const double scale = out.lm_tokens > 0 ? weight / static_cast<double>(out.lm_tokens) : 0.0;
-    out.lm = lm_head_cross_entropy(ld, st.final_normed.data(), params_.value("head.weight"),
-                                   st.targets.data(), scale, o, ops_)
+    out.lm = lm_head_cross_entropy(
+                 ld, st.final_normed.data(), params_.value("head.weight"), st.targets.data(),
+                 row_weights.empty() ? nullptr : row_weights.data(), scale, o, ops_)
                  .loss /
              weight;
+    if (step.label_log_probs) {
+      std::vector<double>& lp = *step.label_log_probs;
+      lp.assign(static_cast<size_t>(N), 0.0);
+      for (int64_t r = 0; r < N; ++r)
+        if (targets.lm[r] >= 0) lp[r + 1] = -static_cast<double>(row_losses[r]);
+    }
   }
 
   // MTP block(s) (depth 1 in V4; each further depth would chain on the previous one).

@@ -31,6 +31,11 @@ struct Batch {
   // one document per row at positions 0..S−1.
   std::vector<int64_t> position_ids;  // [B·S] or empty
   std::vector<int64_t> document_ids;  // [B·S] or empty
+  // Per-token loss weights (the policy-gradient step, docs/rl.md): the LM loss on
+  // labels[r] counts loss_weights[r]·CE in the loss and in its gradient (a weight
+  // may be negative or 0; the token still counts in lm_tokens). Empty: 1 for every
+  // token. Needs mtp_weight = 0: the MTP loss has no weights.
+  std::vector<float> loss_weights;  // [B·S] or empty
 };
 
 struct LossOptions {
@@ -56,6 +61,9 @@ struct StepOptions {
   // that under expert parallelism the token rows other ranks send back for an
   // expert already carry their own micro-batch's weight.
   double gradient_weight = 1.0;
+  // When set, receives [B·S]: at every r whose label is a target, log p(labels[r] | the
+  // tokens before r) under the model (= −CE of that token); 0 elsewhere. Head stage only.
+  std::vector<double>* label_log_probs = nullptr;
 };
 
 struct LossBreakdown {

@@ -52,9 +52,10 @@ class ParallelGradients final : public GradientStrategy {
   StepMetrics::Communication communication(double exposed_seconds) const;
   double bubble_fraction() const { return bubble_fraction_; }
 
- private:
   // This rank's share of the step: micro-batch i goes to data rank i mod data_size.
   std::vector<size_t> my_micro_batches(size_t count) const;
+
+ private:
   StepTotals local_gradients(const std::vector<model::Batch>& batches,
                              const std::vector<int64_t>& trained, const std::vector<size_t>& mine,
                              const std::vector<float>& weights, const model::LossOptions& loss);

@@ -1,5 +1,6 @@
 #include "trex/train/run_config.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -26,7 +27,9 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.tokenizer = root.string("tokenizer", c.tokenizer);
   {
     const config::Reader d = root.section("data");
-    c.mode = d.choice("mode", c.mode, {{"cpt", DataMode::kCpt}, {"sft", DataMode::kSft}});
+    c.mode =
+        d.choice("mode", c.mode,
+                 {{"cpt", DataMode::kCpt}, {"sft", DataMode::kSft}, {"grpo", DataMode::kGrpo}});
     c.train_file = d.string("train", c.train_file);
     c.validation_file = d.string("validation", c.validation_file);
     c.data_seed = d.integer<uint64_t>("seed", c.data_seed);
@@ -73,6 +76,7 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   {
     const config::Reader l = root.section("loss");
     c.mtp_weight = l.number("mtp_weight", c.mtp_weight);
+    if (c.mode == DataMode::kGrpo && !l.has("mtp_weight")) c.mtp_weight = 0;  // no MTP term
     c.balance_weight = l.number("balance_weight", c.balance_weight);
     l.reject_unknown();
   }
@@ -122,6 +126,39 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
     c.parallel.expert_placement = p.string("expert_placement", c.parallel.expert_placement);
     p.reject_unknown();
   }
+  {
+    const config::Reader g = root.section("grpo");
+    GrpoConfig& r = c.grpo;
+    r.prompts_per_step = g.integer("prompts_per_step", r.prompts_per_step);
+    r.group_size = g.integer("group_size", r.group_size);
+    r.max_new_tokens = g.integer("max_new_tokens", r.max_new_tokens);
+    r.temperature = g.number("temperature", r.temperature);
+    r.top_p = g.number("top_p", r.top_p);
+    r.generation_batch = g.integer("generation_batch", r.generation_batch);
+    r.updates_per_batch = g.integer("updates_per_batch", r.updates_per_batch);
+    r.clip_low = g.number("clip_low", r.clip_low);
+    r.clip_high = g.number("clip_high", r.clip_high);
+    r.kl_coef = g.number("kl_coef", r.kl_coef);
+    r.reference = g.string("reference", r.reference);
+    r.scale_advantages_by_std = g.boolean("scale_advantages_by_std", r.scale_advantages_by_std);
+    r.format = g.string("format", r.format);
+    r.eval_prompts = g.integer("eval_prompts", r.eval_prompts);
+    const config::Reader w = g.section("reward");
+    r.reward_correct = w.number("correct", r.reward_correct);
+    r.reward_wrong = w.number("wrong", r.reward_wrong);
+    r.failure_penalty = w.number("failure_penalty", r.failure_penalty);
+    r.format_reward = w.number("format_reward", r.format_reward);
+    r.rule = w.string("rule", r.rule);
+    r.grade_timeout = w.number("timeout", r.grade_timeout);
+    r.grade_jobs = w.integer("jobs", r.grade_jobs);
+    r.python = w.string("python", r.python);
+    r.solver = w.string("solver", r.solver);
+    w.reject_unknown();
+    g.reject_unknown();
+    // A GRPO step trains on the P·G rollouts of its prompts.
+    if (c.mode == DataMode::kGrpo && !root.has("global_batch"))
+      c.global_batch = r.prompts_per_step * r.group_size;
+  }
   root.reject_unknown();
 
   c.model_config = resolve(base_dir, c.model_config);
@@ -131,6 +168,7 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.validation_file = resolve(base_dir, c.validation_file);
   c.out_dir = resolve(base_dir, c.out_dir);
   c.parallel.expert_placement = resolve(base_dir, c.parallel.expert_placement);
+  c.grpo.reference = resolve(base_dir, c.grpo.reference);
   return c;
 }
 
@@ -210,6 +248,7 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
+  if (mode == DataMode::kGrpo) validate_grpo(origin);
   if (parallel.pp > 1 && parallel.pipeline_schedule == parallel::PipelineSchedule::kDualPipeV &&
       accumulation_steps() / parallel.data_size() < 2 * parallel.pp)
     fail("parallel.pipeline_schedule",
@@ -217,6 +256,55 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per pipeline and step; this config gives " +
              std::to_string(accumulation_steps() / parallel.data_size()) +
              " (raise global_batch or use \"1f1b\")");
+}
+
+void RunConfig::validate_grpo(const std::string& origin) const {
+  auto fail = [&](const std::string& field, const std::string& message) {
+    throw Error(message).file(origin).field(field);
+  };
+  const GrpoConfig& g = grpo;
+  if (steps < 1) fail("steps", "data.mode = \"grpo\" needs steps >= 1 (optimizer steps)");
+  if (g.prompts_per_step < 1) fail("grpo.prompts_per_step", "must be >= 1");
+  if (g.group_size < 2)
+    fail("grpo.group_size", "must be >= 2 (advantages are relative to the group)");
+  if (global_batch != g.prompts_per_step * g.group_size)
+    fail("global_batch",
+         "with data.mode = \"grpo\" a step trains on prompts_per_step x "
+         "group_size = " +
+             std::to_string(g.prompts_per_step * g.group_size) +
+             " rollouts; leave global_batch out or set it to that");
+  if (g.prompts_per_step % parallel.data_size() != 0)
+    fail("grpo.prompts_per_step", "must be a multiple of parallel.dp x parallel.ep = " +
+                                      std::to_string(parallel.data_size()));
+  if (parallel.ep > 1 || parallel.pp > 1)
+    fail("parallel", "data.mode = \"grpo\" runs data-parallel only (parallel.ep = pp = 1)");
+  if (g.max_new_tokens < 1) fail("grpo.max_new_tokens", "must be >= 1");
+  if (g.max_new_tokens >= seq_len)
+    fail("grpo.max_new_tokens",
+         "must leave room for the prompt in seq_len = " + std::to_string(seq_len));
+  if (!(g.temperature > 0)) fail("grpo.temperature", "must be > 0 (rollouts are sampled)");
+  if (!(g.top_p > 0 && g.top_p <= 1)) fail("grpo.top_p", "must be in (0, 1]");
+  if (g.generation_batch < 1) fail("grpo.generation_batch", "must be >= 1");
+  if (g.updates_per_batch < 1) fail("grpo.updates_per_batch", "must be >= 1");
+  if (!(g.clip_low >= 0 && g.clip_low < 1)) fail("grpo.clip_low", "must be in [0, 1)");
+  if (!(g.clip_high >= 0)) fail("grpo.clip_high", "must be >= 0");
+  if (!(g.kl_coef >= 0)) fail("grpo.kl_coef", "must be >= 0");
+  if (g.kl_coef > 0 && g.reference.empty() && init_checkpoint.empty())
+    fail("grpo.reference", "kl_coef > 0 needs a reference checkpoint (or model.init_checkpoint)");
+  if (g.format != "mathprog" && g.format != "lp" && g.format != "python")
+    fail("grpo.format", "must be mathprog, lp or python");
+  if (!(g.grade_timeout > 0)) fail("grpo.reward.timeout", "must be > 0 seconds");
+  if (g.grade_jobs < 0) fail("grpo.reward.jobs", "must be >= 0 (0 = online cores)");
+  for (const auto& [key, value] :
+       {std::pair<const char*, double>{"grpo.reward.correct", g.reward_correct},
+        {"grpo.reward.wrong", g.reward_wrong},
+        {"grpo.reward.failure_penalty", g.failure_penalty},
+        {"grpo.reward.format_reward", g.format_reward}})
+    if (!std::isfinite(value)) fail(key, "must be a finite number");
+  if (g.eval_prompts < 0) fail("grpo.eval_prompts", "must be >= 0");
+  if (mtp_weight != 0)
+    fail("loss.mtp_weight",
+         "must be 0 with data.mode = \"grpo\" (the policy loss has no MTP term)");
 }
 
 std::string FaultInjection::text() const {
@@ -257,7 +345,9 @@ nlohmann::json RunConfig::to_json() const {
   nlohmann::json model = {{"seed", std::to_string(init_seed)}};
   if (!model_config.empty()) model["config"] = model_config;
   if (!init_checkpoint.empty()) model["init_checkpoint"] = init_checkpoint;
-  nlohmann::json data = {{"mode", mode == DataMode::kCpt ? "cpt" : "sft"},
+  nlohmann::json data = {{"mode", mode == DataMode::kCpt   ? "cpt"
+                                  : mode == DataMode::kSft ? "sft"
+                                                           : "grpo"},
                          {"train", train_file},
                          {"seed", std::to_string(data_seed)},
                          {"shuffle", shuffle},
@@ -311,6 +401,31 @@ nlohmann::json RunConfig::to_json() const {
         {"ep_overlap", parallel.ep_overlap},
         {"expert_placement", parallel.expert_placement}}},
   };
+  if (mode == DataMode::kGrpo)
+    out["grpo"] = {{"prompts_per_step", grpo.prompts_per_step},
+                   {"group_size", grpo.group_size},
+                   {"max_new_tokens", grpo.max_new_tokens},
+                   {"temperature", grpo.temperature},
+                   {"top_p", grpo.top_p},
+                   {"generation_batch", grpo.generation_batch},
+                   {"updates_per_batch", grpo.updates_per_batch},
+                   {"clip_low", grpo.clip_low},
+                   {"clip_high", grpo.clip_high},
+                   {"kl_coef", grpo.kl_coef},
+                   {"reference", grpo.reference},
+                   {"scale_advantages_by_std", grpo.scale_advantages_by_std},
+                   {"format", grpo.format},
+                   {"eval_prompts", grpo.eval_prompts},
+                   {"reward",
+                    {{"correct", grpo.reward_correct},
+                     {"wrong", grpo.reward_wrong},
+                     {"failure_penalty", grpo.failure_penalty},
+                     {"format_reward", grpo.format_reward},
+                     {"rule", grpo.rule},
+                     {"timeout", grpo.grade_timeout},
+                     {"jobs", grpo.grade_jobs},
+                     {"python", grpo.python},
+                     {"solver", grpo.solver}}}};
   if (!debug_inject.empty()) {
     nlohmann::json inject = nlohmann::json::array();
     for (const FaultInjection& f : debug_inject) inject.push_back(f.text());

@@ -17,7 +17,7 @@
 
 namespace trex::train {
 
-enum class DataMode { kCpt, kSft };
+enum class DataMode { kCpt, kSft, kGrpo };
 enum class TrainPrecision { kFp32, kBf16 };
 
 // The `parallel` section (docs/distributed.md): the DP × EP × PP process grid
@@ -38,6 +38,38 @@ struct ParallelConfig {
   std::string expert_placement;
   int64_t world_size() const { return dp * ep * pp; }
   int64_t data_size() const { return dp * ep; }  // ranks that take different micro-batches
+};
+
+// The `grpo` section (docs/rl.md): group-relative policy optimisation with a
+// solver-verified reward, run by the rl layer with data.mode = "grpo". Each
+// optimizer step samples group_size completions for each of prompts_per_step
+// prompts (the benchmark-schema records of data.train), grades them with the
+// eval harness's sandboxed solver grader and takes a clipped policy-gradient step.
+struct GrpoConfig {
+  int64_t prompts_per_step = 8;  // P (split over the data-parallel ranks)
+  int64_t group_size = 8;        // G: completions per prompt
+  int64_t max_new_tokens = 256;
+  double temperature = 1.0;  // sampling; the objective's log-probabilities are at temperature 1
+  double top_p = 1.0;
+  int64_t generation_batch = 64;        // sequences decoded together
+  int64_t updates_per_batch = 1;        // optimizer steps on each batch of rollouts (mu)
+  double clip_low = 0.2;                // ratio clip: [1 - clip_low, 1 + clip_high]
+  double clip_high = 0.28;              // DAPO's clip-higher
+  double kl_coef = 0.0;                 // > 0: k3 KL penalty to the frozen reference model
+  std::string reference;                // its checkpoint (default: model.init_checkpoint)
+  bool scale_advantages_by_std = true;  // false: mean-centred only (Dr. GRPO)
+  std::string format = "mathprog";      // prompt and answer format: mathprog | lp | python
+  // The reward (rl/reward.hpp): correct, ran but wrong, did not parse or solve.
+  double reward_correct = 1.0;
+  double reward_wrong = 0.0;
+  double failure_penalty = 0.0;
+  double format_reward = 0.0;    // added when an executable block was extracted
+  std::string rule = "rel1e-6";  // the grading tolerance (or eval --rule)
+  double grade_timeout = 10.0;   // wall and CPU seconds per rollout
+  int64_t grade_jobs = 0;        // sandboxed graders at a time; 0 = online cores
+  std::string python = "python3";
+  std::string solver = "glpk";
+  int64_t eval_prompts = 0;  // > 0: Pass@1 (greedy) on that many validation records per eval
 };
 
 // One `debug.inject` entry: "KIND@step=N" (or "nan_weight_on_load").
@@ -100,6 +132,7 @@ struct RunConfig {
   double spike_z_threshold = 4.0;
 
   ParallelConfig parallel;
+  GrpoConfig grpo;  // data.mode = "grpo" only
 
   // Fault injection, for tests of the stability guard only (`debug.inject`,
   // docs/training.md "Fault injection"): never set in a real run.
@@ -118,6 +151,9 @@ struct RunConfig {
   static RunConfig load(const std::string& path);
   nlohmann::json to_json() const;  // the same keys, every value explicit
   void validate(const std::string& origin) const;
+
+ private:
+  void validate_grpo(const std::string& origin) const;
 };
 
 }  // namespace trex::train

@@ -48,7 +48,7 @@ struct Trainer::Impl {
   model::Model<float> model;
   ParallelGradients gradients;  // ZeRO partition, gradient reducer, pipeline runner
   Optimizer optimizer;
-  DataSource data;
+  std::optional<DataSource> data;  // none with data.mode = "grpo" (the rl layer brings rollouts)
   int64_t total_steps = 0;
   int64_t step = 0;
   int64_t consumed_tokens = 0;
@@ -74,7 +74,6 @@ struct Trainer::Impl {
         model(build_model(config, setup)),
         gradients(model, setup, config),
         optimizer(make_optimizer(config, model.params(), gradients.zero_ranges())),
-        data(config, tokenizer, config.train_file, config.shuffle),
         spike_detector(config.spike_window, config.spike_z_threshold) {
     if (!root) {
       options.quiet = true;
@@ -87,10 +86,12 @@ struct Trainer::Impl {
                   std::to_string(model.config().vocab_size))
           .file(config.tokenizer)
           .field("tokenizer");
+    if (config.mode != DataMode::kGrpo)
+      data.emplace(config, tokenizer, config.train_file, config.shuffle);
     if (config.steps > 0) {
       total_steps = config.steps;
     } else {
-      const double sequences = static_cast<double>(data.sequences_in_epoch()) * config.epochs;
+      const double sequences = static_cast<double>(data->sequences_in_epoch()) * config.epochs;
       total_steps = std::max<int64_t>(
           1, static_cast<int64_t>(std::ceil(sequences / static_cast<double>(config.global_batch))));
     }
@@ -112,28 +113,45 @@ struct Trainer::Impl {
     if (saved.total_steps != total_steps && root)
       log::warn("resuming ", dir, ": the checkpoint planned ", saved.total_steps,
                 " steps, this run plans ", total_steps, " (the schedule follows this run)");
-    data.restore(saved.loader);
+    if (data) data->restore(saved.loader);
     last_checkpoint_step = step;
   }
 
   TrainerState trainer_state() const {
-    return {step,   total_steps,          consumed_tokens,        trained_tokens, skipped_steps,
-            spikes, last_validation_loss, spike_detector.state(), data.state()};
+    return {step,
+            total_steps,
+            consumed_tokens,
+            trained_tokens,
+            skipped_steps,
+            spikes,
+            last_validation_loss,
+            spike_detector.state(),
+            data ? data->state() : LoaderState{}};
   }
 
   // One optimizer step: read the step's micro-batches, run_step (forward and
   // backward, reduce, guard, clip, update, router bias), then count, report
   // and record what it did.
+  int64_t mtp_layers() const {
+    return config.mtp_weight > 0 ? model.config().num_nextn_predict_layers : 0;
+  }
+
   MetricsRecord train_step() {
-    model.set_compute_precision(config.compute_precision());
+    if (!data)
+      throw Error("data.mode = \"grpo\": the steps come from the rl layer (trex train runs it)")
+          .field("data.mode");
     const auto start = Clock::now();
+    return train_step_on(read_step_batches(*data, static_cast<size_t>(config.accumulation_steps()),
+                                           model.config(), mtp_layers()),
+                         start);
+  }
+
+  MetricsRecord train_step_on(const StepBatches& batches, Clock::time_point start) {
+    model.set_compute_precision(config.compute_precision());
     const double exposed_before = setup.exposed_seconds();
     step += 1;
     const double lr = learning_rate(config.schedule(total_steps), step);
     model::ParamStore<float>& params = model.params();
-    const int64_t mtp_layers = config.mtp_weight > 0 ? model.config().num_nextn_predict_layers : 0;
-    const StepBatches batches = read_step_batches(
-        data, static_cast<size_t>(config.accumulation_steps()), model.config(), mtp_layers);
 
     FaultInjector::PoisonedRow poisoned =
         faults.poison_activation(step, params, model.config(), batches.micro_batches);
@@ -268,6 +286,33 @@ void Trainer::set_gradient_hook(GradientHook hook) {
 MetricsRecord Trainer::train_step() {
   return impl_->train_step();
 }
+MetricsRecord Trainer::train_step_on(const StepBatches& batches) {
+  if (static_cast<int64_t>(batches.micro_batches.size()) != impl_->config.accumulation_steps())
+    throw Error("a step takes global_batch / micro_batch = " +
+                std::to_string(impl_->config.accumulation_steps()) + " micro-batches, not " +
+                std::to_string(batches.micro_batches.size()))
+        .field("micro_batches");
+  return impl_->train_step_on(batches, Clock::now());
+}
+std::vector<size_t> Trainer::my_micro_batches(size_t count) const {
+  return impl_->gradients.my_micro_batches(count);
+}
+std::vector<double> Trainer::label_log_probs(const model::Batch& batch) {
+  Impl& s = *impl_;
+  s.model.set_compute_precision(s.config.compute_precision());
+  model::LossOptions loss;
+  loss.mtp_weight = 0;
+  loss.balance_loss_weight = 0;
+  model::StepOptions step;
+  step.backward = false;
+  std::vector<double> log_probs;
+  step.label_log_probs = &log_probs;
+  s.model.forward_backward(batch, loss, step);
+  return log_probs;
+}
+int64_t Trainer::mtp_layers() const {
+  return impl_->mtp_layers();
+}
 double Trainer::validation_loss() {
   return impl_->validation_loss();
 }
@@ -291,8 +336,11 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   }
   if (s.options.write_metrics && !s.metrics)
     s.metrics = std::make_unique<MetricsWriter>(c.out_dir, s.options.resume ? s.step : -1);
-  s.summary.data_lines_skipped = s.data.input().skipped;
-  s.summary.data_records_repaired = s.data.input().repaired;
+  if (!s.data)
+    throw Error("data.mode = \"grpo\": run the policy-gradient loop (rl layer; trex train does)")
+        .field("data.mode");
+  s.summary.data_lines_skipped = s.data->input().skipped;
+  s.summary.data_records_repaired = s.data->input().repaired;
   s.summary.seconds = 0;
   s.summary.tokens = 0;
   s.step_flops = 0;

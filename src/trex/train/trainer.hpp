@@ -18,6 +18,7 @@
 #include "trex/model/model.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/parallel/process_grid.hpp"
+#include "trex/train/data/source.hpp"
 #include "trex/train/metrics.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/run_config.hpp"
@@ -56,6 +57,18 @@ class Trainer {
 
   // One optimizer step (or a skipped one); returns its metrics record (not written).
   MetricsRecord train_step();
+  // The same on micro-batches built by the caller (the policy-gradient step of the
+  // rl layer: rollouts with per-token loss weights): every rank passes the step's
+  // whole list (global_batch / micro_batch of them, identical on every rank); a rank
+  // trains my_micro_batches() of it. Same guard, clipping, schedule and metrics.
+  MetricsRecord train_step_on(const StepBatches& batches);
+  // The indices of a step's `count` micro-batches that this rank trains.
+  std::vector<size_t> my_micro_batches(size_t count) const;
+  // Forward only (no gradients, no collectives with dp > 1): log p(labels[r] | tokens
+  // before r) at every target of `batch` under the current weights, 0 elsewhere ([B·S]).
+  std::vector<double> label_log_probs(const model::Batch& batch);
+  // MTP blocks counted in a step's FLOPs (0 when loss.mtp_weight = 0).
+  int64_t mtp_layers() const;
   // Mean LM loss over the first eval_batches micro-batches of the validation
   // file (file order); throws when the config has no validation file.
   double validation_loss();

@@ -684,16 +684,17 @@ class CpuBackend final : public Backend {
   }
 
   double do_lm_head_cross_entropy(const Tensor& h, const Tensor& head, const Tensor& targets,
-                                  double loss_scale, const LmHeadOutputs& out, int64_t chunk_rows,
+                                  const Tensor& token_weights, double loss_scale,
+                                  const LmHeadOutputs& out, int64_t chunk_rows,
                                   Precision precision) const override {
     double loss = 0.0;
     with_float_type(h.dtype(), [&](auto tag) {
       using T = decltype(tag);
       auto run = [&](const auto* ids) {
-        loss = kernels::lm_head_cross_entropy(h.data<T>(), head.data<T>(), ids, h.size(0),
-                                              h.size(1), head.size(0), chunk_rows, loss_scale,
-                                              precision, out.dh.data<T>(), out.dhead.data<T>(),
-                                              out.per_token_loss.data<T>(), out.logits.data<T>());
+        loss = kernels::lm_head_cross_entropy(
+            h.data<T>(), head.data<T>(), ids, token_weights.data<T>(), h.size(0), h.size(1),
+            head.size(0), chunk_rows, loss_scale, precision, out.dh.data<T>(), out.dhead.data<T>(),
+            out.per_token_loss.data<T>(), out.logits.data<T>());
       };
       if (targets.dtype() == DType::kI32)
         run(targets.data<int32_t>());

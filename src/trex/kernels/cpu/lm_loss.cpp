@@ -15,9 +15,9 @@ constexpr int64_t kAutoChunkLogits = int64_t{1} << 25;  // ~128 MiB of fp32 logi
 }
 
 template <class T, class Index>
-double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, int64_t N, int64_t d,
-                             int64_t V, int64_t chunk_rows, double loss_scale, Precision precision,
-                             T* dh, T* dhead, T* per_token_loss, T* logits) {
+double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, const T* weights,
+                             int64_t N, int64_t d, int64_t V, int64_t chunk_rows, double loss_scale,
+                             Precision precision, T* dh, T* dhead, T* per_token_loss, T* logits) {
   const bool backward = dh != nullptr || dhead != nullptr;
   // Without a logits output only the counted tokens are computed (an SFT batch
   // masks most prompt tokens): their rows of h are gathered into a chunk buffer
@@ -68,9 +68,10 @@ double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, in
         if (backward) std::fill(g, g + V, T(0));
         continue;
       }
+      const T row_scale = weights ? scale * weights[t] : scale;
       if constexpr (std::is_same_v<T, float>) {
         // Vectorised exp, Σexp in double over fixed lanes (kernels/cpu/elementwise).
-        row_loss[t] = softmax_cross_entropy_row(z, V, target, scale, backward ? g : nullptr);
+        row_loss[t] = softmax_cross_entropy_row(z, V, target, row_scale, backward ? g : nullptr);
         continue;
       }
       T mx = z[0];
@@ -81,8 +82,8 @@ double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, in
       row_loss[t] = lse - static_cast<double>(z[target]);
       if (backward) {
         const T shift = static_cast<T>(lse);
-        for (int64_t v = 0; v < V; ++v) g[v] = scale * std::exp(z[v] - shift);
-        g[target] -= scale;
+        for (int64_t v = 0; v < V; ++v) g[v] = row_scale * std::exp(z[v] - shift);
+        g[target] -= row_scale;
       }
     }
     if (backward) {
@@ -100,16 +101,17 @@ double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, in
   }
 
   double total = 0.0;  // token order: independent of the thread count
-  for (int64_t t = 0; t < N; ++t) total += row_loss[t];
+  for (int64_t t = 0; t < N; ++t)
+    total += weights ? static_cast<double>(weights[t]) * row_loss[t] : row_loss[t];
   if (per_token_loss)
     for (int64_t t = 0; t < N; ++t) per_token_loss[t] = static_cast<T>(row_loss[t]);
   return loss_scale * total;
 }
 
-#define TREX_LM_LOSS_INSTANTIATE(T, Index)                                                      \
-  template double lm_head_cross_entropy<T, Index>(const T*, const T*, const Index*, int64_t,    \
-                                                  int64_t, int64_t, int64_t, double, Precision, \
-                                                  T*, T*, T*, T*);
+#define TREX_LM_LOSS_INSTANTIATE(T, Index)                                                    \
+  template double lm_head_cross_entropy<T, Index>(const T*, const T*, const Index*, const T*, \
+                                                  int64_t, int64_t, int64_t, int64_t, double, \
+                                                  Precision, T*, T*, T*, T*);
 TREX_LM_LOSS_INSTANTIATE(float, int32_t)
 TREX_LM_LOSS_INSTANTIATE(float, int64_t)
 TREX_LM_LOSS_INSTANTIATE(double, int32_t)

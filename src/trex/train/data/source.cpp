@@ -56,10 +56,16 @@ model::Batch to_model_batch(PackedBatch packed) {
 
 StepBatches read_step_batches(DataSource& data, size_t count, const model::ModelConfig& config,
                               int64_t mtp_layers) {
+  std::vector<model::Batch> micro_batches;
+  for (size_t i = 0; i < count; ++i) micro_batches.push_back(to_model_batch(data.next_batch()));
+  return step_batches_of(std::move(micro_batches), config, mtp_layers);
+}
+
+StepBatches step_batches_of(std::vector<model::Batch> micro_batches,
+                            const model::ModelConfig& config, int64_t mtp_layers) {
   StepBatches step;
-  for (size_t i = 0; i < count; ++i) {
-    step.micro_batches.push_back(to_model_batch(data.next_batch()));
-    const model::Batch& b = step.micro_batches.back();
+  step.micro_batches = std::move(micro_batches);
+  for (const model::Batch& b : step.micro_batches) {
     step.tokens += b.B * b.S;
     step.flops += model::training_step_flops(config, sequence_stats(b), mtp_layers);
   }

@@ -50,6 +50,9 @@ struct StepBatches {
 // The next `count` micro-batches of `data`; FLOPs count `mtp_layers` MTP blocks.
 StepBatches read_step_batches(DataSource& data, size_t count, const model::ModelConfig& config,
                               int64_t mtp_layers);
+// A step of micro-batches built elsewhere (the policy-gradient step's rollouts), counted alike.
+StepBatches step_batches_of(std::vector<model::Batch> micro_batches,
+                            const model::ModelConfig& config, int64_t mtp_layers);
 
 // The targets the engine trains on in `b` (model.cpp: a label >= 0 at t+1 in
 // the same row and segment as t): the weight nᵢ of the micro-batch, known on
