@@ -12,9 +12,9 @@
 namespace trex::kernels {
 
 // h [N, d], head [V, d], targets [N] (< 0: ignored; all < V), weights? [N]
-// (w_t, null = 1). Returns loss_scale · Σ w_t·CE_t. dh? [N, d] written (0 rows for ignored tokens), dhead?
-// [V, d] +=, per_token_loss? [N] written (unscaled), logits? [N, V] written.
-// chunk_rows 0: about 32M logits per chunk.
+// (w_t, null = 1). Returns loss_scale · Σ w_t·CE_t. dh? [N, d] written (0 rows for ignored tokens),
+// dhead? [V, d] +=, per_token_loss? [N] written (unscaled), logits? [N, V] written. chunk_rows 0:
+// about 32M logits per chunk.
 template <class T, class Index>
 double lm_head_cross_entropy(const T* h, const T* head, const Index* targets, const T* weights,
                              int64_t N, int64_t d, int64_t V, int64_t chunk_rows, double loss_scale,
