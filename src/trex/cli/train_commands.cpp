@@ -7,6 +7,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/model/weights.hpp"
+#include "trex/rl/grpo.hpp"
 #include "trex/train/data/sft.hpp"
 #include "trex/train/trainer.hpp"
 
@@ -33,6 +34,14 @@ int run_train(const TrainCliOptions& o) {
   train::TrainerOptions options;
   options.resume = o.resume;
   options.quiet = o.quiet;
+  if (config.mode == train::DataMode::kGrpo) {
+    // Policy optimisation with the solver reward (docs/rl.md).
+    rl::GrpoOptions grpo;
+    grpo.trainer = options;
+    const rl::GrpoSummary summary = rl::run_grpo(config, grpo);
+    if (parallel::world()->rank() == 0) std::cout << rl::format_grpo_summary(summary);
+    return 0;
+  }
   // Under mpirun every rank runs this; the grid comes from parallel::world() and
   // only world rank 0 prints, logs and writes (docs/distributed.md).
   train::Trainer trainer(config, options);

@@ -880,6 +880,13 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
   }
   summary.split_sizes["sft_train"] = static_cast<int64_t>(train.size());
   summary.split_sizes["sft_val"] = static_cast<int64_t>(val.size());
+  // The SFT training problems as benchmark records: the prompts of a GRPO stage
+  // (docs/rl.md), which trains on the problems SFT saw and is evaluated on the splits above.
+  {
+    std::vector<json> rl_prompts;
+    for (const auto* it : train) rl_prompts.push_back(bench_record(*it, "rl_train"));
+    write_jsonl(o.out_dir + "/rl_train.jsonl", rl_prompts);
+  }
 
   std::vector<json> pub = public_slice(o);
   if (!pub.empty()) {

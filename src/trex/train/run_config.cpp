@@ -142,6 +142,7 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
     r.reference = g.string("reference", r.reference);
     r.scale_advantages_by_std = g.boolean("scale_advantages_by_std", r.scale_advantages_by_std);
     r.format = g.string("format", r.format);
+    r.prompt_template = g.string("prompt_template", r.prompt_template);
     r.eval_prompts = g.integer("eval_prompts", r.eval_prompts);
     const config::Reader w = g.section("reward");
     r.reward_correct = w.number("correct", r.reward_correct);
@@ -198,6 +199,7 @@ void RunConfig::validate(const std::string& origin) const {
   if (tokenizer.empty()) fail("tokenizer", "missing the tokenizer.json path");
   if (train_file.empty()) fail("data.train", "missing the training JSONL path");
   if (seq_len < 2) fail("seq_len", "must be at least 2");
+  if (mode == DataMode::kGrpo) validate_grpo(origin);
   if (micro_batch < 1) fail("micro_batch", "must be at least 1");
   if (global_batch < micro_batch || global_batch % micro_batch != 0)
     fail("global_batch",
@@ -248,7 +250,6 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
-  if (mode == DataMode::kGrpo) validate_grpo(origin);
   if (parallel.pp > 1 && parallel.pipeline_schedule == parallel::PipelineSchedule::kDualPipeV &&
       accumulation_steps() / parallel.data_size() < 2 * parallel.pp)
     fail("parallel.pipeline_schedule",
@@ -276,6 +277,11 @@ void RunConfig::validate_grpo(const std::string& origin) const {
   if (g.prompts_per_step % parallel.data_size() != 0)
     fail("grpo.prompts_per_step", "must be a multiple of parallel.dp x parallel.ep = " +
                                       std::to_string(parallel.data_size()));
+  if (g.prompts_per_step / parallel.data_size() * g.group_size % micro_batch != 0)
+    fail("micro_batch",
+         "must divide each rank's rollouts per step (prompts_per_step / dp x "
+         "group_size = " +
+             std::to_string(g.prompts_per_step / parallel.data_size() * g.group_size) + ")");
   if (parallel.ep > 1 || parallel.pp > 1)
     fail("parallel", "data.mode = \"grpo\" runs data-parallel only (parallel.ep = pp = 1)");
   if (g.max_new_tokens < 1) fail("grpo.max_new_tokens", "must be >= 1");
@@ -293,6 +299,8 @@ void RunConfig::validate_grpo(const std::string& origin) const {
     fail("grpo.reference", "kl_coef > 0 needs a reference checkpoint (or model.init_checkpoint)");
   if (g.format != "mathprog" && g.format != "lp" && g.format != "python")
     fail("grpo.format", "must be mathprog, lp or python");
+  if (!g.prompt_template.empty() && g.prompt_template.find("{question}") == std::string::npos)
+    fail("grpo.prompt_template", "must contain {question}");
   if (!(g.grade_timeout > 0)) fail("grpo.reward.timeout", "must be > 0 seconds");
   if (g.grade_jobs < 0) fail("grpo.reward.jobs", "must be >= 0 (0 = online cores)");
   for (const auto& [key, value] :
@@ -415,6 +423,7 @@ nlohmann::json RunConfig::to_json() const {
                    {"reference", grpo.reference},
                    {"scale_advantages_by_std", grpo.scale_advantages_by_std},
                    {"format", grpo.format},
+                   {"prompt_template", grpo.prompt_template},
                    {"eval_prompts", grpo.eval_prompts},
                    {"reward",
                     {{"correct", grpo.reward_correct},

@@ -59,6 +59,9 @@ struct GrpoConfig {
   std::string reference;                // its checkpoint (default: model.init_checkpoint)
   bool scale_advantages_by_std = true;  // false: mean-centred only (Dr. GRPO)
   std::string format = "mathprog";      // prompt and answer format: mathprog | lp | python
+  // The user turn, with "{question}" where the question goes; empty = the zero-shot
+  // prompt of `trex or prompts` for `format` (set it to what SFT trained on).
+  std::string prompt_template;
   // The reward (rl/reward.hpp): correct, ran but wrong, did not parse or solve.
   double reward_correct = 1.0;
   double reward_wrong = 0.0;
