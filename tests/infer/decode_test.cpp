@@ -334,16 +334,17 @@ TEST(Generate, TopPNearZeroEqualsGreedyAndSamplingIsSeeded) {
   EXPECT_NE(s1.tokens, s3.tokens);
 }
 
-// The old-policy log-probabilities of the policy-gradient step: what sampling
-// records for each generated token (EOS included) is the training forward's
-// log p(token) of the whole sequence, and the entropy is that row's.
+// The old-policy log-probabilities of the policy-gradient step: what sampling at
+// temperature τ records for each generated token (EOS included) is the training
+// forward's log p(token) under softmax(logits / τ) of the whole sequence
+// (LossOptions::logit_temperature), and the entropy is that row's.
 TEST(Generate, RecordedLogProbsAreTheTrainingForwards) {
   Model<double> m = random_model("tiny-v4.json", 18);
   const int64_t V = m.config().vocab_size;
   std::vector<std::vector<int32_t>> prompts = {{3, 9, 27, 4}, {5, 8, 13, 21, 34, 2}};
   trex::infer::GenerateOptions o;
   o.max_new_tokens = 9;
-  o.sampling = {1.0, 1.0};
+  o.sampling = {0.7, 1.0};
   o.samples = 2;
   o.seed = 3;
   o.record_log_probs = true;
@@ -367,6 +368,7 @@ TEST(Generate, RecordedLogProbsAreTheTrainingForwards) {
         batch.labels[i] = batch.input_ids[i];
       trex::model::LossOptions loss;
       loss.mtp_weight = 0;
+      loss.logit_temperature = 0.7;  // the logits output is then logits / 0.7
       trex::model::StepOptions step;
       step.backward = false;
       std::vector<double> lp;

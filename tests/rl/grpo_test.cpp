@@ -130,6 +130,7 @@ TEST(GrpoLoop, RaisesTheRewardItIsGiven) {
 TEST(GrpoLoop, RolloutsAreSeededAndResumeEqualsAnUninterruptedRun) {
   const std::string dir = make_run_dir("resume");
   nlohmann::json j = grpo_run_json(3);
+  j["grpo"]["temperature"] = 0.8;
   trex::rl::GrpoOptions o;
   o.reward_hook = lower_half_share;
   j["out_dir"] = "a";
@@ -139,6 +140,8 @@ TEST(GrpoLoop, RolloutsAreSeededAndResumeEqualsAnUninterruptedRun) {
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);
   for (size_t i = 0; i < a.size(); ++i) {
+    // The sampler's policy at temperature 0.8 is what the step trains: on-policy.
+    EXPECT_NEAR(a[i].get("ratio_mean"), 1.0, 0.05) << i;
     EXPECT_EQ(a[i].get("reward_mean"), b[i].get("reward_mean")) << i;
     EXPECT_EQ(a[i].get("response_length"), b[i].get("response_length")) << i;
     EXPECT_EQ(a[i].get("loss"), b[i].get("loss")) << i;
@@ -182,6 +185,8 @@ TEST(GrpoLoop, UngradableRolloutsGetThePenaltyAndNoSignal) {
   EXPECT_EQ(r.get("pass_rate"), 0.0);
   EXPECT_EQ(r.get("uniform_group_share"), 1.0);
   EXPECT_EQ(r.get("pg_loss"), 0.0);
+  EXPECT_EQ(r.get("trained_rollouts"), 0.0);  // all-equal groups are left out of the update
+  EXPECT_EQ(r.get("skipped"), 1.0);           // and a step with nothing to train makes none
   EXPECT_EQ(r.get("val_pass1"), 0.0);
 }
 

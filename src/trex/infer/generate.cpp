@@ -66,12 +66,14 @@ GeneratedTokens generate_tokens(const Model<T>& model,
   std::vector<T> logits;
   int64_t next_prompt = 0, finished = 0;
 
+  const double log_prob_temperature =
+      options.sampling.temperature > 0 ? options.sampling.temperature : 1.0;
   // Records a sampled token (drawn from logits row z); returns true when its
   // completion is finished.
   auto accept = [&](Active& a, const T* z, int64_t token) {
     ++out.generated_tokens;
     if (options.record_log_probs) {
-      const TokenLogProb lp = token_log_prob(z, V, token);
+      const TokenLogProb lp = token_log_prob(z, V, token, log_prob_temperature);
       out.log_probs[a.prompt][a.sample].push_back(static_cast<float>(lp.log_prob));
       out.entropies[a.prompt][a.sample].push_back(static_cast<float>(lp.entropy));
     }

@@ -25,8 +25,9 @@ struct GenerateOptions {
   int64_t batch_size = 64;         // sequences decoded together
   int64_t eos_id = -1;             // -1: the tokenizer's EOS (generate), else config eos_token_id
   // Also record, for every generated token (EOS included), its log-probability and
-  // the entropy of the model's next-token distribution, both at temperature 1 (the
-  // policy-gradient step's old-policy log-probabilities).
+  // the entropy of the distribution it was drawn from, softmax(logits / temperature)
+  // (temperature 1 when greedy; top-p not applied): the policy-gradient step's
+  // old-policy log-probabilities.
   bool record_log_probs = false;
   // Called after every decoding step: (finished completions, generated tokens so far).
   std::function<void(int64_t, int64_t)> on_progress;

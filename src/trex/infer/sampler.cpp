@@ -96,25 +96,26 @@ int64_t sample_token(const T* logits, int64_t vocab, const SamplingOptions& opti
 }
 
 template <class T>
-TokenLogProb token_log_prob(const T* logits, int64_t vocab, int64_t token) {
-  double mx = static_cast<double>(logits[0]);
-  for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
+TokenLogProb token_log_prob(const T* logits, int64_t vocab, int64_t token, double temperature) {
+  const double inv = 1.0 / temperature;
+  double mx = static_cast<double>(logits[0]) * inv;
+  for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]) * inv);
   double sum = 0.0, weighted = 0.0;  // Σ e^(z−m), Σ e^(z−m)·(z−m)
   for (int64_t v = 0; v < vocab; ++v) {
-    const double shifted = static_cast<double>(logits[v]) - mx;
+    const double shifted = static_cast<double>(logits[v]) * inv - mx;
     const double e = std::exp(shifted);
     sum += e;
     weighted += e * shifted;
   }
   const double log_sum = std::log(sum);
   TokenLogProb out;
-  out.log_prob = static_cast<double>(logits[token]) - mx - log_sum;
+  out.log_prob = static_cast<double>(logits[token]) * inv - mx - log_sum;
   out.entropy = log_sum - weighted / sum;  // −Σ p·(z − m − log Σ)
   return out;
 }
 
-template TokenLogProb token_log_prob(const float*, int64_t, int64_t);
-template TokenLogProb token_log_prob(const double*, int64_t, int64_t);
+template TokenLogProb token_log_prob(const float*, int64_t, int64_t, double);
+template TokenLogProb token_log_prob(const double*, int64_t, int64_t, double);
 template int64_t sample_token(const float*, int64_t, const SamplingOptions&, trex::Rng&);
 template int64_t sample_token(const double*, int64_t, const SamplingOptions&, trex::Rng&);
 

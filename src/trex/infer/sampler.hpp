@@ -18,13 +18,14 @@ template <class T>
 int64_t sample_token(const T* logits, int64_t vocab, const SamplingOptions& options,
                      trex::Rng& rng);
 
-// log softmax(logits)[token] and the entropy −Σ p·log p of softmax(logits)
-// (temperature 1), max-subtracted, sums in double.
+// log softmax(logits / temperature)[token] and the entropy −Σ p·log p of that
+// distribution, max-subtracted, sums in double.
 struct TokenLogProb {
   double log_prob = 0.0;
   double entropy = 0.0;
 };
 template <class T>
-TokenLogProb token_log_prob(const T* logits, int64_t vocab, int64_t token);
+TokenLogProb token_log_prob(const T* logits, int64_t vocab, int64_t token,
+                            double temperature = 1.0);
 
 }  // namespace trex::infer

@@ -779,11 +779,26 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     std::vector<T> row_losses(step.label_log_probs ? static_cast<size_t>(N) : 0);
     o.per_token_loss = step.label_log_probs ? row_losses.data() : nullptr;
     const double scale = out.lm_tokens > 0 ? weight / static_cast<double>(out.lm_tokens) : 0.0;
-    out.lm = lm_head_cross_entropy(
-                 ld, st.final_normed.data(), params_.value("head.weight"), st.targets.data(),
-                 row_weights.empty() ? nullptr : row_weights.data(), scale, o, ops_)
-                 .loss /
-             weight;
+    // logits / τ = (h / τ)·headᵀ: the head sees h / τ, and dh comes back scaled by 1 / τ.
+    const double tau = loss.logit_temperature;
+    if (!(tau > 0) || !std::isfinite(tau))
+      throw Error("logit temperature must be > 0").field("logit_temperature");
+    kernels::Array<T> tempered;
+    const T* head_input = st.final_normed.data();
+    if (tau != 1.0) {
+      if (run_mtp)
+        throw Error("a logit temperature needs mtp_weight = 0").field("logit_temperature");
+      tempered.resize(N * d, ops);
+      ops.copy(st.final_normed.view({N, d}), tempered.view({N, d}));
+      ops.scale(tempered.view({N, d}), 1.0 / tau);
+      head_input = tempered.data();
+    }
+    out.lm =
+        lm_head_cross_entropy(ld, head_input, params_.value("head.weight"), st.targets.data(),
+                              row_weights.empty() ? nullptr : row_weights.data(), scale, o, ops_)
+            .loss /
+        weight;
+    if (tau != 1.0 && weighted) ops.scale(st.d_final.view({N, d}), 1.0 / tau);
     if (step.label_log_probs) {
       std::vector<double>& lp = *step.label_log_probs;
       lp.assign(static_cast<size_t>(N), 0.0);

@@ -44,6 +44,9 @@ struct LossOptions {
   bool balance_loss_on_hash_layers = false;
   bool indexer_loss = false;  // KL indexer loss on CSA layers (spec §3.2)
   double indexer_loss_weight = 1.0;
+  // The LM loss (and label_log_probs) on logits / τ: the policy of a sampler at
+  // temperature τ (the policy-gradient step, docs/rl.md). Needs mtp_weight = 0 unless 1.
+  double logit_temperature = 1.0;
 };
 
 struct StepOptions {

@@ -71,6 +71,7 @@ struct Rollout {
   double reward = 0;
   Category category = Category::no_code;
   double advantage = 0;
+  bool trained = true;  // false: its group's rewards are all equal (no signal, left out)
 };
 
 // Sums every rank contributes to a step's metrics (all-reduced once).
@@ -92,6 +93,7 @@ struct StepSums {
     kClippedTokens,
     kRatioSum,
     kFailed,  // did not parse or solve
+    kTrainedRollouts,
     kCount
   };
   std::vector<double> v = std::vector<double>(kCount, 0.0);
@@ -135,10 +137,11 @@ RewardOptions reward_options(const train::GrpoConfig& g) {
 
 // log p of every label of `batch` under `model` (forward only), as Trainer::label_log_probs.
 std::vector<double> reference_log_probs(model::Model<float>& model, const model::Batch& batch,
-                                        kernels::Precision precision) {
+                                        kernels::Precision precision, double temperature) {
   model.set_compute_precision(precision);
   model::LossOptions loss;
   loss.mtp_weight = 0;
+  loss.logit_temperature = temperature;
   loss.balance_loss_weight = 0;
   model::StepOptions step;
   step.backward = false;
@@ -156,26 +159,37 @@ struct RowSpan {
   int64_t trained = 0;           // completion tokens inside seq_len
 };
 
-// Rollouts [first, first + rows) as one micro-batch of rows padded to the longest
-// (padding after the sequence: causal attention keeps it out of the real tokens).
+// The rollouts `rows` as one micro-batch padded to the longest (padding after the
+// sequence: causal attention keeps it out of the real tokens). Only trained
+// rollouts have labels; a micro-batch without any is one short unlabelled row
+// (the step's micro-batch count is fixed, its cost need not be).
 model::Batch rollout_batch(const std::vector<Rollout>& rollouts, const PromptSet& prompts,
-                           size_t first, int64_t rows, int64_t seq_len, int64_t pad_id,
+                           const std::vector<size_t>& rows, int64_t seq_len, int64_t pad_id,
                            std::vector<RowSpan>& spans) {
+  spans.clear();
   model::Batch b;
-  b.B = rows;
+  bool any_trained = false;
+  for (size_t index : rows) any_trained = any_trained || rollouts[index].trained;
+  if (!any_trained) {
+    b.B = 1;
+    b.S = 2;
+    b.input_ids.assign(2, pad_id);
+    b.labels.assign(2, -1);
+    return b;
+  }
+  b.B = static_cast<int64_t>(rows.size());
   int64_t S = 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    const Rollout& ro = rollouts[first + static_cast<size_t>(r)];
+  for (size_t index : rows) {
+    const Rollout& ro = rollouts[index];
     const int64_t len =
         static_cast<int64_t>(prompts.items[ro.prompt].tokens.size() + ro.completion.size());
     S = std::max(S, std::min(len, seq_len));
   }
   b.S = S;
-  b.input_ids.assign(static_cast<size_t>(rows * S), pad_id);
-  b.labels.assign(static_cast<size_t>(rows * S), -1);
-  spans.clear();
-  for (int64_t r = 0; r < rows; ++r) {
-    const size_t index = first + static_cast<size_t>(r);
+  b.input_ids.assign(static_cast<size_t>(b.B * S), pad_id);
+  b.labels.assign(static_cast<size_t>(b.B * S), -1);
+  for (int64_t r = 0; r < b.B; ++r) {
+    const size_t index = rows[static_cast<size_t>(r)];
     const Rollout& ro = rollouts[index];
     const std::vector<int32_t>& p = prompts.items[ro.prompt].tokens;
     const int64_t plen = static_cast<int64_t>(p.size());
@@ -186,8 +200,10 @@ model::Batch rollout_batch(const std::vector<Rollout>& rollouts, const PromptSet
         b.input_ids[at] = p[static_cast<size_t>(t)];
       } else if (t - plen < static_cast<int64_t>(ro.completion.size())) {
         b.input_ids[at] = ro.completion[static_cast<size_t>(t - plen)];
-        b.labels[at] = b.input_ids[at];
-        ++span.trained;
+        if (ro.trained) {
+          b.labels[at] = b.input_ids[at];
+          ++span.trained;
+        }
       }
     }
     spans.push_back(span);
@@ -472,6 +488,19 @@ class GrpoLoop {
     adv_options.scale_by_std = g_.scale_advantages_by_std;
     const GroupAdvantages adv = group_advantages(rewards, G, adv_options);
     for (size_t i = 0; i < rollouts.size(); ++i) rollouts[i].advantage = adv.advantages[i];
+    // Without a KL term the rollouts of an all-equal group have no gradient: they
+    // are left out of the update and of its token normaliser (as DAPO's dynamic
+    // sampling drops them, without resampling). A step whose groups are all equal
+    // then makes no update at all (Muon would otherwise take a full-size step along
+    // the balance loss's gradient alone).
+    if (g_.kl_coef == 0)
+      for (size_t first = 0; first < rollouts.size(); first += static_cast<size_t>(G)) {
+        bool uniform = true;
+        for (size_t i = first + 1; i < first + static_cast<size_t>(G); ++i)
+          uniform = uniform && rollouts[i].reward == rollouts[first].reward;
+        for (size_t i = first; i < first + static_cast<size_t>(G); ++i)
+          rollouts[i].trained = !uniform;
+      }
     sums[StepSums::kGroups] = static_cast<double>(adv.groups);
     sums[StepSums::kUniformGroups] = static_cast<double>(adv.uniform_groups);
     sums[StepSums::kGroupStdSum] = adv.mean_group_std * static_cast<double>(adv.groups);
@@ -481,10 +510,18 @@ class GrpoLoop {
     const int64_t rows = config_.micro_batch;
     std::vector<model::Batch> local;
     std::vector<std::vector<RowSpan>> spans;
-    for (size_t first = 0; first < rollouts.size(); first += static_cast<size_t>(rows)) {
+    std::vector<size_t> order;  // trained rollouts first: the others fill the last micro-batches
+    for (size_t i = 0; i < rollouts.size(); ++i)
+      if (rollouts[i].trained) order.push_back(i);
+    sums[StepSums::kTrainedRollouts] = static_cast<double>(order.size());
+    for (size_t i = 0; i < rollouts.size(); ++i)
+      if (!rollouts[i].trained) order.push_back(i);
+    for (size_t first = 0; first < order.size(); first += static_cast<size_t>(rows)) {
+      const std::vector<size_t> chunk(order.begin() + static_cast<std::ptrdiff_t>(first),
+                                      order.begin() + static_cast<std::ptrdiff_t>(first + rows));
       spans.emplace_back();
       local.push_back(
-          rollout_batch(rollouts, prompts_, first, rows, config_.seq_len, pad_id_, spans.back()));
+          rollout_batch(rollouts, prompts_, chunk, config_.seq_len, pad_id_, spans.back()));
     }
     std::vector<model::Batch> all = gather_micro_batches(local, world_);
     const std::vector<size_t> my_indices = trainer_.my_micro_batches(all.size());
@@ -493,15 +530,20 @@ class GrpoLoop {
                   " micro-batches of the step but built " + std::to_string(local.size()));
     std::vector<std::vector<double>> ref_lp;
     if (reference_)
-      for (const model::Batch& b : local)
-        ref_lp.push_back(reference_log_probs(*reference_, b, config_.compute_precision()));
+      for (size_t m = 0; m < local.size(); ++m)
+        ref_lp.push_back(spans[m].empty()
+                             ? std::vector<double>{}
+                             : reference_log_probs(*reference_, local[m],
+                                                   config_.compute_precision(), g_.temperature));
 
     train::MetricsRecord rec;
     for (int64_t update = 0; update < g_.updates_per_batch; ++update) {
       // The current policy's log-probabilities of every trained token, in order.
       std::vector<double> lp, old_lp, ref, token_adv;
       std::vector<std::vector<double>> batch_lp;
-      for (const model::Batch& b : local) batch_lp.push_back(trainer_.label_log_probs(b));
+      for (size_t m = 0; m < local.size(); ++m)
+        batch_lp.push_back(spans[m].empty() ? std::vector<double>{}
+                                            : trainer_.label_log_probs(local[m]));
       for (size_t m = 0; m < local.size(); ++m)
         for (size_t row = 0; row < spans[m].size(); ++row) {
           const RowSpan& sp = spans[m][row];
@@ -563,6 +605,7 @@ class GrpoLoop {
     rec.set("entropy",
             sums[StepSums::kEntropySum] / std::max(1.0, sums[StepSums::kResponseTokens]));
     rec.set("rollouts", sums[StepSums::kRollouts]);
+    rec.set("trained_rollouts", sums[StepSums::kTrainedRollouts]);
     rec.set("reward_mean", sums[StepSums::kRewardSum] / n);
     rec.set("pass_rate", sums[StepSums::kCorrect] / n);
     rec.set("failed_rate", sums[StepSums::kFailed] / n);

@@ -37,6 +37,8 @@ StepSettings StepSettings::of(const RunConfig& config, double lr) {
   StepSettings s;
   s.loss.mtp_weight = config.mtp_weight;
   s.loss.balance_loss_weight = config.balance_weight;
+  // The policy-gradient step trains the sampler's policy, softmax(logits / temperature).
+  if (config.mode == DataMode::kGrpo) s.loss.logit_temperature = config.grpo.temperature;
   s.lr = lr;
   s.clip = config.clip;
   s.router_bias_speed = config.router_bias_speed;

@@ -303,6 +303,7 @@ std::vector<double> Trainer::label_log_probs(const model::Batch& batch) {
   model::LossOptions loss;
   loss.mtp_weight = 0;
   loss.balance_loss_weight = 0;
+  loss.logit_temperature = StepSettings::of(s.config, 0.0).loss.logit_temperature;
   model::StepOptions step;
   step.backward = false;
   std::vector<double> log_probs;

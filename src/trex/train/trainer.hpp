@@ -65,7 +65,8 @@ class Trainer {
   // The indices of a step's `count` micro-batches that this rank trains.
   std::vector<size_t> my_micro_batches(size_t count) const;
   // Forward only (no gradients, no collectives with dp > 1): log p(labels[r] | tokens
-  // before r) at every target of `batch` under the current weights, 0 elsewhere ([B·S]).
+  // before r) at every target of `batch` under the current weights, 0 elsewhere ([B·S]);
+  // with data.mode = "grpo", of softmax(logits / grpo.temperature), the sampler's policy.
   std::vector<double> label_log_probs(const model::Batch& batch);
   // MTP blocks counted in a step's FLOPs (0 when loss.mtp_weight = 0).
   int64_t mtp_layers() const;
