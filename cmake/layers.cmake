@@ -2,7 +2,8 @@
 #
 #   core <- io <- kernels <- model <- parallel <- {train, infer}
 #   plan -> model, kernels          or/* -> core (and the or/* layers below them)
-#   demo -> train, infer, or        cli (the trex program) -> everything
+#   rl -> train, infer, or/eval     demo -> train, infer, or, rl
+#   cli (the trex program) -> everything
 #
 # A layer's sources see only the headers of the layers it may use: each library
 # compiles against its own include view, a folder of links
@@ -76,7 +77,7 @@ trex_add_layer(or_eval FOLDERS or/eval USES or_solver)
 trex_add_layer(or_dataset FOLDERS or/dataset USES or_synth or_eval)
 
 trex_add_layer(rl FOLDERS rl USES train infer or_eval)
-trex_add_layer(demo FOLDERS demo USES train infer or_dataset)
+trex_add_layer(demo FOLDERS demo USES train infer or_dataset rl)
 
 
 # Everything, for the CLI, tests, benchmarks and fuzz replays.

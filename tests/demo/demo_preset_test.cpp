@@ -75,6 +75,8 @@ TEST(DemoPreset, FilesHoldEachPresetsValues) {
   EXPECT_EQ(smoke.max_new_tokens, 24);
   EXPECT_EQ(smoke.model_config["hidden_size"], 64);
   EXPECT_EQ(smoke.model_config["compress_ratios"], nlohmann::json({4, 8, 0}));
+  EXPECT_EQ(smoke.rl_steps, 2);
+  EXPECT_EQ(smoke.rl_group_size, 2);
 
   const DemoPreset def = trex::demo::demo_preset("default", configs());
   EXPECT_EQ(def.sizes.test, 40);
@@ -88,6 +90,9 @@ TEST(DemoPreset, FilesHoldEachPresetsValues) {
   EXPECT_EQ(def.sizes.copy_drills, 8);
   EXPECT_EQ(def.copy_warmup_steps, 250);
   EXPECT_EQ(def.sft_steps, 320);
+  EXPECT_EQ(def.rl_steps, 0);  // no RL stage until it is measured to gain in the budget
+  EXPECT_EQ(def.rl_temperature, 0.7);
+  EXPECT_EQ(def.rl_lr, 5e-5);
 
   const DemoPreset full = trex::demo::demo_preset("full", configs());
   EXPECT_EQ(full.data_preset, "full");

@@ -110,11 +110,40 @@ TEST(Demo, SmokePresetRunsEveryStageAndResumes) {
       report.substr(sft_steps_row, report.find('\n', sft_steps_row) - sft_steps_row);
   EXPECT_NE(sft_steps_line.find("peak LR 0.004 |"), std::string::npos) << sft_steps_line;
 
+  // The GRPO stage (the smoke preset's 2 steps) started from the SFT model, trained on
+  // the SFT problems, measured the validation Pass@1 before and after, and its model
+  // was evaluated on every split (the report's RL column and chart).
+  const auto rl_state = nlohmann::json::parse(
+      trex::read_file(o.out_dir + "/rl/checkpoints/step-00000002/trainer_state.json"));
+  EXPECT_EQ(rl_state["run_config"]["data"]["mode"], "grpo");
+  EXPECT_EQ(rl_state["run_config"]["data"]["train"], o.out_dir + "/data/rl_train.jsonl");
+  EXPECT_EQ(trex::read_jsonl(o.out_dir + "/data/rl_train.jsonl").size(), 24u);
+  int rl_steps = 0, rl_val = 0;
+  trex::read_jsonl(o.out_dir + "/rl/metrics.jsonl", [&](const nlohmann::json& r, long) {
+    if (r.contains("rollouts")) {
+      ++rl_steps;
+      EXPECT_EQ(r["rollouts"], 4);  // 2 prompts x 2 samples
+    }
+    if (r.contains("val_pass1")) ++rl_val;
+  });
+  EXPECT_EQ(rl_steps, 2);
+  EXPECT_EQ(rl_val, 2);  // before the first update and at the end
+  for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
+    ASSERT_TRUE(first.rl_pass1.count(split)) << split;
+    EXPECT_EQ(
+        trex::read_jsonl(o.out_dir + "/rl-eval/eval/" + std::string(split) + "/items.jsonl").size(),
+        trex::read_jsonl(o.out_dir + "/data/" + std::string(split) + ".jsonl").size());
+  }
+  EXPECT_NE(report.find("| RL model | RL - SFT |"), std::string::npos) << report;
+  EXPECT_NE(report.find("rl_pass1.svg"), std::string::npos);
+  EXPECT_TRUE(fs::exists(o.out_dir + "/rl_pass1.svg"));
+
   // A rerun resumes: nothing is retrained or regenerated, results are equal.
   const auto sft_checkpoint_time = fs::last_write_time(o.out_dir + "/final/eval/test/report.json");
   const trex::demo::DemoResult second = trex::demo::run_demo(o);
   EXPECT_EQ(second.base_pass1, first.base_pass1);
   EXPECT_EQ(second.sft_pass1, first.sft_pass1);
+  EXPECT_EQ(second.rl_pass1, first.rl_pass1);
   EXPECT_EQ(fs::last_write_time(o.out_dir + "/final/eval/test/report.json"), sft_checkpoint_time);
   // The resumed run's report still has the finished stages' figures (3 CPT
   // steps x 2 rows x 1024 tokens; SFT 3 x 3 x 1024), read from their metrics,

@@ -28,6 +28,9 @@ void add_demo_command(CLI::App& app) {
       ->capture_default_str();
   d->add_option("--cpt-steps", options->cpt_steps, "Override the preset's CPT steps");
   d->add_option("--sft-steps", options->sft_steps, "Override the preset's SFT steps");
+  d->add_option("--rl-steps", options->rl_steps,
+                "Override the preset's GRPO steps after SFT (0: no RL stage; docs/rl.md)")
+      ->check(CLI::NonNegativeNumber);
   d->add_option("--cpt-lr", options->cpt_lr, "Override the preset's peak CPT learning rate")
       ->check(CLI::PositiveNumber);
   d->add_option("--sft-lr", options->sft_lr, "Override the preset's peak SFT learning rate")
@@ -58,7 +61,9 @@ void add_demo_command(CLI::App& app) {
   d->callback([options] {
     const demo::DemoResult r = demo::run_demo(*options);
     if (!r.root) return;
-    std::cout << "\nzero-shot Pass@1 (%)      CPT-only base    SFT model\n";
+    const bool rl = !r.rl_pass1.empty();
+    std::cout << "\nzero-shot Pass@1 (%)      CPT-only base    SFT model"
+              << (rl ? "        RL model" : "") << "\n";
     for (const char* split : {"test", "heldout_template", "heldout_family", "public"}) {
       auto cell = [&](const std::map<std::string, double>& m) {
         auto it = m.find(split);
@@ -68,7 +73,9 @@ void add_demo_command(CLI::App& app) {
       name.resize(26, ' ');
       std::string base = cell(r.base_pass1);
       base.resize(17, ' ');
-      std::cout << name << base << cell(r.sft_pass1) << "\n";
+      std::string sft = cell(r.sft_pass1);
+      if (rl) sft.resize(17, ' ');
+      std::cout << name << base << sft << (rl ? cell(r.rl_pass1) : "") << "\n";
     }
     std::cout << "report: " << r.report_path << " (" << format_fixed(r.seconds / 60, 1)
               << " min)\n";

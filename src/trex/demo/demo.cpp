@@ -24,6 +24,7 @@
 #include "trex/model/param_counts.hpp"
 #include "trex/or/eval/eval.hpp"
 #include "trex/parallel/communicator.hpp"
+#include "trex/rl/grpo.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
 
@@ -605,6 +606,61 @@ train::TrainSummary supervised_finetuning(DemoRun& run, const TrainingInputs& in
   return run_stage(sft, run.options, run.ranks, trainer, val_pass1_hook);
 }
 
+// 8. GRPO (docs/rl.md) from the SFT model on the SFT training problems, the
+// reward from the solver, with a validation Pass@1 before the first update and
+// at intervals. Returns the summary; the RL model is its last checkpoint.
+rl::GrpoSummary policy_optimisation(DemoRun& run, const TrainingInputs& inputs,
+                                    const train::TrainSummary& sft) {
+  const DemoPreset& preset = run.preset;
+  const std::string prompts = run.data_dir + "/rl_train.jsonl";
+  if (!run.ranks.root_decides(fs::exists(prompts)))
+    throw Error("the RL stage needs " + prompts +
+                " (written by `trex or demo-data` since the RL stage exists): remove " +
+                run.data_dir + " to rebuild the data, or pass --rl-steps 0")
+        .field("rl_steps");
+  const int64_t P = preset.rl_prompts_per_step, G = preset.rl_group_size;
+  const int64_t ranks = run.ranks.size();
+  run.say("== rl: " + std::to_string(preset.rl_steps) + " GRPO steps of " + std::to_string(P) +
+          " prompts x " + std::to_string(G) + " samples (temperature " +
+          format_fixed(preset.rl_temperature, 2) + ") from " + sft.last_checkpoint +
+          ", reward from the solver, LR " + format_fixed(preset.rl_lr, 6));
+  if (P % ranks != 0)
+    throw Error("the RL stage's " + std::to_string(P) + " prompts per step do not split over " +
+                std::to_string(ranks) + " ranks")
+        .field("ranks");
+  train::RunConfig c =
+      base_run_config(preset, inputs.tokenizer_path, inputs.peak_gflops, run.options.seed);
+  c.mode = train::DataMode::kGrpo;
+  c.init_checkpoint = sft.last_checkpoint;
+  c.train_file = prompts;
+  c.validation_file = run.data_dir + "/val.jsonl";
+  c.seq_len = preset.sft_seq_len;
+  c.global_batch = P * G;
+  c.micro_batch = std::gcd<int64_t>(4, P / ranks * G);
+  c.steps = preset.rl_steps;
+  c.peak_lr = preset.rl_lr;
+  c.min_lr = preset.rl_lr;
+  c.warmup_steps = 0;
+  c.mtp_weight = 0;
+  c.eval_interval = std::max<int64_t>(1, preset.rl_steps / preset.rl_val_evals);
+  c.out_dir = run.out + "/rl";
+  c.parallel.dp = ranks;
+  c.parallel.zero = ranks > 1 ? 1 : 0;
+  train::GrpoConfig& g = c.grpo;
+  g.prompts_per_step = P;
+  g.group_size = G;
+  g.temperature = preset.rl_temperature;
+  g.max_new_tokens = preset.max_new_tokens;
+  g.prompt_template = demo_user_prompt("{question}");  // what SFT trained on
+  g.eval_prompts = preset.sizes.sft_val;
+  g.grade_jobs = std::max<int64_t>(1, run.options.jobs / ranks);
+  c.validate("the demo's RL stage");
+  rl::GrpoOptions options;
+  options.trainer.quiet = run.options.quiet;
+  options.trainer.resume = train::latest_checkpoint(c.out_dir).has_value();
+  return rl::run_grpo(c, options);
+}
+
 // The training figures of one stage for the report. They come from the
 // stage's metrics.jsonl (one record per step), so a stage finished by an
 // earlier, interrupted `trex demo` still reports its whole history, not this
@@ -631,7 +687,8 @@ void add_stage_figures(DemoReportInputs& report, const std::string& name,
 
 // The loss curves of every training stage and the validation Pass@1 during SFT.
 void write_charts(const DemoRun& run, const std::optional<train::TrainSummary>& warmup,
-                  const train::TrainSummary& cpt, const train::TrainSummary& sft) {
+                  const train::TrainSummary& cpt, const train::TrainSummary& sft,
+                  const std::optional<rl::GrpoSummary>& rl) {
   SvgChart chart;
   chart.title = std::string(warmup ? "Copy warm-up, CPT" : "CPT") +
                 " then SFT: training and validation loss (LM + MTP + balance)";
@@ -649,6 +706,19 @@ void write_charts(const DemoRun& run, const std::optional<train::TrainSummary>& 
           {metric_series(sft.metrics_jsonl, "val_pass1", "validation Pass@1"),
            metric_series(sft.metrics_jsonl, "val_data_lines", "validation data lines reproduced")},
           pass_chart));
+  if (rl) {
+    SvgChart rl_chart;
+    rl_chart.title = "GRPO: validation Pass@1 (greedy) and the rollouts' pass rate per step";
+    rl_chart.y_label = "percent";
+    CurveSeries rollouts = metric_series(rl->train.metrics_jsonl, "pass_rate", "rollout pass rate");
+    for (CurvePoint& p : rollouts.points) p.y *= 100;  // a fraction in the metrics
+    rollouts.dashed = true;
+    write_file_atomic(
+        run.out + "/rl_pass1.svg",
+        loss_curves_svg(
+            {metric_series(rl->train.metrics_jsonl, "val_pass1", "validation Pass@1"), rollouts},
+            rl_chart));
+  }
 }
 
 // The report's opening sentence: what was trained, on what, in how long.
@@ -684,10 +754,11 @@ std::string what_was_trained(const DemoRun& run, const TrainingInputs& inputs,
 void write_report(const DemoRun& run, const std::string& report_path, const json& data_summary,
                   const TrainingInputs& inputs, const std::optional<train::TrainSummary>& warmup,
                   const train::TrainSummary& cpt, const train::TrainSummary& sft,
-                  const StageEvaluation& base, const StageEvaluation& final_eval) {
+                  const StageEvaluation& base, const StageEvaluation& final_eval,
+                  const std::optional<rl::GrpoSummary>& rl, const StageEvaluation& rl_eval) {
   const DemoPreset& preset = run.preset;
   run.ranks.on_root("writing the report", [&] {
-    write_charts(run, warmup, cpt, sft);
+    write_charts(run, warmup, cpt, sft, rl);
     DemoReportInputs report;
     report.title =
         "T-Rex demo (" + preset.name + " preset, seed " + std::to_string(run.options.seed) + ")";
@@ -696,6 +767,8 @@ void write_report(const DemoRun& run, const std::string& report_path, const json
       const std::string sft_report = run.out + "/final/eval/" + split + "/report.json";
       if (fs::exists(base_report)) report.base_reports[split] = base_report;
       if (fs::exists(sft_report)) report.sft_reports[split] = sft_report;
+      const std::string rl_report = run.out + "/rl-eval/eval/" + split + "/report.json";
+      if (rl && fs::exists(rl_report)) report.rl_reports[split] = rl_report;
     }
     report.figures.push_back({"model", "DeepSeek-V4 architecture, " + inputs.model_config_path});
     report.figures.push_back(
@@ -714,11 +787,34 @@ void write_report(const DemoRun& run, const std::string& report_path, const json
     if (final_eval.generation_tokens_per_s > 0)
       report.figures.push_back(
           {"generation (SFT)", format_fixed(final_eval.generation_tokens_per_s, 0) + " tokens/s"});
+    if (rl) {
+      const rl::GrpoSummary& r = *rl;
+      const double t = r.generate_seconds + r.grade_seconds + r.train_seconds;
+      report.figures.push_back(
+          {"GRPO steps", std::to_string(r.train.steps) + " of " +
+                             std::to_string(preset.rl_prompts_per_step) + " prompts x " +
+                             std::to_string(preset.rl_group_size) + " samples, LR " +
+                             format_fixed(preset.rl_lr, 6) + ", temperature " +
+                             format_fixed(preset.rl_temperature, 2)});
+      if (t > 0)
+        report.figures.push_back(
+            {"GRPO time split (this run)",
+             "generate " + format_fixed(100 * r.generate_seconds / t, 0) + "%, grade (waited) " +
+                 format_fixed(100 * r.grade_seconds / t, 0) + "%, train " +
+                 format_fixed(100 * r.train_seconds / t, 0) + "%; " +
+                 format_fixed(r.generate_seconds > 0 ? r.generated_tokens / r.generate_seconds : 0,
+                              0) +
+                 " generated tokens/s"});
+      if (rl_eval.generation_tokens_per_s > 0)
+        report.figures.push_back(
+            {"generation (RL)", format_fixed(rl_eval.generation_tokens_per_s, 0) + " tokens/s"});
+    }
     for (const auto& [stage, seconds] : run.stage_seconds)
       report.figures.push_back({"time: " + stage, format_fixed(seconds, 1) + " s"});
     report.figures.push_back({"time: total", format_fixed(seconds_since(run.start), 1) + " s"});
     report.charts = {{"Loss curves", "loss.svg"},
                      {"Validation Pass@1 during SFT", "val_pass1.svg"}};
+    if (rl) report.charts.push_back({"Validation Pass@1 during GRPO", "rl_pass1.svg"});
     report.data_summary = data_summary;
     report.what_was_trained = what_was_trained(run, inputs, data_summary);
     report.base_data_lines = base.data_lines;
@@ -741,6 +837,7 @@ DemoPreset resolve_demo_preset(const DemoOptions& o) {
   if (o.cpt_steps >= 0) preset.cpt_steps = o.cpt_steps;
   if (o.copy_warmup_steps >= 0) preset.copy_warmup_steps = o.copy_warmup_steps;
   if (o.sft_steps >= 0) preset.sft_steps = o.sft_steps;
+  if (o.rl_steps >= 0) preset.rl_steps = o.rl_steps;
   if (preset.cpt_steps < 1 || preset.sft_steps < 1)
     throw Error("the demo needs at least one CPT and one SFT step").field("steps");
   if (!(o.cpt_lr < 0 || o.cpt_lr > 0) || !(o.sft_lr < 0 || o.sft_lr > 0))
@@ -802,12 +899,27 @@ DemoResult run_demo(const DemoOptions& options) {
     return evaluate(run, trainer->model(), tokenizer, run.out + "/final", "sft");
   });
 
+  std::optional<rl::GrpoSummary> rl;
+  StageEvaluation rl_eval;
+  if (run.preset.rl_steps > 0) {
+    trainer.reset();
+    rl = run.timed("rl", [&] { return policy_optimisation(run, inputs, sft); });
+    rl_eval = run.timed("rl eval", [&] {
+      run.say("== rl eval: zero-shot answers of the GRPO model");
+      const model::Model<float> model =
+          model::Model<float>::from_checkpoint(rl->train.last_checkpoint);
+      return evaluate(run, model, tokenizer, run.out + "/rl-eval", "rl");
+    });
+  }
+
   DemoResult result;
   result.root = ranks.root();
   result.base_pass1 = base.pass1;
   result.sft_pass1 = final_eval.pass1;
+  result.rl_pass1 = rl_eval.pass1;
   result.report_path = run.out + "/report.md";
-  write_report(run, result.report_path, data_summary, inputs, warmup, cpt, sft, base, final_eval);
+  write_report(run, result.report_path, data_summary, inputs, warmup, cpt, sft, base, final_eval,
+               rl, rl_eval);
   result.seconds = seconds_since(run.start);
   return result;
 }

@@ -26,6 +26,7 @@ struct DemoOptions {
   uint64_t seed = 1;
   int64_t cpt_steps = -1;  // >= 0 overrides the preset
   int64_t sft_steps = -1;
+  int64_t rl_steps = -1;           // >= 0 overrides the preset's GRPO steps (0: no RL stage)
   int64_t copy_warmup_steps = -1;  // >= 0 overrides the preset (0: no warm-up)
   double cpt_lr = -1;              // > 0 overrides the preset's peak learning rate
   double sft_lr = -1;
@@ -43,6 +44,7 @@ struct DemoResult {
   bool root = true;  // rank 0 of `mpirun -np N trex demo` (prints; the others are silent)
   std::string report_path;
   std::map<std::string, double> base_pass1, sft_pass1;  // split -> percent
+  std::map<std::string, double> rl_pass1;               // empty without an RL stage
   double seconds = 0.0;
 };
 

@@ -169,6 +169,16 @@ DemoPreset load_demo_preset(const std::string& path) {
     p.max_new_tokens = at_least(generation, "max_new_tokens", 1);
     generation.reject_unknown();
   }
+  if (root.has("rl")) {
+    const Reader rl = root.object("rl");
+    p.rl_steps = at_least(rl, "steps", 0);
+    p.rl_prompts_per_step = at_least(rl, "prompts_per_step", 1);
+    p.rl_group_size = at_least(rl, "group_size", 2);
+    p.rl_temperature = rl.number("temperature", Range<double>{0.0, 2.0, true});
+    p.rl_lr = rate(rl, "peak_lr");
+    p.rl_val_evals = at_least(rl, "val_evals", 1);
+    rl.reject_unknown();
+  }
   root.reject_unknown();
   return p;
 }

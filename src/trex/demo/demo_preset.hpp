@@ -60,6 +60,14 @@ struct DemoPreset {
   int64_t val_pass_evals = 0;  // validation Pass@1 measurements during SFT
   int64_t max_new_tokens = 0;
   int64_t checkpoint_interval = 0;
+  // [rl] (optional; none or steps = 0: no RL stage): GRPO with the solver reward
+  // from the SFT model on the SFT training problems (docs/rl.md).
+  int64_t rl_steps = 0;
+  int64_t rl_prompts_per_step = 8;
+  int64_t rl_group_size = 8;
+  double rl_temperature = 0.7;
+  double rl_lr = 5e-5;
+  int64_t rl_val_evals = 3;  // validation Pass@1 measurements during RL (and one before)
 };
 
 // The configs folder: `explicit_dir` when given, else $TREX_CONFIG_DIR, else

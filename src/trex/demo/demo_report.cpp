@@ -347,10 +347,18 @@ std::string headline_gain(const DemoReportInputs& in) {
     return "The Pass@1 of both models on the " + in.headline_split +
            " split is not available (see the table below).";
   const double gain = sft.pass1 - base.pass1;
-  return "Headline: zero-shot Pass@1 on the " + std::to_string(sft.n) + " problems of the " +
-         in.headline_split + " split (unseen instances of the trained problem kinds) went from " +
-         percent(base.pass1) + " % for the CPT-only base to " + percent(sft.pass1) +
-         " % after SFT (" + (gain >= 0 ? "+" : "") + percent(gain) + " points).";
+  std::string out = "Headline: zero-shot Pass@1 on the " + std::to_string(sft.n) +
+                    " problems of the " + in.headline_split +
+                    " split (unseen instances of the trained problem kinds) went from " +
+                    percent(base.pass1) + " % for the CPT-only base to " + percent(sft.pass1) +
+                    " % after SFT (" + (gain >= 0 ? "+" : "") + percent(gain) + " points)";
+  Pass1Cell rl;
+  if (auto it = in.rl_reports.find(in.headline_split); it != in.rl_reports.end())
+    rl = read_pass1(it->second, in.headline_split);
+  if (rl.present)
+    out += " and " + percent(rl.pass1) + " % after GRPO (" + (rl.pass1 >= sft.pass1 ? "+" : "") +
+           percent(rl.pass1 - sft.pass1) + " points over SFT)";
+  return out + ".";
 }
 
 }  // namespace
@@ -359,21 +367,30 @@ std::string demo_report_markdown(const DemoReportInputs& in) {
   std::string md = "# " + in.title + "\n\n";
   if (!in.what_was_trained.empty()) md += in.what_was_trained + " " + headline_gain(in) + "\n\n";
   md += "## Pass@1 (zero-shot, graded by `trex or eval`)\n\n";
-  md += "| split | n | CPT-only base | SFT model | SFT - base |\n|---|---|---|---|---|\n";
+  const bool with_rl = !in.rl_reports.empty();
+  md += with_rl ? "| split | n | CPT-only base | SFT model | SFT - base | RL model | RL - SFT |\n"
+                  "|---|---|---|---|---|---|---|\n"
+                : "| split | n | CPT-only base | SFT model | SFT - base |\n|---|---|---|---|---|\n";
+  auto difference = [](const Pass1Cell& a, const Pass1Cell& b) {
+    return a.present && b.present ? (a.pass1 >= b.pass1 ? "+" : "") + percent(a.pass1 - b.pass1)
+                                  : std::string("-");
+  };
   for (const auto& split : in.splits) {
-    Pass1Cell base, sft;
+    Pass1Cell base, sft, rl;
     if (auto it = in.base_reports.find(split); it != in.base_reports.end())
       base = read_pass1(it->second, split);
     if (auto it = in.sft_reports.find(split); it != in.sft_reports.end())
       sft = read_pass1(it->second, split);
+    if (auto it = in.rl_reports.find(split); it != in.rl_reports.end())
+      rl = read_pass1(it->second, split);
     const int64_t n = sft.present ? sft.n : base.n;
     md += "| " + split + " | " + (base.present || sft.present ? std::to_string(n) : "-") + " | " +
           (base.present ? percent(base.pass1) : "-") + " | " +
-          (sft.present ? percent(sft.pass1) : "-") + " | " +
-          (base.present && sft.present
-               ? (sft.pass1 >= base.pass1 ? "+" : "") + percent(sft.pass1 - base.pass1)
-               : "-") +
-          " |\n";
+          (sft.present ? percent(sft.pass1) : "-") + " | " + difference(sft, base) + " |";
+    if (with_rl)
+      md += " " + (rl.present ? percent(rl.pass1) : std::string("-")) + " | " +
+            difference(rl, sft) + " |";
+    md += "\n";
   }
   md += "\nPass@1 in percent (one sample per item); `-`: not evaluated.\n";
   if (!in.base_data_lines.empty() || !in.sft_data_lines.empty()) {

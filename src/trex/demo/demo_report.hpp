@@ -90,6 +90,8 @@ struct DemoReportInputs {
   std::vector<std::string> splits = {"test", "heldout_template", "heldout_family", "public"};
   std::map<std::string, std::string> base_reports;  // split -> report.json of the CPT-only base
   std::map<std::string, std::string> sft_reports;   // split -> report.json of the SFT model
+  // split -> report.json of the model after the GRPO stage; empty: no RL column.
+  std::map<std::string, std::string> rl_reports;
   std::vector<std::pair<std::string, std::string>> figures;  // (figure, value): throughput, MFU
   // split -> share of the reference data-section lines reproduced (percent);
   // a split missing from a map shows "-".

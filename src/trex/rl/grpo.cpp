@@ -315,8 +315,7 @@ class GrpoLoop {
       rec.set("val_pass1", validation_pass1());
       if (metrics_) metrics_->write(rec);
       if (root_)
-        log::info("grpo step 0: val Pass@1 ", format_value(rec.get("val_pass1") * 100, "%.1f"),
-                  "%");
+        log::info("grpo step 0: val Pass@1 ", format_value(rec.get("val_pass1"), "%.1f"), "%");
     }
     while (trainer_.step() < total) {
       train::MetricsRecord rec = step(out);
@@ -347,6 +346,8 @@ class GrpoLoop {
       }
     }
     if (progress) progress->finish();
+    if (out.train.last_checkpoint.empty())  // a finished run resumed: nothing left to do
+      out.train.last_checkpoint = train::latest_checkpoint(config_.out_dir).value_or("");
     out.train.steps = trainer_.step();
     out.train.total_steps = total;
     out.train.seconds = seconds_since(start);
@@ -438,7 +439,7 @@ class GrpoLoop {
     return rollouts;
   }
 
-  // Greedy Pass@1 on the validation prompts (each rank its block), over all ranks.
+  // Greedy Pass@1 (percent) on the validation prompts (each rank its block), over all ranks.
   double validation_pass1() {
     const int D = world_.size(), r = world_.rank();
     const int64_t n = static_cast<int64_t>(val_.items.size());
@@ -452,7 +453,7 @@ class GrpoLoop {
     double counts[2] = {0, static_cast<double>(done.size())};
     for (const Rollout& ro : done) counts[0] += ro.category == Category::correct ? 1 : 0;
     world_.all_reduce(counts, 2, parallel::DType::kF64, parallel::ReduceOp::kSum);
-    return counts[1] > 0 ? counts[0] / counts[1] : 0.0;
+    return counts[1] > 0 ? 100.0 * counts[0] / counts[1] : 0.0;  // percent
   }
 
   train::MetricsRecord step(GrpoSummary& summary) {
@@ -642,7 +643,7 @@ class GrpoLoop {
                   rec.get("train_s"));
     std::string text = buf;
     if (rec.get("val_pass1", -1) >= 0)
-      text += " val Pass@1 " + format_value(100 * rec.get("val_pass1"), "%.1f") + "%";
+      text += " val Pass@1 " + format_value(rec.get("val_pass1"), "%.1f") + "%";
     return text;
   }
 
@@ -724,7 +725,7 @@ std::string format_grpo_summary(const GrpoSummary& s) {
                 s.generate_seconds > 0 ? s.generated_tokens / s.generate_seconds : 0.0);
   std::string out = buf;
   if (s.final_val_pass1 >= 0)
-    out += "validation Pass@1 (greedy): " + format_value(100 * s.final_val_pass1, "%.1f") + "%\n";
+    out += "validation Pass@1 (greedy): " + format_value(s.final_val_pass1, "%.1f") + "%\n";
   if (!s.train.last_checkpoint.empty()) out += "checkpoint: " + s.train.last_checkpoint + "\n";
   if (!s.train.metrics_jsonl.empty()) out += "metrics: " + s.train.metrics_jsonl + "\n";
   return out;

@@ -68,7 +68,7 @@ struct GrpoSummary {
   double generated_tokens = 0;
   double mean_reward = 0;       // over this run's rollouts
   double pass_rate = 0;         // correct rollouts / rollouts
-  double final_val_pass1 = -1;  // < 0: not evaluated
+  double final_val_pass1 = -1;  // percent; < 0: not evaluated
 };
 
 // Runs the GRPO loop of `config` (data.mode = "grpo") to config.steps.
