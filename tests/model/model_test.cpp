@@ -243,7 +243,7 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
     if (t.name == "layers.0.attn.wq_a.weight") {
       w.push_back({t.name, trex::DType::kF8E4M3, {q, d}, fp8.data(), fp8.size()});
       w.push_back({"layers.0.attn.wq_a.scale", trex::DType::kF8E8M0, {1, 1}, fp8_scale.data(), 1});
-    } else if (t.name == "layers.2.ffn.shared_experts.w1.weight") {
+    } else if (t.name == "layers.1.ffn.experts.0.w1.weight") {
       w.push_back({t.name, trex::DType::kI8, {I, d / 2}, fp4.data(), fp4.size()});
       w.push_back({"layers.1.ffn.experts.0.w1.scale",
                    trex::DType::kF8E8M0,
@@ -265,7 +265,7 @@ TEST(V4Model, LoadsFp8AndMxfp4ReleasedWeights) {
   const float* wq = store.value("layers.0.attn.wq_a.weight");
   EXPECT_EQ(wq[0], 0.5f);
   EXPECT_EQ(wq[1], 1.0f);
-  const float* w1 = store.value("layers.2.ffn.shared_experts.w1.weight");
+  const float* w1 = store.value("layers.1.ffn.experts.0.w1.weight");
   EXPECT_EQ(w1[0], 2.0f);   // low nibble: element 0
   EXPECT_EQ(w1[1], -3.0f);  // high nibble: element 1
   EXPECT_EQ(store.values().size(), m.params().values().size());

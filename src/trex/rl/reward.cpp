@@ -75,7 +75,7 @@ double seconds_since(Clock::time_point start) {
 }
 
 // This process's virtual size in bytes (VmSize), 0 when unknown.
-uint64_t virtual_size_bytes() {
+[[maybe_unused]] uint64_t virtual_size_bytes() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line))
