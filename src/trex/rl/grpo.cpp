@@ -258,7 +258,6 @@ std::vector<model::Batch> gather_micro_batches(std::vector<model::Batch> mine,
         throw Error("internal: ranks built different numbers of micro-batches");
       out.push_back(per_rank[static_cast<size_t>(r)][j]);
     }
-  // This rank's own batches keep their loss weights later; the copies are equal.
   return out;
 }
 
@@ -615,6 +614,7 @@ class GrpoLoop {
     rec.set("uniform_group_share",
             sums[StepSums::kUniformGroups] / std::max(1.0, sums[StepSums::kGroups]));
     rec.set("response_length", sums[StepSums::kResponseTokens] / n);
+    rec.set("generated_tokens", world_.all_reduce_value(static_cast<double>(generated)));
     rec.set("stopped_at_eos_rate", sums[StepSums::kStoppedAtEos] / n);
     rec.set("generate_s", times[0]);
     rec.set("grade_wait_s", times[1]);
@@ -628,7 +628,6 @@ class GrpoLoop {
     summary.grade_seconds += times[1];
     summary.train_seconds += times[2];
     summary.generated_tokens += sums[StepSums::kResponseTokens];
-    (void)generated;
     return rec;
   }
 
