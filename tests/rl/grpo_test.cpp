@@ -174,6 +174,24 @@ TEST(GrpoLoop, RolloutsAreSeededAndResumeEqualsAnUninterruptedRun) {
   EXPECT_TRUE(differs);
 }
 
+// With two updates per batch, the second pass sees the first update's effect: the
+// surrogate of the same rollouts is lower (a step along its gradient), and each
+// batch makes two optimizer steps.
+TEST(GrpoLoop, AnUpdateLowersTheSurrogateOfItsBatch) {
+  const std::string dir = make_run_dir("mu2");
+  nlohmann::json j = grpo_run_json(4);
+  j["grpo"]["updates_per_batch"] = 2;
+  j["schedule"] = {{"peak_lr", 3e-3}, {"min_lr", 3e-3}};
+  trex::rl::GrpoOptions o;
+  o.reward_hook = lower_half_share;
+  const auto records = run(config_in(dir, j), o);
+  ASSERT_EQ(records.size(), 2u);  // 4 optimizer steps = 2 batches
+  for (const MetricsRecord& r : records) {
+    ASSERT_GT(r.get("trained_rollouts"), 0.0);
+    EXPECT_LT(r.get("pg_loss_after_update"), r.get("pg_loss"));
+  }
+}
+
 // The real grader: a random policy writes no model, so every rollout gets the
 // failure penalty, every group is uniform and the step carries no gradient signal.
 TEST(GrpoLoop, UngradableRolloutsGetThePenaltyAndNoSignal) {

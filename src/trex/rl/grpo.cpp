@@ -94,6 +94,7 @@ struct StepSums {
     kRatioSum,
     kFailed,  // did not parse or solve
     kTrainedRollouts,
+    kPgLossAfterUpdate,
     kCount
   };
   std::vector<double> v = std::vector<double>(kCount, 0.0);
@@ -584,6 +585,10 @@ class GrpoLoop {
         sums[StepSums::kKlSum] = obj.kl * n_local;
         sums[StepSums::kClippedTokens] = obj.clip_fraction * n_local;
         sums[StepSums::kRatioSum] = obj.ratio_mean * n_local;
+      } else if (update == 1) {
+        // The same batch after one update: a lower surrogate than before means the update
+        // followed the advantages (first order: Σ A·(r − 1) / N > 0).
+        sums[StepSums::kPgLossAfterUpdate] = obj.pg_loss * n_local;
       }
       train::StepBatches batches =
           train::step_batches_of(all, trainer_.model().config(), trainer_.mtp_layers());
@@ -599,6 +604,8 @@ class GrpoLoop {
     const double tokens = std::max(1.0, sums[StepSums::kTrainedTokens]);
     rec.set("loss", sums[StepSums::kLossSum] / tokens);
     rec.set("pg_loss", sums[StepSums::kPgLossSum] / tokens);
+    if (g_.updates_per_batch > 1)
+      rec.set("pg_loss_after_update", sums[StepSums::kPgLossAfterUpdate] / tokens);
     rec.set("kl", sums[StepSums::kKlSum] / tokens);
     rec.set("clip_fraction", sums[StepSums::kClippedTokens] / tokens);
     rec.set("ratio_mean", sums[StepSums::kRatioSum] / tokens);
