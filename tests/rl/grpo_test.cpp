@@ -192,6 +192,29 @@ TEST(GrpoLoop, AnUpdateLowersTheSurrogateOfItsBatch) {
   }
 }
 
+// With kl_coef > 0 the reference is the starting checkpoint: the KL is zero while
+// the policy equals it (the first step) and grows once the policy moves.
+TEST(GrpoLoop, KlToTheReferenceStartsAtZeroAndGrows) {
+  const std::string dir = make_run_dir("kl");
+  nlohmann::json j = grpo_run_json(1);
+  j["out_dir"] = "start";
+  trex::rl::GrpoOptions o;
+  o.reward_hook = lower_half_share;
+  trex::rl::GrpoSummary start;
+  run(config_in(dir, j), o, &start);
+  ASSERT_FALSE(start.train.last_checkpoint.empty());
+  j = grpo_run_json(3);
+  j["model"] = {{"init_checkpoint", start.train.last_checkpoint}};
+  j["grpo"]["kl_coef"] = 0.1;
+  j["out_dir"] = "kl";
+  const auto records = run(config_in(dir, j), o);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_NEAR(records[0].get("kl"), 0.0, 1e-9);
+  EXPECT_GT(records[2].get("kl"), 1e-6);
+  // The loss carries the penalty: L = pg + β·KL.
+  EXPECT_NEAR(records[2].get("loss"), records[2].get("pg_loss") + 0.1 * records[2].get("kl"), 1e-9);
+}
+
 // The real grader: a random policy writes no model, so every rollout gets the
 // failure penalty, every group is uniform and the step carries no gradient signal.
 TEST(GrpoLoop, UngradableRolloutsGetThePenaltyAndNoSignal) {
@@ -214,37 +237,33 @@ TEST(GrpoLoop, UngradableRolloutsGetThePenaltyAndNoSignal) {
 
 TEST(GrpoConfig, RefusesWhatTheLoopCannotRun) {
   const std::string dir = make_run_dir("config");
-  auto expect_field = [&](nlohmann::json j, const std::string& field) {
-    try {
-      config_in(dir, j);
-      ADD_FAILURE() << "accepted a config with a bad " << field;
-    } catch (const trex::Error& e) {
-      EXPECT_EQ(e.field_name(), field) << e.what();
-    }
-  };
   nlohmann::json j = grpo_run_json(2);
   EXPECT_EQ(config_in(dir, j).global_batch, 16);  // prompts_per_step x group_size
   EXPECT_EQ(config_in(dir, j).mtp_weight, 0.0);   // no MTP term in the policy loss
-  j["grpo"]["group_size"] = 1;
-  expect_field(j, "grpo.group_size");
-  j = grpo_run_json(2);
-  j["global_batch"] = 8;
-  expect_field(j, "global_batch");
-  j = grpo_run_json(2);
-  j["grpo"]["max_new_tokens"] = 600;
-  expect_field(j, "grpo.max_new_tokens");
-  j = grpo_run_json(2);
-  j["micro_batch"] = 3;
-  expect_field(j, "micro_batch");
-  j = grpo_run_json(2);
-  j["grpo"]["clip_low"] = 1.0;
-  expect_field(j, "grpo.clip_low");
-  j = grpo_run_json(2);
-  j["grpo"]["kl_coef"] = 0.1;  // no reference: the model starts from random init
-  expect_field(j, "grpo.reference");
-  j = grpo_run_json(2);
-  j["grpo"]["format"] = "excel";
-  expect_field(j, "grpo.format");
+  // One bad value each, and the field the error must name.
+  struct Bad {
+    const char* pointer;
+    nlohmann::json value;
+    const char* field;
+  };
+  const std::vector<Bad> cases = {
+      {"/grpo/group_size", 1, "grpo.group_size"},
+      {"/global_batch", 8, "global_batch"},
+      {"/grpo/max_new_tokens", 600, "grpo.max_new_tokens"},
+      {"/micro_batch", 3, "micro_batch"},
+      {"/grpo/clip_low", 1.0, "grpo.clip_low"},
+      {"/grpo/kl_coef", 0.1, "grpo.reference"},  // no reference: random init
+      {"/grpo/format", "excel", "grpo.format"}};
+  for (const Bad& c : cases) {
+    j = grpo_run_json(2);
+    j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    try {
+      config_in(dir, j);
+      ADD_FAILURE() << "accepted a config with a bad " << c.field;
+    } catch (const trex::Error& e) {
+      EXPECT_EQ(e.field_name(), c.field) << e.what();
+    }
+  }
   j = grpo_run_json(2);
   j["grpo"]["reward"]["rule"] = "close enough";
   trex::rl::GrpoOptions o;

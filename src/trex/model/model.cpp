@@ -669,6 +669,20 @@ LossBreakdown Model<T>::forward_backward(const Batch& batch, const LossOptions& 
 }
 
 template <class T>
+std::vector<double> Model<T>::label_log_probs(const Batch& batch, double temperature) {
+  LossOptions loss;
+  loss.mtp_weight = 0;
+  loss.balance_loss_weight = 0;
+  loss.logit_temperature = temperature;
+  StepOptions step;
+  step.backward = false;
+  std::vector<double> out;
+  step.label_log_probs = &out;
+  forward_backward(batch, loss, step);
+  return out;
+}
+
+template <class T>
 LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch,
                                       const LossOptions& loss, const StepOptions& step,
                                       double gradient_weight, const T* x_in, T* x_out,

@@ -148,6 +148,10 @@ class Model {
                                  const StepOptions& step = {}, T* logits = nullptr,
                                  T* mtp_logits = nullptr);
 
+  // Forward only: StepOptions::label_log_probs of `batch` ([B·S], 0 where no target)
+  // under softmax(logits / temperature); no gradients, no MTP or balance loss.
+  std::vector<double> label_log_probs(const Batch& batch, double temperature = 1.0);
+
   // Stage-wise execution (pipeline parallelism, docs/pipeline-parallel.md).
   // Running the stages of a partition in order, forward then backward in
   // reverse, is forward_backward (same operations in the same order).

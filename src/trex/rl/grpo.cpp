@@ -136,22 +136,6 @@ RewardOptions reward_options(const train::GrpoConfig& g) {
   return o;
 }
 
-// log p of every label of `batch` under `model` (forward only), as Trainer::label_log_probs.
-std::vector<double> reference_log_probs(model::Model<float>& model, const model::Batch& batch,
-                                        kernels::Precision precision, double temperature) {
-  model.set_compute_precision(precision);
-  model::LossOptions loss;
-  loss.mtp_weight = 0;
-  loss.logit_temperature = temperature;
-  loss.balance_loss_weight = 0;
-  model::StepOptions step;
-  step.backward = false;
-  std::vector<double> out;
-  step.label_log_probs = &out;
-  model.forward_backward(batch, loss, step);
-  return out;
-}
-
 // The rows of one micro-batch: which rollout each row holds and where its
 // completion starts.
 struct RowSpan {
@@ -288,7 +272,10 @@ class GrpoLoop {
         val_.items.resize(static_cast<size_t>(g_.eval_prompts));
     }
     const std::string reference = g_.reference.empty() ? config.init_checkpoint : g_.reference;
-    if (g_.kl_coef > 0) reference_.emplace(model::Model<float>::from_checkpoint(reference));
+    if (g_.kl_coef > 0) {
+      reference_.emplace(model::Model<float>::from_checkpoint(reference));
+      reference_->set_compute_precision(config.compute_precision());
+    }
     const int64_t eos = trainer_.tokenizer().special_ids().eos;
     eos_id_ = eos >= 0 ? eos : trainer_.model().config().eos_token_id;
     pad_id_ = eos_id_ >= 0 ? eos_id_ : 0;
@@ -532,10 +519,8 @@ class GrpoLoop {
     std::vector<std::vector<double>> ref_lp;
     if (reference_)
       for (size_t m = 0; m < local.size(); ++m)
-        ref_lp.push_back(spans[m].empty()
-                             ? std::vector<double>{}
-                             : reference_log_probs(*reference_, local[m],
-                                                   config_.compute_precision(), g_.temperature));
+        ref_lp.push_back(spans[m].empty() ? std::vector<double>{}
+                                          : reference_->label_log_probs(local[m], g_.temperature));
 
     train::MetricsRecord rec;
     for (int64_t update = 0; update < g_.updates_per_batch; ++update) {

@@ -300,16 +300,7 @@ std::vector<size_t> Trainer::my_micro_batches(size_t count) const {
 std::vector<double> Trainer::label_log_probs(const model::Batch& batch) {
   Impl& s = *impl_;
   s.model.set_compute_precision(s.config.compute_precision());
-  model::LossOptions loss;
-  loss.mtp_weight = 0;
-  loss.balance_loss_weight = 0;
-  loss.logit_temperature = StepSettings::of(s.config, 0.0).loss.logit_temperature;
-  model::StepOptions step;
-  step.backward = false;
-  std::vector<double> log_probs;
-  step.label_log_probs = &log_probs;
-  s.model.forward_backward(batch, loss, step);
-  return log_probs;
+  return s.model.label_log_probs(batch, StepSettings::of(s.config, 0.0).loss.logit_temperature);
 }
 int64_t Trainer::mtp_layers() const {
   return impl_->mtp_layers();
