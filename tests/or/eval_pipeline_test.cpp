@@ -349,13 +349,19 @@ TEST(EvalHostile, SmallCorpusIsFullyClassified) {
     Sandbox probe(c);
     o.jobs = probe.isolation().uid_per_slot ? 2 : 1;
   }
+  // The bound is on what the harness adds: the process' peak before the run
+  // (binary, test fixtures, earlier tests) is not the harness' doing, and under
+  // ASan it alone is 270 MiB (shadow memory of a 350 MB instrumented binary).
+  const long peak_before_kb = self_peak_rss_kb();
   json s = run_hostile(o);
   EXPECT_EQ(s["cases"], 64);
   EXPECT_EQ(s["classified"], 64);
   EXPECT_EQ(s["items_written"], 64);
   EXPECT_EQ(s["unexpected"], 0) << s["unexpected_examples"].dump(1);
   EXPECT_EQ(s["escaped_writes"], 0);
-  EXPECT_LT(s["harness_peak_rss_kb"].get<long>(), 300 * 1024);
+  // Measured growth: 6 MiB (Release), 34 MiB (ASan); a harness that buffered the
+  // unbounded floods without the output cap would pass 128 MiB in 3 s.
+  EXPECT_LT(s["harness_peak_rss_kb"].get<long>() - peak_before_kb, 128 * 1024);
   // Every kind appears and the timeouts, crashes and floods were seen.
   EXPECT_GE(s["per_kind"].size(), 55u);
   EXPECT_GT(s["verdicts"].value("timeout", 0), 3);
