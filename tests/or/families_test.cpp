@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "trex/or/families/family.hpp"
@@ -97,6 +98,45 @@ TEST_P(EveryFamily, SameStreamGivesSameInstance) {
   EXPECT_EQ(x->nl(), y->nl());
   EXPECT_EQ(x->gmpl(), y->gmpl());
   EXPECT_EQ(x->alg(), y->alg());
+}
+
+// Numbers of a text: thousands separators dropped ("1,250" -> 1250), words
+// with digits ("P1", "x_2") skipped.
+std::set<double> numbers_in(std::string text) {
+  text = std::regex_replace(text, std::regex(R"((\d),(\d{3})\b)"), "$1$2");
+  text = std::regex_replace(text, std::regex(R"((\d),(\d{3})\b)"), "$1$2");  // 1,234,567
+  std::set<double> out;
+  static const std::regex number(R"((^|[^A-Za-z_\d.])(-?\d+(\.\d+)?))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), number);
+       it != std::sregex_iterator(); ++it)
+    out.insert(std::round(std::stod((*it)[2].str()) * 1e6) / 1e6);
+  return out;
+}
+
+// The word problem states every number of the model's data: as written, or as
+// a percentage of it. Small integers (counts, indices, 0/1 incidences, "no X")
+// may be implicit.
+TEST_P(EveryFamily, TheTextStatesTheDataNumbers) {
+  const Family& family = *GetParam();
+  std::set<uint64_t> forms;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    Rng rng(seed, {hash_string(family.name()), 7});
+    GenOptions options;
+    options.difficulty = seed % 3 == 0 ? Difficulty::medium : Difficulty::easy;
+    options.side_constraint_rate = seed % 2 == 0 ? 1.0 : 0.0;
+    auto inst = family.generate(rng, options);
+    const std::string nl = inst->nl(), gmpl = inst->gmpl();
+    forms.insert(inst->surface_form());
+    const std::set<double> stated = numbers_in(nl);
+    for (double v : numbers_in(gmpl.substr(gmpl.find("data;")))) {
+      if (v == std::round(v) && std::fabs(v) <= 12) continue;
+      const double pct = std::round(v * 100 * 1e6) / 1e6;
+      EXPECT_TRUE(stated.count(v) || stated.count(pct))
+          << v << " of the data is not in the text (seed " << seed << "):\n"
+          << nl;
+    }
+  }
+  EXPECT_GE(forms.size(), 2u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EveryFamily, ::testing::ValuesIn(all_families()),

@@ -96,6 +96,10 @@ class Instance {
   virtual int nl_template() const = 0;
   // R-NL: the word problem, with every number the model needs.
   virtual std::string nl() const = 0;
+  // Identifies the wording of nl() apart from its names and numbers: two
+  // instances with the same value read alike. A template family has one form
+  // per template; a composed one (phrasing.hpp) one per combination of choices.
+  virtual uint64_t surface_form() const { return static_cast<uint64_t>(nl_template()); }
   // R-ALG: Sets -> Parameters -> Decision variables -> Objective -> Constraints.
   virtual std::string alg() const = 0;
   // R-EXE: complete GNU MathProg model + data that prints "Optimal objective: <z>".

@@ -35,7 +35,7 @@ struct Theme {
   bool countable;      // the product itself is the unit: "20 desks" rather than "20 kg of desk"
   bool integer;        // whole units only (IP)
   bool price_cost;     // profit is given as price minus unit cost
-  bool table;          // data as a Markdown table (else prose)
+  bool table;          // the theme shows its data as a table more often than not
   std::string period;  // "this week"
   std::vector<Resource> resources;  // pool, at least 5
 };
@@ -173,7 +173,7 @@ std::string product_key(const std::string& name) {
   return text::symbol(s);
 }
 
-class ProductMixInstance : public ThemedInstance<themes> {
+class ProductMixInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names, keys;  // products
   std::vector<size_t> res;               // indices into theme().resources
@@ -245,77 +245,138 @@ class ProductMixInstance : public ThemedInstance<themes> {
     return text::english_list(parts);
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = text::fill(th.intro, {{"{org}", org}, {"{period}", th.period}}) + " ";
-    std::vector<std::string> product_list;
-    for (const auto& nm : names) product_list.push_back(nm);
-    out += "Its range consists of " + std::to_string(n()) + " " + th.product_noun +
-           "s: " + text::english_list(product_list) + ". ";
+    text::Composer text(style);
+    const std::string per = "per " + th.unit;
+    const std::string nouns = text::plural(th.product_noun);
+    text.fact(text::fill(th.intro, {{"{org}", org}, {"{period}", th.period}}));
+    text.fact(text::fill(
+        style.pick({"Its range consists of {n} {nouns}: {list}.", "It makes {n} {nouns}: {list}.",
+                    "The {nouns} on offer are {list}.",
+                    "There are {n} {nouns} to consider ({list})."}),
+        {{"{n}", style.count(static_cast<long>(n()))}, {"{nouns}", nouns},
+         {"{list}", text::english_list(names)}}));
     std::vector<std::string> res_list;
     for (size_t r = 0; r < m(); ++r) res_list.push_back(resource(r).name);
-    out += "Production is limited by " + text::english_list(res_list) + ".\n\n";
-    const std::string per = "per " + th.unit;
-    if (th.table) {
-      std::vector<std::string> header = {text::capitalize(th.product_noun)};
-      for (size_t r = 0; r < m(); ++r)
-        header.push_back(text::capitalize(resource(r).name) + " (" + resource(r).unit + " " + per +
-                         ")");
-      if (th.price_cost) {
-        header.push_back("Price ($ " + per + ")");
-        header.push_back("Unit cost ($ " + per + ")");
-      } else {
-        header.push_back("Profit ($ " + per + ")");
-      }
-      std::vector<std::vector<std::string>> rows;
+    text.fact(text::fill(style.pick({"Production is limited by {list}.",
+                                     "The limited resources are {list}.",
+                                     "Every {noun} draws on {list}, all in limited supply.",
+                                     "Output is constrained by the available {list}."}),
+                         {{"{list}", text::english_list(res_list)}, {"{noun}", th.product_noun}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    text::Records records;
+    records.row_header = text::capitalize(th.product_noun);
+    records.names = names;
+    for (size_t p = 0; p < n(); ++p)
+      records.row_subjects.push_back(th.countable ? "each " + names[p]
+                                                  : "each " + th.unit + " of " + names[p]);
+    for (size_t r = 0; r < m(); ++r) {
+      const Resource& res = resource(r);
+      text::Attribute a;
+      a.header = text::capitalize(res.name) + " (" + res.unit + " " + per + ")";
+      a.label = res.unit + " of " + res.name + " " + per;
       for (size_t p = 0; p < n(); ++p) {
-        std::vector<std::string> row = {names[p]};
-        for (size_t r = 0; r < m(); ++r) row.push_back(text::num(usage[r][p]));
-        if (th.price_cost) {
-          row.push_back(text::num(price[p]));
-          row.push_back(text::num(cost[p]));
-        } else {
-          row.push_back(text::num(profit[p]));
-        }
-        rows.push_back(row);
+        a.cells.push_back(style.num(usage[r][p]));
+        a.phrases.push_back(usage[r][p] > 0
+                                ? style.pick({"uses ", "needs ", "requires ", "takes "}) +
+                                      style.num(usage[r][p]) + " " +
+                                      unit_after(usage[r][p], res.unit) + " of " + res.name
+                                : "needs no " + res.name);
       }
-      out += text::markdown_table(header, rows) + "\n";
-    } else {
-      for (size_t p = 0; p < n(); ++p) {
-        out += "- Each " + (th.countable ? names[p] : th.unit + " of " + names[p]) + " uses " +
-               usage_phrase(p);
-        if (th.price_cost)
-          out += "; it sells for " + text::money(price[p]) + " and costs " + text::money(cost[p]) +
-                 " to make.\n";
-        else
-          out += " and brings a profit of " + text::money(profit[p]) + ".\n";
-      }
-      out += "\n";
+      records.attributes.push_back(std::move(a));
     }
+    auto money_column = [&](const std::string& header, const std::string& label,
+                            const std::vector<double>& values,
+                            std::initializer_list<const char*> phrase_forms) {
+      text::Attribute a;
+      a.header = header + " ($ " + per + ")";
+      a.label = label + " " + per + " in dollars";
+      for (size_t p = 0; p < n(); ++p) {
+        a.cells.push_back(style.num(values[p]));
+        a.phrases.push_back(
+            text::fill(style.pick(phrase_forms), {{"{v}", style.money(values[p])}}));
+      }
+      records.attributes.push_back(std::move(a));
+    };
+    if (th.price_cost) {
+      money_column("Price", "selling price", price,
+                   {"sells for {v}", "is sold at {v}", "fetches {v} on the market"});
+      money_column("Unit cost", "production cost", cost,
+                   {"costs {v} to make", "has a production cost of {v}",
+                    "incurs {v} of production cost"});
+    } else {
+      money_column("Profit", "profit", profit,
+                   {"brings a profit of {v}", "earns {v} of profit", "yields a profit of {v}",
+                    "contributes {v} to profit"});
+    }
+    const text::Layout layout =
+        th.table && style.chance(0.5)
+            ? text::Layout::table
+            : style.layout({text::Layout::table, text::Layout::bullets, text::Layout::rows,
+                            text::Layout::columns});
+    text.block(text::render_records(style, layout, records));
+
     std::vector<std::string> caps;
     for (size_t r = 0; r < m(); ++r)
-      caps.push_back(text::num(capacity[r]) + " " + unit_after(capacity[r], resource(r).unit) +
+      caps.push_back(style.num(capacity[r]) + " " + unit_after(capacity[r], resource(r).unit) +
                      " of " + resource(r).name);
-    out += "Available " + th.period + ": " + text::english_list(caps) + ". ";
+    text.fact(text::fill(style.pick({"Available {period}: {list}.",
+                                     "{Period} there are {list} available.",
+                                     "The supply {period} is limited to {list}.",
+                                     "At most {list} can be used {period}."}),
+                         {{"{period}", th.period},
+                          {"{Period}", text::capitalize(th.period) + ","},
+                          {"{list}", text::english_list(caps)}}));
+    text.paragraph(false);
     for (size_t p : bounded(max_qty))
-      out += "The market can absorb at most " + qty_of(max_qty[p], p) + ". ";
+      text.fact(text::fill(style.pick({"The market can absorb at most {q}.",
+                                       "No more than {q} can be sold.",
+                                       "Demand is capped at {q}.",
+                                       "At most {q} can be sold."}),
+                           {{"{q}", qty_of(max_qty[p], p)}}));
     for (size_t p : bounded(min_qty))
-      out += "A customer contract requires at least " + qty_of(min_qty[p], p) + ". ";
+      text.fact(text::fill(style.pick({"A customer contract requires at least {q}.",
+                                       "At least {q} must be made to honour a contract.",
+                                       "A standing order calls for a minimum of {q}."}),
+                           {{"{q}", qty_of(min_qty[p], p)}}));
     for (const auto& q : ratios)
-      out += "To keep the range balanced, the " + amount_of(q.a) + " produced must be at least " +
-             text::num(q.k) + " times the " + amount_of(q.b) + ". ";
+      text.fact(text::fill(
+          style.pick({"To keep the range balanced, the {a} produced must be at least {k} times "
+                      "the {b}.",
+                      "The {a} must be no less than {k} times the {b}.",
+                      "For every unit of {bn} made, at least {k} of {an} must be made too."}),
+          {{"{a}", amount_of(q.a)}, {"{b}", amount_of(q.b)}, {"{k}", style.num(q.k)},
+           {"{an}", names[q.a]}, {"{bn}", names[q.b]}}));
     for (const auto& j : joint_caps)
-      out += "Because " + names[j.a] + " and " + names[j.b] +
-             " share one marketing campaign, at most " + qty(j.limit) +
-             " of the two together can be sold. ";
+      text.fact(text::fill(
+          style.pick({"Because {a} and {b} share one marketing campaign, at most {q} of the two "
+                      "together can be sold.",
+                      "Together, {a} and {b} may not exceed {q}.",
+                      "The combined output of {a} and {b} is limited to {q}."}),
+          {{"{a}", names[j.a]}, {"{b}", names[j.b]}, {"{q}", qty(j.limit)}}));
     if (th.integer)
-      out += "Only whole " + th.units + " can be produced. ";
+      text.fact(style.pick({"Only whole " + th.units + " can be produced.",
+                            "Quantities must be whole numbers of " + th.units + ".",
+                            "Production happens in whole " + th.units + " only."}));
     else
-      out += "Fractional quantities are allowed. ";
-    out += "How much of each " + th.product_noun + " should be made to maximise the total " +
-           std::string(th.price_cost ? "profit (revenue minus production cost)" : "profit") +
-           ", and what is that maximum profit in dollars?";
-    return out;
+      text.fact(style.pick({"Fractional quantities are allowed.",
+                            "Quantities need not be whole numbers.",
+                            "Any non-negative amount, fractions included, can be made."}));
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    const std::string profit_word =
+        th.price_cost ? "profit (revenue minus production cost)" : "profit";
+    text.fact(text::question(
+        style, style.pick({"how much of each " + th.product_noun + " to make",
+                           "the production quantity of each " + th.product_noun,
+                           "how many " + th.units + " of each " + th.product_noun + " to produce"}),
+        "maximise the total " + profit_word,
+        style.pick({"the maximum profit in dollars", "the maximum total profit",
+                    "the optimal profit"})));
+    return text.text();
   }
 
   std::string alg() const override {
