@@ -81,7 +81,8 @@ TEST(Phrasing, EveryLayoutShowsEveryCellInRowOrder) {
   EXPECT_GE(texts.size(), 6u);  // layouts and their variants differ
   Style s(1);
   const std::string table = render_records(s, Layout::table, r);
-  EXPECT_EQ(table.substr(0, table.find('\n')), "| Product | Hours (per unit) | Profit ($ per unit) |");
+  EXPECT_EQ(table.substr(0, table.find('\n')),
+            "| Product | Hours (per unit) | Profit ($ per unit) |");
 }
 
 TEST(Phrasing, ComposerKeepsBlocksInPlaceAndShufflesFacts) {

@@ -24,8 +24,8 @@ std::string group_thousands(const std::string& digits) {
   return digits.substr(0, sign) + grouped + digits.substr(end);
 }
 
-const char* const kNumberWords[] = {"zero", "one", "two",   "three",  "four",   "five",  "six",
-                                    "seven", "eight", "nine", "ten", "eleven", "twelve"};
+const char* const kNumberWords[] = {"zero",  "one",   "two",  "three", "four",   "five",  "six",
+                                    "seven", "eight", "nine", "ten",   "eleven", "twelve"};
 
 std::string join_clauses(Style& style, const std::vector<std::string>& clauses) {
   if (clauses.size() > 2 && style.chance(0.3)) return join(clauses, "; ");
@@ -236,8 +236,8 @@ std::string question(Style& style, const std::string& task, const std::string& g
     case 1:
       return "Find " + task + " in order to " + goal + ". What is " + value + "?";
     case 2:
-      return "Formulate and solve a model that decides " + task + " to " + goal +
-             ". Give " + value + ".";
+      return "Formulate and solve a model that decides " + task + " to " + goal + ". Give " +
+             value + ".";
     case 3:
       return "The goal is to " + goal + ". Decide " + task + ", and state " + value + ".";
     case 4:

@@ -95,10 +95,10 @@ std::string render_records(Style& style, Layout layout, const Records& records);
 class Composer {
  public:
   explicit Composer(Style& style) : style_(style) {}
-  Composer& fact(std::string sentence);              // a sentence of the current paragraph
+  Composer& fact(std::string sentence);  // a sentence of the current paragraph
   Composer& facts(std::vector<std::string> sentences);
-  Composer& block(std::string text);                 // a table or list, on its own lines
-  Composer& paragraph(bool shuffle = true);          // ends the current paragraph
+  Composer& block(std::string text);         // a table or list, on its own lines
+  Composer& paragraph(bool shuffle = true);  // ends the current paragraph
   // Adds 0..max_count distractor sentences (numbers no model needs) about `org`
   // to the current paragraph, with probability `rate` each.
   Composer& distractors(const std::string& org, int max_count, double rate);

@@ -251,19 +251,20 @@ class ProductMixInstance : public ComposedInstance<themes> {
     const std::string per = "per " + th.unit;
     const std::string nouns = text::plural(th.product_noun);
     text.fact(text::fill(th.intro, {{"{org}", org}, {"{period}", th.period}}));
-    text.fact(text::fill(
-        style.pick({"Its range consists of {n} {nouns}: {list}.", "It makes {n} {nouns}: {list}.",
-                    "The {nouns} on offer are {list}.",
-                    "There are {n} {nouns} to consider ({list})."}),
-        {{"{n}", style.count(static_cast<long>(n()))}, {"{nouns}", nouns},
-         {"{list}", text::english_list(names)}}));
+    text.fact(
+        text::fill(style.pick({"Its range consists of {n} {nouns}: {list}.",
+                               "It makes {n} {nouns}: {list}.", "The {nouns} on offer are {list}.",
+                               "There are {n} {nouns} to consider ({list})."}),
+                   {{"{n}", style.count(static_cast<long>(n()))},
+                    {"{nouns}", nouns},
+                    {"{list}", text::english_list(names)}}));
     std::vector<std::string> res_list;
     for (size_t r = 0; r < m(); ++r) res_list.push_back(resource(r).name);
-    text.fact(text::fill(style.pick({"Production is limited by {list}.",
-                                     "The limited resources are {list}.",
-                                     "Every {noun} draws on {list}, all in limited supply.",
-                                     "Output is constrained by the available {list}."}),
-                         {{"{list}", text::english_list(res_list)}, {"{noun}", th.product_noun}}));
+    text.fact(text::fill(
+        style.pick({"Production is limited by {list}.", "The limited resources are {list}.",
+                    "Every {noun} draws on {list}, all in limited supply.",
+                    "Output is constrained by the available {list}."}),
+        {{"{list}", text::english_list(res_list)}, {"{noun}", th.product_noun}}));
     text.distractors(org, 1, 0.25);
     text.paragraph(false);
 
@@ -304,39 +305,37 @@ class ProductMixInstance : public ComposedInstance<themes> {
     if (th.price_cost) {
       money_column("Price", "selling price", price,
                    {"sells for {v}", "is sold at {v}", "fetches {v} on the market"});
-      money_column("Unit cost", "production cost", cost,
-                   {"costs {v} to make", "has a production cost of {v}",
-                    "incurs {v} of production cost"});
+      money_column(
+          "Unit cost", "production cost", cost,
+          {"costs {v} to make", "has a production cost of {v}", "incurs {v} of production cost"});
     } else {
       money_column("Profit", "profit", profit,
                    {"brings a profit of {v}", "earns {v} of profit", "yields a profit of {v}",
                     "contributes {v} to profit"});
     }
-    const text::Layout layout =
-        th.table && style.chance(0.5)
-            ? text::Layout::table
-            : style.layout({text::Layout::table, text::Layout::bullets, text::Layout::rows,
-                            text::Layout::columns});
+    const text::Layout layout = th.table && style.chance(0.5)
+                                    ? text::Layout::table
+                                    : style.layout({text::Layout::table, text::Layout::bullets,
+                                                    text::Layout::rows, text::Layout::columns});
     text.block(text::render_records(style, layout, records));
 
     std::vector<std::string> caps;
     for (size_t r = 0; r < m(); ++r)
       caps.push_back(style.num(capacity[r]) + " " + unit_after(capacity[r], resource(r).unit) +
                      " of " + resource(r).name);
-    text.fact(text::fill(style.pick({"Available {period}: {list}.",
-                                     "{Period} there are {list} available.",
-                                     "The supply {period} is limited to {list}.",
-                                     "At most {list} can be used {period}."}),
-                         {{"{period}", th.period},
-                          {"{Period}", text::capitalize(th.period) + ","},
-                          {"{list}", text::english_list(caps)}}));
+    text.fact(text::fill(
+        style.pick({"Available {period}: {list}.", "{Period} there are {list} available.",
+                    "The supply {period} is limited to {list}.",
+                    "At most {list} can be used {period}."}),
+        {{"{period}", th.period},
+         {"{Period}", text::capitalize(th.period) + ","},
+         {"{list}", text::english_list(caps)}}));
     text.paragraph(false);
     for (size_t p : bounded(max_qty))
-      text.fact(text::fill(style.pick({"The market can absorb at most {q}.",
-                                       "No more than {q} can be sold.",
-                                       "Demand is capped at {q}.",
-                                       "At most {q} can be sold."}),
-                           {{"{q}", qty_of(max_qty[p], p)}}));
+      text.fact(text::fill(
+          style.pick({"The market can absorb at most {q}.", "No more than {q} can be sold.",
+                      "Demand is capped at {q}.", "At most {q} can be sold."}),
+          {{"{q}", qty_of(max_qty[p], p)}}));
     for (size_t p : bounded(min_qty))
       text.fact(text::fill(style.pick({"A customer contract requires at least {q}.",
                                        "At least {q} must be made to honour a contract.",
@@ -348,8 +347,11 @@ class ProductMixInstance : public ComposedInstance<themes> {
                       "the {b}.",
                       "The {a} must be no less than {k} times the {b}.",
                       "For every unit of {bn} made, at least {k} of {an} must be made too."}),
-          {{"{a}", amount_of(q.a)}, {"{b}", amount_of(q.b)}, {"{k}", style.num(q.k)},
-           {"{an}", names[q.a]}, {"{bn}", names[q.b]}}));
+          {{"{a}", amount_of(q.a)},
+           {"{b}", amount_of(q.b)},
+           {"{k}", style.num(q.k)},
+           {"{an}", names[q.a]},
+           {"{bn}", names[q.b]}}));
     for (const auto& j : joint_caps)
       text.fact(text::fill(
           style.pick({"Because {a} and {b} share one marketing campaign, at most {q} of the two "
@@ -362,20 +364,21 @@ class ProductMixInstance : public ComposedInstance<themes> {
                             "Quantities must be whole numbers of " + th.units + ".",
                             "Production happens in whole " + th.units + " only."}));
     else
-      text.fact(style.pick({"Fractional quantities are allowed.",
-                            "Quantities need not be whole numbers.",
-                            "Any non-negative amount, fractions included, can be made."}));
+      text.fact(
+          style.pick({"Fractional quantities are allowed.", "Quantities need not be whole numbers.",
+                      "Any non-negative amount, fractions included, can be made."}));
     text.distractors(org, 1, 0.2);
     text.paragraph();
     const std::string profit_word =
         th.price_cost ? "profit (revenue minus production cost)" : "profit";
     text.fact(text::question(
-        style, style.pick({"how much of each " + th.product_noun + " to make",
-                           "the production quantity of each " + th.product_noun,
-                           "how many " + th.units + " of each " + th.product_noun + " to produce"}),
+        style,
+        style.pick({"how much of each " + th.product_noun + " to make",
+                    "the production quantity of each " + th.product_noun,
+                    "how many " + th.units + " of each " + th.product_noun + " to produce"}),
         "maximise the total " + profit_word,
-        style.pick({"the maximum profit in dollars", "the maximum total profit",
-                    "the optimal profit"})));
+        style.pick(
+            {"the maximum profit in dollars", "the maximum total profit", "the optimal profit"})));
     return text.text();
   }
 
