@@ -7,6 +7,7 @@
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/diversity.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
@@ -378,7 +379,7 @@ TEST(DatasetDecontam, PlantedBenchmarkItemsAreDroppedAndCounted) {
   EXPECT_EQ(report["decontam_numbers_dropped"], by_numbers.decontam_numbers_dropped);
   // The diversity report names the planted benchmark file next to the families.
   EXPECT_EQ(report["diversity"]["benchmarks"]["planted"]["texts"], 1);
-  EXPECT_NE(read_file(out2.file("README.md")).find("| benchmark planted | - | 1 | "),
+  EXPECT_NE(read_file(out2.file("README.md")).find("| benchmark planted | - | - | - | 1 | "),
             std::string::npos);
 }
 
@@ -415,6 +416,33 @@ TEST(DatasetDiversity, TemplatedTextScoresBelowVariedTextOnEqualSamples) {
   EXPECT_EQ(t.total, 200 * 13);
   EXPECT_EQ(t.distinct, 7 + 200 * 6);
   EXPECT_EQ(ngram_diversity(templated, 3).distinct, t.distinct);
+}
+
+// Surface forms: a template family has one per template; product_mix, which
+// composes its text clause by clause, has nearly one per text.
+TEST(DatasetDiversity, SurfaceFormsCountTemplatesAndComposedWordings) {
+  TextFormCounter hand;
+  hand.add(0, "a");
+  hand.add(0, "a");
+  hand.add(1, "b");
+  hand.add(1, "c");
+  EXPECT_EQ(hand.counts().texts, 4);
+  EXPECT_EQ(hand.counts().templates, 2);
+  EXPECT_EQ(hand.counts().surface_forms, 3);
+
+  const Family& family = find_family("product_mix");
+  TextFormCounter composed;
+  std::set<uint64_t> raw;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    Rng rng(seed, {11});
+    auto inst = family.generate(rng, GenOptions{});
+    composed.add(inst->nl_template(), hex64(inst->surface_form()));
+    raw.insert(inst->surface_form());
+    EXPECT_EQ(inst->surface_form(), inst->surface_form());  // a property of the instance
+  }
+  EXPECT_LE(composed.counts().templates, family.nl_templates());
+  EXPECT_GE(composed.counts().surface_forms, 55);
+  EXPECT_EQ(composed.counts().surface_forms, static_cast<int64_t>(raw.size()));
 }
 
 // Every public benchmark file with questions gets a figure on the common sample size.

@@ -65,8 +65,8 @@ TEST(Synth, RecordsCarryEveryFieldAndReverify) {
   for (const auto& text : records) {
     json r = json::parse(text);
     for (const char* field :
-         {"id", "family", "difficulty", "size", "nl", "alg", "gmpl", "lp", "status", "objective",
-          "solvers", "x_ref", "checks", "seed", "generator_version"})
+         {"id", "family", "difficulty", "size", "nl_template", "surface_form", "nl", "alg", "gmpl",
+          "lp", "status", "objective", "solvers", "x_ref", "checks", "seed", "generator_version"})
       ASSERT_TRUE(r.contains(field)) << field;
     EXPECT_EQ(r["status"], "optimal");
     EXPECT_EQ(r["solvers"]["glpk"]["status"], "optimal");

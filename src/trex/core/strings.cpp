@@ -87,6 +87,12 @@ std::string format_number(double v) {
   return std::string(buf, res.ptr);
 }
 
+std::string hex64(unsigned long long v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", v);
+  return buf;
+}
+
 std::string format_fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);

@@ -24,5 +24,7 @@ std::string replace_all(std::string text, std::string_view from, std::string_vie
 std::string format_number(double v);
 // Fixed number of decimals, trailing zeros removed ("12.50" -> "12.5").
 std::string format_fixed(double v, int decimals);
+// 16 lower-case hex digits.
+std::string hex64(unsigned long long v);
 
 }  // namespace trex

@@ -572,7 +572,7 @@ json DemoDataSummary::to_json() const {
           {"mean_target_chars", mean_target_chars},
           {"max_total_chars", max_total_chars},
           {"max_bench_overlap", max_bench_overlap},
-          {"diversity", diversity_json(family_diversity, family_templates, bench_diversity)},
+          {"diversity", diversity_json(family_diversity, family_forms, bench_diversity)},
           {"decontamination",
            {{"benchmark_questions", decontam_questions},
             {"dropped_ngram", decontam_ngram},
@@ -955,14 +955,14 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
   }
   {
     std::map<std::string, std::vector<std::string>> questions;
-    std::map<std::string, std::set<int>> templates;
+    std::map<std::string, TextFormCounter> forms;
     for (const auto* it : train) {
       questions[it->problem.family].push_back(it->problem.nl);
-      templates[it->problem.family].insert(it->problem.nl_template);
+      forms[it->problem.family].add(it->problem.nl_template, it->problem.surface_form);
     }
     for (const auto& [family, texts] : questions) {
       summary.family_diversity[family] = ngram_diversity(texts, o.seed);
-      summary.family_templates[family] = static_cast<int64_t>(templates[family].size());
+      summary.family_forms[family] = forms[family].counts();
     }
     if (bench_index) summary.bench_diversity = benchmark_diversity(o.bench_dir, o.seed);
   }

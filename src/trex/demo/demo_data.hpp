@@ -79,7 +79,7 @@ struct DemoDataSummary {
   int64_t decontam_signature = 0;  // ... by their number signature
   // Question surface forms of the SFT train set per family and of each
   // benchmark file (or/dataset/diversity.hpp; benchmarks only when decontaminating).
-  std::map<std::string, int64_t> family_templates;
+  std::map<std::string, orlib::TextForms> family_forms;
   std::map<std::string, orlib::NgramDiversity> family_diversity, bench_diversity;
   std::vector<std::string> public_sources;  // "file:id" of the public slice
   double seconds = 0.0;

@@ -440,13 +440,19 @@ std::string demo_report_markdown(const DemoReportInputs& in) {
             format_fixed(d.value("mean_target_chars", 0.0), 0) + " chars (means), longest pair " +
             d.value("max_total_chars", nlohmann::json(0)).dump() + " chars\n";
     if (auto v = d.find("diversity"); v != d.end() && v->is_object()) {
-      // "name share (templates)" per family, then per benchmark file.
+      // "name share (templates, surface forms)" per family, then per benchmark file.
       auto figures = [&](const char* key) {
         std::vector<std::string> parts;
         if (auto g = v->find(key); g != v->end() && g->is_object())
           for (auto it = g->begin(); it != g->end(); ++it) {
             std::string part = it.key() + " " + fixed(it->value("share", 0.0), 3);
-            if (it->contains("templates")) part += " (" + (*it)["templates"].dump() + " templates)";
+            if (it->contains("templates")) {
+              part += " (" + (*it)["templates"].dump() + " templates";
+              if (it->contains("surface_forms"))
+                part += ", " + (*it)["surface_forms"].dump() + " forms in " +
+                        it->value("all_texts", nlohmann::json(0)).dump() + " texts";
+              part += ")";
+            }
             parts.push_back(part);
           }
         return parts.empty() ? std::string("-") : join(parts, ", ");

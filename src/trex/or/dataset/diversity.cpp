@@ -47,8 +47,18 @@ std::map<std::string, NgramDiversity> benchmark_diversity(const std::string& dir
   return out;
 }
 
+void TextFormCounter::add(int nl_template, const std::string& surface_form) {
+  ++texts_;
+  templates_.insert(nl_template);
+  forms_.insert(surface_form);
+}
+
+TextForms TextFormCounter::counts() const {
+  return {texts_, static_cast<int64_t>(templates_.size()), static_cast<int64_t>(forms_.size())};
+}
+
 nlohmann::json diversity_json(const std::map<std::string, NgramDiversity>& families,
-                              const std::map<std::string, int64_t>& templates,
+                              const std::map<std::string, TextForms>& forms,
                               const std::map<std::string, NgramDiversity>& benchmarks) {
   using nlohmann::json;
   auto entry = [](const NgramDiversity& d) {
@@ -60,8 +70,11 @@ nlohmann::json diversity_json(const std::map<std::string, NgramDiversity>& famil
   json by_family = json::object(), by_benchmark = json::object();
   for (const auto& [family, d] : families) {
     by_family[family] = entry(d);
-    if (auto t = templates.find(family); t != templates.end())
-      by_family[family]["templates"] = t->second;
+    if (auto f = forms.find(family); f != forms.end()) {
+      by_family[family]["all_texts"] = f->second.texts;
+      by_family[family]["templates"] = f->second.templates;
+      by_family[family]["surface_forms"] = f->second.surface_forms;
+    }
   }
   for (const auto& [file, d] : benchmarks) by_benchmark[file] = entry(d);
   return {{"ngram", kDiversityNgram},

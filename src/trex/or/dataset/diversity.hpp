@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,32 @@ NgramDiversity ngram_diversity(const std::vector<std::string>& texts, uint64_t s
 // fields), keyed by file stem; files without questions are left out.
 std::map<std::string, NgramDiversity> benchmark_diversity(const std::string& dir, uint64_t seed);
 
+// How many wordings a family's texts use: its templates (story themes) and
+// its surface forms (Instance::surface_form: the wording apart from names and
+// numbers; one per template for a template family, up to one per text for a
+// composed one).
+struct TextForms {
+  int64_t texts = 0;
+  int64_t templates = 0;
+  int64_t surface_forms = 0;
+};
+// Counts over (template, surface form) pairs of one family's texts.
+class TextFormCounter {
+ public:
+  void add(int nl_template, const std::string& surface_form);
+  TextForms counts() const;
+
+ private:
+  int64_t texts_ = 0;
+  std::set<int> templates_;
+  std::set<std::string> forms_;
+};
+
 // The report's form of the figures: {"ngram", "sample", "families": {name:
-// {"texts", "ngrams", "distinct", "share", "templates"}}, "benchmarks": {stem:
-// {...}}}; `templates` gives each family's count of distinct NL templates.
+// {"texts", "ngrams", "distinct", "share", "all_texts", "templates",
+// "surface_forms"}}, "benchmarks": {stem: {...}}}.
 nlohmann::json diversity_json(const std::map<std::string, NgramDiversity>& families,
-                              const std::map<std::string, int64_t>& templates,
+                              const std::map<std::string, TextForms>& forms,
                               const std::map<std::string, NgramDiversity>& benchmarks);
 
 }  // namespace trex::orlib

@@ -53,6 +53,8 @@ Problem parse_problem(const json& r) {
     p.problem_class = r.at("problem_class").get<std::string>();
     p.difficulty = r.at("difficulty").get<std::string>();
     p.nl_template = r.at("nl_template").get<int>();
+    // Records written before composed phrasing have one form per template.
+    p.surface_form = r.value("surface_form", "template-" + std::to_string(p.nl_template));
     p.nl = r.at("nl").get<std::string>();
     p.alg = r.at("alg").get<std::string>();
     p.gmpl = r.at("gmpl").get<std::string>();
@@ -515,14 +517,20 @@ std::string diversity_section(const SftSummary& summary) {
         std::to_string(kDiversityNgram) + "-grams over a sample of up to " +
         std::to_string(kDiversitySample) +
         " question texts per row (same sample size for every row: the share falls as a sample "
-        "grows). Generated families use a few whole-text templates; the benchmarks' questions "
-        "are written by people.\n\n| texts | NL templates | texts sampled | distinct " +
-        std::to_string(kDiversityNgram) + "-grams / total |\n|---|---|---|---|\n";
-  for (const auto& [family, d] : summary.family_diversity)
-    md += "| family " + family + " | " + std::to_string(summary.family_templates.at(family)) +
-          " | " + std::to_string(d.texts) + " | " + format_fixed(d.share(), 3) + " |\n";
+        "grows), and the number of distinct wordings (surface forms: the text apart from its "
+        "names and numbers) among all of a family's texts. A template family has one form per "
+        "template; a composed family varies clause by clause. The benchmarks' questions are "
+        "written by people.\n\n| texts | all texts | NL templates | surface forms | texts "
+        "sampled | distinct " +
+        std::to_string(kDiversityNgram) + "-grams / total |\n|---|---|---|---|---|---|\n";
+  for (const auto& [family, d] : summary.family_diversity) {
+    const TextForms& f = summary.family_forms.at(family);
+    md += "| family " + family + " | " + std::to_string(f.texts) + " | " +
+          std::to_string(f.templates) + " | " + std::to_string(f.surface_forms) + " | " +
+          std::to_string(d.texts) + " | " + format_fixed(d.share(), 3) + " |\n";
+  }
   for (const auto& [file, d] : summary.bench_diversity)
-    md += "| benchmark " + file + " | - | " + std::to_string(d.texts) + " | " +
+    md += "| benchmark " + file + " | - | - | - | " + std::to_string(d.texts) + " | " +
           format_fixed(d.share(), 3) + " |\n";
   return md;
 }
@@ -683,14 +691,14 @@ SftSummary build_sft(const SftOptions& options) {
   }
   {
     std::map<std::string, std::vector<std::string>> texts;
-    std::map<std::string, std::set<int>> templates;
+    std::map<std::string, TextFormCounter> forms;
     for (const Problem& p : problems) {
       texts[p.family].push_back(p.nl);
-      templates[p.family].insert(p.nl_template);
+      forms[p.family].add(p.nl_template, p.surface_form);
     }
     for (const auto& [family, nl] : texts) {
       summary.family_diversity[family] = ngram_diversity(nl, options.seed);
-      summary.family_templates[family] = static_cast<int64_t>(templates[family].size());
+      summary.family_forms[family] = forms[family].counts();
     }
   }
   const std::vector<std::string> tasks = plan_tasks(options.n, options.seed);
@@ -827,8 +835,8 @@ SftSummary build_sft(const SftOptions& options) {
           {"decontam_threshold", options.decontam_threshold},
           {"decontam_ngram", kDecontamNgram},
           {"bench_questions", summary.bench_questions},
-          {"diversity", diversity_json(summary.family_diversity, summary.family_templates,
-                                       summary.bench_diversity)},
+          {"diversity",
+           diversity_json(summary.family_diversity, summary.family_forms, summary.bench_diversity)},
           {"seed", options.seed}};
   write_summary_file(options.out_dir, std::move(sj), summary.seconds, options.problems_path,
                      summary.input);

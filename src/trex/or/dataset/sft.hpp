@@ -25,6 +25,7 @@ struct Problem {
   std::string problem_class;
   std::string difficulty;
   int nl_template = 0;
+  std::string surface_form;  // wording apart from names and numbers (Instance::surface_form)
   std::string nl, alg, gmpl;
   double objective = 0.0;
   json size;
@@ -74,7 +75,7 @@ struct SftSummary {
   JsonlStats input;  // the problems file: lines read, skipped, repaired
   // Surface forms of the problems' NL per family (distinct templates, word
   // 4-gram diversity; diversity.hpp) and of each benchmark file's questions.
-  std::map<std::string, int64_t> family_templates;
+  std::map<std::string, TextForms> family_forms;
   std::map<std::string, NgramDiversity> family_diversity, bench_diversity;
 };
 

@@ -157,6 +157,8 @@ VerifyOutcome build_and_verify(const Family& family, int64_t index, int attempt,
   record["size"] = size;
   record["variants"] = instance->variants();
   record["nl_template"] = instance->nl_template();
+  // Hex text: a 64-bit integer does not survive JSON readers that use doubles.
+  record["surface_form"] = hex64(instance->surface_form());
   record["nl"] = nl;
   record["alg"] = alg;
   record["gmpl"] = gmpl;

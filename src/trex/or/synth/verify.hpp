@@ -32,7 +32,7 @@ struct VerifyOutcome {
   double cbc_seconds = 0.0;
 };
 
-constexpr const char* kGeneratorVersion = "trex-or-synth/1";
+constexpr const char* kGeneratorVersion = "trex-or-synth/2";  // 2: composed word problems
 
 // Agreement rule between two objective values: |a-b| <= 1e-6 * max(1, |a|).
 bool objectives_agree(double a, double b);
