@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
   libglpk-dev glpk-utils                 # MathProg translator + simplex/MIP solver, glpsol for tests
   lp-solve-doc                           # lp_solve's HTML reference guide: collected text of the CPT corpus
+  glpk-doc poppler-utils                 # GLPK manuals (PDF) and pdftotext: collected text of the CPT corpus
   coinor-libcbc-dev coinor-cbc           # COIN-OR CBC (second, independent MIP solver)
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
   libgtest-dev libbenchmark-dev

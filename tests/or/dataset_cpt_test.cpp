@@ -9,6 +9,7 @@
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/process_pool.hpp"
 #include "trex/or/dataset/collected.hpp"
@@ -136,7 +137,15 @@ TEST(DatasetCpt, CorpusHasEveryDocumentKind) {
   if (std::filesystem::is_directory(lp_solve_dir)) {  // scripts/install-deps.sh installs it
     EXPECT_TRUE(manifest["lp-solve-doc"]["installed"].get<bool>());
     EXPECT_GT(manifest["lp-solve-doc"]["documents"].get<int64_t>(), 100);
-    EXPECT_EQ(kinds["collected"], manifest["lp-solve-doc"]["documents"].get<int>());
+  }
+  // Every collected document comes from a listed collected source.
+  int64_t collected = 0;
+  for (const CollectedSource& source : default_collected_sources())
+    collected += manifest[source.package]["documents"].get<int64_t>();
+  EXPECT_EQ(kinds["collected"], collected);
+  if (std::filesystem::exists("/usr/share/doc/glpk-doc/gmpl.pdf")) {
+    EXPECT_EQ(manifest["glpk-doc"]["license"], "GFDL-1.3-no-invariants-or-later");
+    EXPECT_GT(manifest["glpk-doc"]["documents"].get<int64_t>(), 60);
   }
 }
 
@@ -200,6 +209,79 @@ TEST(CollectedText, PagesOfASourceBecomeDocumentsWithTheirLicence) {
   EXPECT_NE(
       format_cpt_summary(s).find("not installed: scripts/install-deps.sh installs absent-doc"),
       std::string::npos);
+}
+
+// pdftotext -layout output as the GLPK manuals give it: page numbers, contents
+// leaders, title-page glyphs and form feeds go; hyphenated words are rejoined
+// (lower-case continuations only); code keeps its lines and indentation.
+TEST(CollectedText, PdfLayoutTextIsCleanedAndCutAtSections) {
+  const std::string raw =
+      "M                              L\n"
+      "Modeling Language\n"
+      "1 Introduction . . . . . . . . . . . . 6\n"
+      "\n\n\n"
+      "3.1    Numeric expressions\n"
+      "   A numeric expression is a rule for computing a single numeric value repre-\n"
+      "sented as a floating-point number, the coe\uFB03cient of a San-\n"
+      "Diego route.\n"
+      "                                 12\n"
+      "\f   s.t. supply{i in I}: sum{j in J} x[i,j] <= a[i];\n"
+      "end;\n"
+      "3.2    Symbolic expressions\n"
+      "   A symbolic expression is a rule.\n";
+  const std::string clean = clean_pdf_text(raw);
+  EXPECT_EQ(clean,
+            "Modeling Language\n\n"
+            "3.1    Numeric expressions\n"
+            "   A numeric expression is a rule for computing a single numeric value represented\n"
+            "as a floating-point number, the coefficient of a San-\n"
+            "Diego route.\n"
+            "   s.t. supply{i in I}: sum{j in J} x[i,j] <= a[i];\n"
+            "end;\n"
+            "3.2    Symbolic expressions\n"
+            "   A symbolic expression is a rule.\n");
+  // Cut at each numbered heading; with a minimum size, short sections merge forward.
+  const std::vector<std::string> each = manual_sections(clean, 1, 1000);
+  ASSERT_EQ(each.size(), 3u);
+  EXPECT_EQ(each[0], "Modeling Language\n");
+  EXPECT_EQ(each[1].rfind("3.1    Numeric expressions\n", 0), 0u);
+  EXPECT_EQ(each[2], "3.2    Symbolic expressions\n   A symbolic expression is a rule.\n");
+  const std::vector<std::string> merged = manual_sections(clean, 200, 1000);
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0] + merged[1], each[0] + "\n" + each[1] + each[2]);
+  // A long section is cut at line breaks near the maximum.
+  for (const std::string& part : manual_sections(clean, 1, 120)) EXPECT_LE(part.size(), 121u);
+  EXPECT_THROW(pdf_to_text("no/such/file.pdf"), Error);
+}
+
+// The installed GLPK manuals (scripts/install-deps.sh) become one document per section.
+TEST(CollectedText, GlpkManualsBecomeSectionDocuments) {
+  const CollectedSource* glpk = nullptr;
+  for (const CollectedSource& s : default_collected_sources())
+    if (s.package == "glpk-doc") glpk = &s;
+  ASSERT_NE(glpk, nullptr);
+  EXPECT_EQ(glpk->license, "GFDL-1.3-no-invariants-or-later");
+  if (!std::filesystem::exists(glpk->dir + "/gmpl.pdf")) GTEST_SKIP() << "glpk-doc not installed";
+  CollectedSource gmpl = *glpk;
+  gmpl.files = {"gmpl.pdf", "missing.pdf"};
+  CollectedStats stats;
+  const std::vector<CollectedDocument> docs = collected_documents(gmpl, &stats);
+  EXPECT_EQ(stats.files, 2);
+  EXPECT_EQ(stats.failed, 1);
+  ASSERT_EQ(stats.errors.size(), 1u);
+  EXPECT_NE(stats.errors[0].find("missing.pdf"), std::string::npos);
+  ASSERT_GE(docs.size(), 30u);
+  bool saw_transport_model = false;
+  for (const CollectedDocument& d : docs) {
+    EXPECT_EQ(d.file.rfind("gmpl.pdf#", 0), 0u);
+    EXPECT_LE(d.text.size(), kMaxManualSectionChars + 400);
+    EXPECT_NE(d.text.find("licence GFDL-1.3-no-invariants-or-later"), std::string::npos);
+    EXPECT_EQ(d.text.find('\f'), std::string::npos);
+    EXPECT_EQ(d.text.find(". . . . ."), std::string::npos);
+    saw_transport_model |=
+        d.text.find("s.t. supply{i in I}: sum{j in J} x[i,j] <= a[i];") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_transport_model);  // the manual's example model, with its line intact
 }
 
 TEST(DatasetCpt, DocumentsMatchingABenchmarkAreDroppedAndCounted) {

@@ -1,10 +1,18 @@
 #include "trex/or/dataset/collected.hpp"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
 #include "trex/core/strings.hpp"
 
 namespace trex::orlib {
@@ -113,8 +121,183 @@ const std::vector<CollectedSource>& default_collected_sources() {
        "LGPL-2.1-or-later",
        "Michel Berkelaar, Kjell Eikland, Peter Notebaert and the lp_solve authors "
        "(/usr/share/doc/lp-solve-doc/copyright: \"lp_solve itself is LGPL\")"},
+      // The English manuals only (gmpl_es / gmpl_pt-BR are translations of gmpl.pdf).
+      {"GLPK 5.0 manuals (MathProg language reference, API, graph and CNF-SAT routines)",
+       "glpk-doc",
+       "/usr/share/doc/glpk-doc",
+       "GFDL-1.3-no-invariants-or-later",
+       "2000-2020 Free Software Foundation, Inc. (/usr/share/doc/glpk-doc/copyright: doc/*.tex "
+       "GFDL-NIV-1.3+)",
+       {"gmpl.pdf", "glpk.pdf", "graphs.pdf", "cnfsat.pdf"}},
   };
   return sources;
+}
+
+std::string pdf_to_text(const std::string& path) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw Error(path + ": pipe: " + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> args = {"pdftotext", "-layout", "-enc", "UTF-8", "-q", path, "-"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, "pdftotext", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawned != 0) {
+    close(pipe_fds[0]);
+    throw Error(path + ": cannot run pdftotext (" + std::strerror(spawned) +
+                "); scripts/install-deps.sh installs it (Debian package poppler-utils)");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(pipe_fds[0], buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error(path + ": pdftotext failed (" +
+                (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                   : std::string("killed by a signal")) +
+                "); is it a PDF file?");
+  return out;
+}
+
+namespace {
+
+bool blank_line(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// A line the manual's layout made, not its text: a page number, a
+// table-of-contents entry ("3.1 Numeric expressions . . . . . 12"), or a lone
+// glyph of a decorated title page.
+bool layout_line(std::string_view line) {
+  const std::string t = trim(line);
+  if (t.empty()) return false;
+  if (t.find_first_not_of("0123456789") == std::string::npos) return true;
+  if (t.find(". . . .") != std::string::npos) return true;
+  // Corner glyphs of a title page, alone or as a spread-out pair ("M       L").
+  const std::vector<std::string> words = split(collapse_whitespace(t), ' ');
+  if (words.size() == 2 && t.size() > 8 && words[0].size() == 1 && words[1].size() == 1 &&
+      std::isupper(static_cast<unsigned char>(words[0][0])) &&
+      std::isupper(static_cast<unsigned char>(words[1][0])))
+    return true;
+  return t.size() <= 3 && t.find_first_of(" ") == std::string::npos &&
+         !std::isdigit(static_cast<unsigned char>(t[0])) && t != "}" && t != "};" && t != "end;";
+}
+
+// Typographic ligatures as their letters, so the corpus spells "coefficient" one way.
+std::string unligature(std::string text) {
+  for (const auto& [from, to] : {std::pair<const char*, const char*>{"\uFB00", "ff"},
+                                 {"\uFB01", "fi"},
+                                 {"\uFB02", "fl"},
+                                 {"\uFB03", "ffi"},
+                                 {"\uFB04", "ffl"}})
+    text = replace_all(std::move(text), from, to);
+  return text;
+}
+
+// "3.1    Numeric expressions", "E.2     Generated LP problem instance", "1   Introduction".
+bool section_heading(std::string_view line) {
+  size_t i = 0;
+  if (i < line.size() && std::isupper(static_cast<unsigned char>(line[i])) && i + 1 < line.size() &&
+      line[i + 1] == '.') {
+    ++i;
+  } else if (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) {
+    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  } else {
+    return false;
+  }
+  while (i + 1 < line.size() && line[i] == '.' &&
+         std::isdigit(static_cast<unsigned char>(line[i + 1]))) {
+    ++i;
+    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  }
+  // Two or more spaces, then a capitalised title word of letters.
+  size_t spaces = 0;
+  while (i < line.size() && line[i] == ' ') ++i, ++spaces;
+  return spaces >= 2 && i + 1 < line.size() && std::isupper(static_cast<unsigned char>(line[i])) &&
+         std::islower(static_cast<unsigned char>(line[i + 1]));
+}
+
+}  // namespace
+
+std::string clean_pdf_text(const std::string& text) {
+  std::vector<std::string> lines;
+  for (std::string line : split(unligature(text), '\n')) {
+    line.erase(std::remove(line.begin(), line.end(), '\f'), line.end());
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+    if (layout_line(line)) continue;
+    lines.push_back(std::move(line));
+  }
+  // "param-" + "eter" at the next line's start -> "parameter" (lower-case continuation only,
+  // so "San-" + "Diego" and "-x" stay as they are).
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    std::string& line = lines[i];
+    if (line.size() < 3 || line.back() != '-' ||
+        !std::isalpha(static_cast<unsigned char>(line[line.size() - 2])))
+      continue;
+    std::string& next = lines[i + 1];
+    const size_t start = next.find_first_not_of(' ');
+    if (start == std::string::npos || !std::islower(static_cast<unsigned char>(next[start])))
+      continue;
+    size_t end = start;
+    while (end < next.size() && next[end] != ' ') ++end;
+    line.pop_back();
+    line += next.substr(start, end - start);
+    next = next.substr(end < next.size() ? end + 1 : end);
+  }
+  return tidy_lines(join(lines, "\n"));
+}
+
+std::vector<std::string> manual_sections(const std::string& text, size_t min_chars,
+                                         size_t max_chars) {
+  std::vector<std::string> raw;
+  std::string current;
+  for (const std::string& line : split(text, '\n')) {
+    if (section_heading(line) && !current.empty()) {
+      raw.push_back(std::move(current));
+      current.clear();
+    }
+    current += line + "\n";
+  }
+  if (!blank_line(current)) raw.push_back(std::move(current));
+  std::vector<std::string> out;
+  std::string pending;
+  auto emit = [&](std::string s) {
+    // Long sections are cut at the last blank line before max_chars.
+    while (s.size() > max_chars) {
+      size_t cut = s.rfind("\n\n", max_chars);
+      if (cut == std::string::npos || cut < max_chars / 4) cut = s.rfind('\n', max_chars);
+      if (cut == std::string::npos || cut == 0) cut = max_chars;
+      out.push_back(tidy_lines(s.substr(0, cut)));
+      s = s.substr(cut);
+    }
+    if (!blank_line(s)) out.push_back(tidy_lines(s));
+  };
+  for (std::string& s : raw) {
+    pending += s;
+    if (pending.size() >= min_chars) {
+      emit(std::move(pending));
+      pending.clear();
+    }
+  }
+  if (!blank_line(pending)) emit(std::move(pending));
+  return out;
 }
 
 std::string html_title(const std::string& html) {
@@ -216,13 +399,52 @@ std::vector<CollectedDocument> collected_documents(const CollectedSource& source
   std::vector<CollectedDocument> out;
   if (source.dir.empty() || !std::filesystem::is_directory(source.dir)) return out;
   std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(source.dir)) {
-    const std::string ext = to_lower(e.path().extension().string());
-    if (e.is_regular_file() && (ext == ".htm" || ext == ".html")) paths.push_back(e.path());
+  if (source.files.empty()) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(source.dir)) {
+      const std::string ext = to_lower(e.path().extension().string());
+      if (e.is_regular_file() && (ext == ".htm" || ext == ".html")) paths.push_back(e.path());
+    }
+    std::sort(paths.begin(), paths.end());
+  } else {
+    for (const std::string& f : source.files)
+      paths.push_back(std::filesystem::path(source.dir) / f);
   }
-  std::sort(paths.begin(), paths.end());
+  const std::string credit = "(From the " + source.name + ", Debian package " + source.package +
+                             "; licence " + source.license + ".)\n\n";
   for (const auto& path : paths) {
     if (stats) ++stats->files;
+    if (to_lower(path.extension().string()) == ".pdf") {
+      std::string manual;
+      try {
+        manual = clean_pdf_text(pdf_to_text(path.string()));
+      } catch (const Error& e) {
+        if (stats) {
+          ++stats->failed;
+          stats->errors.push_back(e.what());
+        }
+        continue;
+      }
+      const std::string file = std::filesystem::relative(path, source.dir).string();
+      const std::vector<std::string> sections =
+          manual_sections(manual, kMinCollectedChars * 4, kMaxManualSectionChars);
+      for (size_t k = 0; k < sections.size(); ++k) {
+        if (sections[k].size() < kMinCollectedChars) {
+          if (stats) ++stats->too_short;
+          continue;
+        }
+        const std::string heading = trim(sections[k].substr(0, sections[k].find('\n')));
+        out.push_back({file + "#" + std::to_string(k + 1),
+                       "# " + collapse_whitespace(heading) + "\n\n" + credit + sections[k]});
+      }
+      continue;
+    }
+    if (!std::filesystem::is_regular_file(path)) {
+      if (stats) {
+        ++stats->failed;
+        stats->errors.push_back(path.string() + ": no such file");
+      }
+      continue;
+    }
     const std::string html = utf8_from_legacy_bytes(read_file(path.string()));
     std::string body = html_to_text(html);
     if (body.size() < kMinCollectedChars) {
@@ -232,8 +454,7 @@ std::vector<CollectedDocument> collected_documents(const CollectedSource& source
     const std::string title = html_title(html);
     std::string text;
     if (!title.empty() && body.rfind("# " + title, 0) != 0) text = "# " + title + "\n\n";
-    text += "(From the " + source.name + ", Debian package " + source.package + "; licence " +
-            source.license + ".)\n\n" + body;
+    text += credit + body;
     out.push_back({std::filesystem::relative(path, source.dir).string(), std::move(text)});
   }
   return out;

@@ -551,6 +551,8 @@ CptSummary build_cpt(const CptOptions& options) {
                            {"copyright", source.copyright}}});
     entry.files = stats.files;
     entry.too_short = stats.too_short;
+    entry.failed = stats.failed;
+    entry.errors = stats.errors;
   }
   for (size_t i = 0; i < problems.size(); ++i) {
     docs.push_back(worked_example(problems[i], records[i]));
@@ -620,6 +622,10 @@ CptSummary build_cpt(const CptOptions& options) {
       entry["files_read"] = src.files;
       entry["too_short"] = src.too_short;
       entry["installed"] = src.installed;
+      if (src.failed > 0) {
+        entry["failed"] = src.failed;
+        entry["errors"] = src.errors;
+      }
     }
     sources[name] = entry;
   }
@@ -664,6 +670,7 @@ std::string format_cpt_summary(const CptSummary& s) {
     if (!v.installed)
       line += " (not installed: scripts/install-deps.sh installs " + v.package + ")";
     out += line + "\n";
+    for (const std::string& e : v.errors) out += "  failed: " + e + "\n";
   }
   out += "removed: " + std::to_string(s.exact_duplicates) + " exact duplicates, " +
          std::to_string(s.near_duplicates) +

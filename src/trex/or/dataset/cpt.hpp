@@ -48,6 +48,8 @@ struct CptSourceStats {
   int64_t files = 0;      // collected sources: pages read
   int64_t too_short = 0;  // collected sources: pages with too little text
   bool installed = true;  // collected sources: the package's directory exists
+  int64_t failed = 0;     // collected sources: files that could not be read or converted
+  std::vector<std::string> errors = {};
   int64_t documents = 0;  // kept (after de-duplication and decontamination)
   int64_t bytes = 0;
 };
