@@ -74,7 +74,7 @@ target_link_libraries(trex_or_solver PRIVATE ${GLPK_LIBRARY} PkgConfig::CBC)
 trex_add_layer(or_families FOLDERS or/families USES core)
 trex_add_layer(or_synth FOLDERS or/synth USES or_families or_solver)
 trex_add_layer(or_eval FOLDERS or/eval USES or_solver)
-trex_add_layer(or_dataset FOLDERS or/dataset USES or_synth or_eval)
+trex_add_layer(or_dataset FOLDERS or/dataset USES or_synth or_eval io)
 
 trex_add_layer(rl FOLDERS rl USES train infer or_eval)
 trex_add_layer(demo FOLDERS demo USES train infer or_dataset rl)

@@ -12,6 +12,7 @@
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/process_pool.hpp"
+#include "trex/io/tokenizer.hpp"
 #include "trex/or/dataset/collected.hpp"
 #include "trex/or/dataset/cpt.hpp"
 #include "trex/or/dataset/decontam.hpp"
@@ -282,6 +283,43 @@ TEST(CollectedText, GlpkManualsBecomeSectionDocuments) {
         d.text.find("s.t. supply{i in I}: sum{j in J} x[i,j] <= a[i];") != std::string::npos;
   }
   EXPECT_TRUE(saw_transport_model);  // the manual's example model, with its line intact
+}
+
+// With a tokenizer the manifest counts real tokens: per kind and per source they
+// add up to the total, which is the sum over the corpus lines' encodings.
+TEST(DatasetCpt, ATokenizerGivesRealTokenCounts) {
+  test::TempDir dir;
+  write_problems(dir, 3, 31);
+  io::TokenizerTrainOptions t;
+  t.vocab_size = 400;
+  t.show_progress = false;
+  const io::Tokenizer tokenizer =
+      io::Tokenizer::train_from_texts({"minimize cost: sum of x; s.t. supply and demand"}, t);
+  tokenizer.save(dir.file("tokenizer.json"));
+  CptOptions o;
+  o.problems_path = dir.file("problems.jsonl");
+  o.out_dir = dir.file("cpt");
+  o.glpk_examples_dir = "";
+  o.collected_sources = {};
+  o.jobs = 0;
+  o.tokenizer_path = dir.file("tokenizer.json");
+  const CptSummary s = build_cpt(o);
+  int64_t encoded = 0;
+  for (const json& d : read_jsonl(dir.file("cpt/corpus.jsonl")))
+    encoded += static_cast<int64_t>(tokenizer.encode(d["text"].get<std::string>()).size());
+  EXPECT_EQ(s.tokens, encoded);
+  EXPECT_GT(s.tokens, s.bytes / 8);  // a 400-id vocabulary compresses little
+  int64_t by_kind = 0, by_source = 0;
+  for (const auto& [k, v] : s.kinds) by_kind += v.tokens;
+  for (const auto& [k, v] : s.sources) by_source += std::max<int64_t>(v.tokens, 0);
+  EXPECT_EQ(by_kind, s.tokens);
+  EXPECT_EQ(by_source, s.tokens);
+  const json summary = json::parse(read_file(dir.file("cpt/summary.json")));
+  EXPECT_NE(summary["token_measure"].get<std::string>().find("tokenizer.json"), std::string::npos);
+  EXPECT_EQ(summary["sources"]["trex-generated"]["tokens"], s.sources.at("trex-generated").tokens);
+  EXPECT_NE(format_cpt_summary(s).find("           tokens"), std::string::npos);
+  o.tokenizer_path = dir.file("no-such-tokenizer.json");
+  EXPECT_THROW(build_cpt(o), Error);
 }
 
 TEST(DatasetCpt, DocumentsMatchingABenchmarkAreDroppedAndCounted) {

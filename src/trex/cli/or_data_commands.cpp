@@ -102,6 +102,10 @@ void add_or_data_commands(CLI::App& or_app) {
                 "Benchmark JSONL files every document is decontaminated against ('' or a "
                 "missing default directory: none)")
       ->capture_default_str();
+  c->add_option("--tokenizer", cpt->tokenizer_path,
+                "HF tokenizer.json to count the corpus' tokens by source and kind (default: "
+                "bytes/4)")
+      ->check(CLI::ExistingFile);
   c->add_flag("--quiet", *cpt_quiet, "No summary");
   c->add_flag("--strict", cpt->strict, kStrictHelp);
   c->callback([=] {

@@ -17,6 +17,7 @@
 #include "trex/core/process_pool.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/core/strings.hpp"
+#include "trex/io/tokenizer.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/dataset/real_fault.hpp"
@@ -476,6 +477,15 @@ CptSummary build_cpt(const CptOptions& options) {
   require(!options.out_dir.empty(), "an output directory is required");
   auto start = std::chrono::steady_clock::now();
   CptSummary summary;
+  std::optional<io::Tokenizer> tokenizer;
+  if (!options.tokenizer_path.empty()) {  // loaded first: a bad path fails before the work
+    tokenizer = io::Tokenizer::load(options.tokenizer_path);
+    summary.tokens = 0;
+    summary.token_measure = "tokens of " + options.tokenizer_path + " (vocabulary " +
+                            std::to_string(tokenizer->vocab_size()) + ")";
+  } else {
+    summary.token_measure = "bytes/4 (no tokenizer given)";
+  }
   std::vector<json> records;
   std::vector<Problem> problems;
   JsonlOptions read;
@@ -600,16 +610,25 @@ CptSummary build_cpt(const CptOptions& options) {
     source.bytes += static_cast<int64_t>(d.text.size());
     summary.documents += 1;
     summary.bytes += static_cast<int64_t>(d.text.size());
+    if (tokenizer) {
+      const auto n = static_cast<int64_t>(tokenizer->encode(d.text).size());
+      k.tokens = std::max<int64_t>(k.tokens, 0) + n;
+      source.tokens = std::max<int64_t>(source.tokens, 0) + n;
+      summary.tokens += n;
+    }
   }
   writer.commit();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json kinds = json::object();
-  for (const auto& [k, s] : summary.kinds)
+  for (const auto& [k, s] : summary.kinds) {
     kinds[k] = {{"documents", s.documents}, {"bytes", s.bytes}, {"tokens_equiv", s.bytes / 4}};
+    if (s.tokens >= 0) kinds[k]["tokens"] = s.tokens;
+  }
   // The corpus manifest: every source with its licence and what it gave.
   json sources = json::object();
   for (const auto& [name, src] : summary.sources) {
     json entry{{"documents", src.documents}, {"bytes", src.bytes}, {"tokens_equiv", src.bytes / 4}};
+    if (src.tokens >= 0) entry["tokens"] = src.tokens;
     if (!src.license.empty()) {
       entry["package"] = src.package;
       entry["license"] = src.license;
@@ -633,7 +652,7 @@ CptSummary build_cpt(const CptOptions& options) {
           {"sources", sources},
           {"bytes", summary.bytes},
           {"tokens_equiv", summary.bytes / 4},
-          {"token_measure", "bytes/4 (no tokenizer yet)"},
+          {"token_measure", summary.token_measure},
           {"kinds", kinds},
           {"exact_duplicates_removed", summary.exact_duplicates},
           {"near_duplicates_removed", summary.near_duplicates},
@@ -650,19 +669,24 @@ CptSummary build_cpt(const CptOptions& options) {
 }
 
 std::string format_cpt_summary(const CptSummary& s) {
-  std::string out = "kind                 documents        bytes   tokens(bytes/4)\n";
-  auto row = [](const std::string& name, int64_t docs, int64_t bytes) {
+  // Real token counts when a tokenizer was given, else bytes/4.
+  const bool counted = s.tokens >= 0;
+  const char* tokens_header = counted ? "           tokens" : "  tokens(bytes/4)";
+  std::string out =
+      std::string("kind                 documents        bytes ") + tokens_header + "\n";
+  auto row = [&](const std::string& name, int64_t docs, int64_t bytes, int64_t tokens) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%-20s %9lld %12lld %17lld\n", name.c_str(),
                   static_cast<long long>(docs), static_cast<long long>(bytes),
-                  static_cast<long long>(bytes / 4));
+                  static_cast<long long>(counted ? std::max<int64_t>(tokens, 0) : bytes / 4));
     return std::string(buf);
   };
-  for (const auto& [k, v] : s.kinds) out += row(k, v.documents, v.bytes);
-  out += row("total", s.documents, s.bytes);
-  out += "\nsource               documents        bytes   tokens(bytes/4)  licence\n";
+  for (const auto& [k, v] : s.kinds) out += row(k, v.documents, v.bytes, v.tokens);
+  out += row("total", s.documents, s.bytes, s.tokens);
+  out +=
+      std::string("\nsource               documents        bytes ") + tokens_header + "  licence\n";
   for (const auto& [name, v] : s.sources) {
-    std::string line = row(name, v.documents, v.bytes);
+    std::string line = row(name, v.documents, v.bytes, v.tokens);
     line.pop_back();
     line += "  " + (!v.license.empty()       ? v.license
                     : name == "trex-written" ? std::string("written in this repository")

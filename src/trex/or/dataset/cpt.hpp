@@ -34,11 +34,15 @@ struct CptOptions {
   // Collected solver documentation (collected.hpp); a source whose directory
   // is missing contributes nothing and is reported as not installed.
   std::vector<CollectedSource> collected_sources = default_collected_sources();
+  // An HF tokenizer.json whose token counts the manifest reports next to bytes;
+  // "": tokens stated as bytes/4.
+  std::string tokenizer_path;
 };
 
 struct CptKindStats {
   int64_t documents = 0;
   int64_t bytes = 0;
+  int64_t tokens = -1;  // by CptOptions::tokenizer_path; -1 without one
 };
 
 // One source of the corpus manifest: where its kept documents came from,
@@ -52,6 +56,7 @@ struct CptSourceStats {
   std::vector<std::string> errors = {};
   int64_t documents = 0;  // kept (after de-duplication and decontamination)
   int64_t bytes = 0;
+  int64_t tokens = -1;  // by CptOptions::tokenizer_path; -1 without one
 };
 
 struct CptSummary {
@@ -59,6 +64,8 @@ struct CptSummary {
   std::map<std::string, CptSourceStats> sources;  // by meta.source
   int64_t documents = 0;
   int64_t bytes = 0;
+  int64_t tokens = -1;        // by CptOptions::tokenizer_path; -1 without one
+  std::string token_measure;  // what "tokens" counts
   int64_t exact_duplicates = 0;
   int64_t near_duplicates = 0;
   int64_t narratives_rejected = 0;       // fault did not change the outcome or hit a limit
