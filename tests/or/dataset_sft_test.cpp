@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -443,6 +444,37 @@ TEST(DatasetDiversity, SurfaceFormsCountTemplatesAndComposedWordings) {
   EXPECT_LE(composed.counts().templates, family.nl_templates());
   EXPECT_GE(composed.counts().surface_forms, 55);
   EXPECT_EQ(composed.counts().surface_forms, static_cast<int64_t>(raw.size()));
+}
+
+// `trex or diversity` on a synth file: one row per family with its texts,
+// templates and surface forms, benchmarks beside them, the same figures as JSON;
+// a bad line is skipped, counted, and exit status 3.
+TEST(DatasetDiversity, CommandReportsFamiliesAndBenchmarks) {
+  test::TempDir dir;
+  SynthRequest req;
+  req.count = 12;
+  req.families = {&find_family("product_mix"), &find_family("knapsack")};
+  req.settings.seed = 3;
+  req.settings.record_timings = false;
+  req.jobs = 0;
+  req.show_progress = false;
+  std::string lines;
+  run_synth(req, [&](const std::string& r) { lines += r + "\n"; });
+  write_file_atomic(dir.file("problems.jsonl"), lines + "{not json\n");
+  const test::CliRun run =
+      test::run_trex("or diversity --problems " + dir.file("problems.jsonl") + " --bench-dir " +
+                     test::shared_dir() + "/or_bench" + " --json " + dir.file("d.json"));
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("product_mix"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("nl4opt_sirl"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("1 line skipped (line 13"), std::string::npos) << run.output;
+  const json d = json::parse(read_file(dir.file("d.json")));
+  EXPECT_EQ(d["families"]["product_mix"]["all_texts"].get<int>() +
+                d["families"]["knapsack"]["all_texts"].get<int>(),
+            12);
+  EXPECT_EQ(d["families"]["product_mix"]["surface_forms"],
+            d["families"]["product_mix"]["all_texts"]);  // composed: one form per text here
+  EXPECT_GE(d["benchmarks"].size(), 5u);
 }
 
 // Every public benchmark file with questions gets a figure on the common sample size.

@@ -1,11 +1,15 @@
-// `trex or sft` and `trex or cpt`: the OR SFT set and the CPT corpus.
+// `trex or sft`, `trex or cpt` and `trex or diversity`: the OR SFT set, the CPT
+// corpus, and how varied a problems file's texts are.
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "trex/cli/commands.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/strings.hpp"
@@ -81,6 +85,56 @@ void add_or_data_commands(CLI::App& or_app) {
       std::cout << "problems file: " << summary.input.summary() << "\n";
     }
     finish_input(summary.input);
+  });
+
+  // `trex or diversity`: how varied a problems file's word problems are, next to the benchmarks.
+  struct DiversityArgs {
+    std::string problems, bench_dir = "../shared/or_bench", json_out;
+    uint64_t seed = 1;
+  };
+  auto div = std::make_shared<DiversityArgs>();
+  auto* d = or_app.add_subcommand(
+      "diversity",
+      "Surface-form diversity of a problems file's word problems per family (templates, surface "
+      "forms, distinct word 4-grams / all on equal samples), next to the public benchmarks'");
+  d->add_option("--problems", div->problems, "Problem records from `trex or synth` (JSONL)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  d->add_option("--bench-dir", div->bench_dir, "Benchmark JSONL directory ('' : none)")
+      ->capture_default_str();
+  d->add_option("--seed", div->seed, "Seed of the equal-size samples")->capture_default_str();
+  d->add_option("--json", div->json_out, "Also write the figures as JSON to this file");
+  d->callback([=] {
+    JsonlStats input;
+    const std::vector<Problem> problems = load_problems(div->problems, JsonlOptions{}, &input);
+    std::map<std::string, std::vector<std::string>> texts;
+    std::map<std::string, TextFormCounter> counters;
+    for (const Problem& p : problems) {
+      texts[p.family].push_back(p.nl);
+      counters[p.family].add(p.nl_template, p.surface_form);
+    }
+    std::map<std::string, NgramDiversity> families, benchmarks;
+    std::map<std::string, TextForms> forms;
+    for (const auto& [family, list] : texts) {
+      families[family] = ngram_diversity(list, div->seed);
+      forms[family] = counters[family].counts();
+    }
+    if (!div->bench_dir.empty() && std::filesystem::is_directory(div->bench_dir))
+      benchmarks = benchmark_diversity(div->bench_dir, div->seed);
+    std::printf("%-28s %7s %9s %13s %8s %8s\n", "family / benchmark", "texts", "templates",
+                "surface forms", "sampled", "4-gram");
+    for (const auto& [family, v] : families)
+      std::printf("%-28s %7lld %9lld %13lld %8lld %8.3f\n", family.c_str(),
+                  static_cast<long long>(forms[family].texts),
+                  static_cast<long long>(forms[family].templates),
+                  static_cast<long long>(forms[family].surface_forms),
+                  static_cast<long long>(v.texts), v.share());
+    for (const auto& [file, v] : benchmarks)
+      std::printf("%-28s %7s %9s %13s %8lld %8.3f\n", file.c_str(), "-", "-", "-",
+                  static_cast<long long>(v.texts), v.share());
+    if (!div->json_out.empty())
+      write_file_atomic(div->json_out, diversity_json(families, forms, benchmarks).dump(1) + "\n");
+    finish_input(input);
   });
 
   auto cpt = std::make_shared<CptOptions>();
