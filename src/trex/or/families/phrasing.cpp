@@ -200,20 +200,23 @@ std::string Composer::text() {
   return out_;
 }
 
-std::string distractor_fact(Style& style, const std::string& org) {
+std::string distractor_fact(Style& style, const std::string& name) {
+  // "The WKXL classics station" starts a sentence as it is, and reads "the ..." inside one.
+  const std::string& org = name;
+  const std::string inner = name.rfind("The ", 0) == 0 ? "the " + name.substr(4) : name;
   switch (style.choose(8)) {
     case 0:
       return org + " was founded in " + std::to_string(style.uniform(1950, 2019)) + ".";
     case 1:
       return org + " employs " + style.num(style.uniform(3, 60) * 10) + " people.";
     case 2:
-      return "Last year " + org + " reported a turnover of " +
+      return "Last year " + inner + " reported a turnover of " +
              style.money(style.uniform(20, 900) * 10000.0) + ".";
     case 3:
-      return "Its main warehouse covers " + style.num(style.uniform(8, 90) * 100) +
+      return capitalize(org) + "'s main warehouse covers " + style.num(style.uniform(8, 90) * 100) +
              " square metres.";
     case 4:
-      return "The site is " + std::to_string(style.uniform(3, 80)) +
+      return "The site of " + inner + " is " + std::to_string(style.uniform(3, 80)) +
              " km from the nearest motorway junction.";
     case 5:
       return "The planning team meets every " +

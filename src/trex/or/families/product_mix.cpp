@@ -371,14 +371,14 @@ class ProductMixInstance : public ComposedInstance<themes> {
     text.paragraph();
     const std::string profit_word =
         th.price_cost ? "profit (revenue minus production cost)" : "profit";
-    text.fact(text::question(
-        style,
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task =
         style.pick({"how much of each " + th.product_noun + " to make",
                     "the production quantity of each " + th.product_noun,
-                    "how many " + th.units + " of each " + th.product_noun + " to produce"}),
-        "maximise the total " + profit_word,
-        style.pick(
-            {"the maximum profit in dollars", "the maximum total profit", "the optimal profit"})));
+                    "how many " + th.units + " of each " + th.product_noun + " to produce"});
+    const std::string value = style.pick(
+        {"the maximum profit in dollars", "the maximum total profit", "the optimal profit"});
+    text.fact(text::question(style, task, "maximise the total " + profit_word, value));
     return text.text();
   }
 
