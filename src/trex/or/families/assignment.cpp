@@ -8,6 +8,7 @@
 // load-balanced mapping for GAP), sets every agent capacity a little above its
 // planted load, and draws each side condition so the planted assignment meets it.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "trex/core/strings.hpp"
@@ -21,6 +22,7 @@
 namespace trex::orlib {
 namespace {
 
+// How a theme shows its data more often than not.
 enum class Layout { table, prose };
 
 struct Theme {
@@ -37,7 +39,9 @@ struct Theme {
   // GAP only: the agent-dependent resource and its capacity wording.
   std::string resource_name, resource_unit;
   int resource_lo, resource_hi;
-  Layout layout;
+  Layout layout;  // a bias: the other layout appears too
+  // How a task is named in prose: "the " + "contract", "the " + "first aid" + " station".
+  std::string task_prefix, task_suffix;
 };
 
 const std::vector<Theme>& themes() {
@@ -58,7 +62,9 @@ const std::vector<Theme>& themes() {
        "",
        0,
        0,
-       Layout::table},
+       Layout::table,
+       "",
+       ""},
       {false,
        false,
        "A translation agency, {org}, has received several documents and must give each one to a "
@@ -77,7 +83,9 @@ const std::vector<Theme>& themes() {
        "",
        0,
        0,
-       Layout::prose},
+       Layout::prose,
+       "the ",
+       ""},
       {false,
        true,
        "The volunteer coordinator of a charity run sponsored by {org} must staff the event's "
@@ -96,7 +104,9 @@ const std::vector<Theme>& themes() {
        "",
        0,
        0,
-       Layout::table},
+       Layout::table,
+       "the ",
+       " station"},
       {true,
        false,
        "{org} must allocate this week's machining jobs to its machines.",
@@ -114,7 +124,9 @@ const std::vector<Theme>& themes() {
        "hours",
        2,
        14,
-       Layout::table},
+       Layout::table,
+       "the ",
+       ""},
       {true,
        false,
        "{org} runs several consulting teams and must give each of its new client projects to "
@@ -132,7 +144,9 @@ const std::vector<Theme>& themes() {
        "person-days",
        5,
        40,
-       Layout::prose},
+       Layout::prose,
+       "the ",
+       ""},
       {true,
        false,
        "The dispatcher at {org} must assign today's delivery zones to the available vans; each "
@@ -151,12 +165,20 @@ const std::vector<Theme>& themes() {
        "minutes",
        30,
        150,
-       Layout::table},
+       Layout::table,
+       "",
+       ""},
   };
   return t;
 }
 
-class AssignmentInstance : public ThemedInstance<themes> {
+// A unit after a number: "1 point", "2 points".
+std::string unit_after(double v, const std::string& unit) {
+  if (v != 1 || unit.size() < 2 || unit.back() != 's') return unit;
+  return unit.substr(0, unit.size() - 1);
+}
+
+class AssignmentInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> agent_names, agent_keys, task_names, task_keys;
   std::vector<std::vector<double>> value;  // value[a][t]: cost or score
@@ -192,95 +214,233 @@ class AssignmentInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string value_text(double v) const {
-    const Theme& th = theme();
-    if (th.value_unit == "dollars") return text::money(v);
-    if (th.value_unit == "thousand dollars") return text::money(v) + " thousand";
-    return text::num(v) + " " + th.value_unit;
-  }
-
-  std::string matrix_table(const std::vector<std::vector<double>>& data) const {
-    std::vector<std::string> header = {text::capitalize(theme().agent_noun) + " \\ " +
-                                       text::capitalize(theme().task_noun)};
-    for (const auto& t : task_names) header.push_back(t);
-    std::vector<std::vector<std::string>> rows;
-    for (size_t a = 0; a < m(); ++a) {
-      std::vector<std::string> row = {agent_names[a]};
-      for (size_t t = 0; t < n(); ++t) row.push_back(text::num(data[a][t]));
-      rows.push_back(row);
-    }
-    return text::markdown_table(header, rows);
-  }
-
-  std::string nl() const override {
-    const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(m()) + " " + th.agent_noun + "s (" +
-           text::english_list(agent_names) + ") and " + std::to_string(n()) + " " + th.task_noun +
-           "s (" + text::english_list(task_names) + ").";
-    const std::string value_caption = th.value_name + " (in " + th.value_unit + ") of each " +
-                                      th.agent_noun + "-" + th.task_noun + " pair";
-    if (th.layout == Layout::table) {
-      out += " The table gives the " + value_caption + ":\n\n" + matrix_table(value) + "\n";
-      if (gap()) {
-        out += "The " + th.resource_name + " (in " + th.resource_unit + ") that each " +
-               th.task_noun + " takes depends on the " + th.agent_noun + ":\n\n" +
-               matrix_table(use) + "\n";
-      }
-    } else {
-      out += "\n\n";
-      for (size_t a = 0; a < m(); ++a) {
-        std::vector<std::string> parts;
-        for (size_t t = 0; t < n(); ++t) {
-          std::string p = value_text(value[a][t]) + " for the " + task_names[t];
-          if (gap()) p += " (" + text::num(use[a][t]) + " " + th.resource_unit + ")";
-          parts.push_back(p);
-        }
-        out += "- " + text::capitalize(agent_label(a)) + ": " + text::english_list(parts) + ".\n";
-      }
-      out += "\n";
-      if (!gap())
-        out += "Each amount is the " + th.value_name + " the " + th.agent_noun + " would charge. ";
-      else
-        out += "Each entry is the " + th.value_name + " of giving the " + th.task_noun +
-               " to that " + th.agent_noun + ", with the " + th.resource_name +
-               " it would take in brackets. ";
-    }
-    if (gap()) {
-      std::vector<std::string> caps;
-      for (size_t a = 0; a < m(); ++a)
-        caps.push_back(agent_label(a) + " " + text::num(capacity[a]));
-      out += "The " + th.resource_name + " available (in " + th.resource_unit +
-             ") is: " + text::english_list(caps) + ". Every " + th.task_noun +
-             " must be given to exactly one " + th.agent_noun + ", and the total " +
-             th.resource_name + " of the " + th.task_noun + "s given to a " + th.agent_noun +
-             " cannot exceed what it has available. ";
-    } else if (square()) {
-      out += "Every " + th.task_noun + " must be given to exactly one " + th.agent_noun +
-             ", and every " + th.agent_noun + " takes exactly one " + th.task_noun + ". ";
-    } else {
-      out += "Every " + th.task_noun + " must be given to exactly one " + th.agent_noun +
-             ", and each " + th.agent_noun + " can take at most one " + th.task_noun +
-             " (some will have none). ";
-    }
-    for (const auto& p : cannot)
-      out += text::capitalize(agent_label(p.a)) + " cannot take the " + task_names[p.b] + ". ";
-    for (size_t a : must_work)
-      out += text::capitalize(agent_label(a)) + " must be given a " + th.task_noun + ". ";
-    for (const auto& p : together)
-      out += "The " + task_names[p.a] + " and the " + task_names[p.b] + " must go to the same " +
-             th.agent_noun + ". ";
-    for (const auto& p : apart)
-      out += "The " + task_names[p.a] + " and the " + task_names[p.b] + " must go to different " +
-             th.agent_noun + "s. ";
-    out += "Each " + th.task_noun + " is assigned whole (no splitting). ";
-    out += "Which assignment " + std::string(th.maximize ? "maximises" : "minimises") +
-           " the total " + th.value_name + ", and what is that total?";
-    return out;
-  }
-
   // "Alice", "the lathe", "team Alpha"
   std::string agent_label(size_t a) const { return theme().agent_prefix + agent_names[a]; }
+  // "the contract", "the first aid station", "Northgate"
+  std::string task_label(size_t t) const {
+    return theme().task_prefix + task_names[t] + theme().task_suffix;
+  }
+
+  std::string compose(text::Style& style) const override {
+    const Theme& th = theme();
+    text::Composer text(style);
+    const std::string agents = text::plural(th.agent_noun), tasks = text::plural(th.task_noun);
+    // "35 minutes", "1 point", "$120", "$45 thousand" / "45 thousand dollars"
+    auto amount = [&](double v, const std::string& unit) {
+      if (unit == "dollars") return style.money(v);
+      if (unit == "thousand dollars") {
+        const std::string m = style.money(v);
+        const size_t word = m.find(" dollar");
+        return word == std::string::npos ? m + " thousand"
+                                         : m.substr(0, word) + " thousand dollars";
+      }
+      return style.num(v) + " " + unit_after(v, unit);
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.fact(text::fill(style.pick({"There are {m} ({alist}) and {n} ({tlist}).",
+                                     "The {agents} available are {alist}; the {n} are {tlist}.",
+                                     "In all, {m} ({alist}) are available for {n}: {tlist}."}),
+                         {{"{m}", style.count_of(static_cast<long>(m()), th.agent_noun)},
+                          {"{n}", style.count_of(static_cast<long>(n()), th.task_noun)},
+                          {"{agents}", agents},
+                          {"{alist}", text::english_list(agent_names)},
+                          {"{tlist}", text::english_list(task_names)}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // A matrix of agent x task values: a Markdown table, or one line per agent
+    // listing its values in the tasks' order.
+    auto matrix_table = [&](const std::vector<std::vector<double>>& data) {
+      std::vector<std::string> header = {text::capitalize(th.agent_noun) + " \\ " +
+                                         text::capitalize(th.task_noun)};
+      for (const auto& t : task_names) header.push_back(t);
+      std::vector<std::vector<std::string>> rows;
+      for (size_t a = 0; a < m(); ++a) {
+        std::vector<std::string> row = {agent_names[a]};
+        for (size_t t = 0; t < n(); ++t) row.push_back(style.num(data[a][t]));
+        rows.push_back(std::move(row));
+      }
+      return text::markdown_table(header, rows);
+    };
+    // `cell(a, t)` is "35 minutes for Audit"; `sentence` is a per-agent sentence
+    // form with {agent} and {list}, used when the lines are not bullets.
+    auto agent_lines = [&](auto cell, const std::string& sentence) {
+      const bool bullets = style.chance(0.5);
+      const std::string bullet = style.pick({"- ", "* "});
+      std::string out;
+      for (size_t a = 0; a < m(); ++a) {
+        std::vector<std::string> parts;
+        for (size_t t = 0; t < n(); ++t) parts.push_back(cell(a, t));
+        const std::string list = text::english_list(parts);
+        out += bullets ? bullet + text::capitalize(agent_label(a)) + ": " + list + ".\n"
+                       : text::capitalize(text::fill(
+                             sentence, {{"{agent}", agent_label(a)}, {"{list}", list}})) +
+                             "\n";
+      }
+      return out;
+    };
+    const std::string value_unit = "(in " + th.value_unit + ")";
+    const bool value_as_table = style.chance(th.layout == Layout::table ? 0.7 : 0.3);
+    const bool bracketed = gap() && !value_as_table && style.chance(0.5);
+    if (value_as_table) {
+      text.block(
+          text::fill(style.pick({"The table gives the {value} {unit} of each {agent}-{task} pair:",
+                                 "{Value} {unit} by {agent} (rows) and {task} (columns):",
+                                 "The {value} {unit} when a {agent} takes a {task}:"}),
+                     {{"{value}", th.value_name},
+                      {"{Value}", text::capitalize(th.value_name)},
+                      {"{unit}", value_unit},
+                      {"{agent}", th.agent_noun},
+                      {"{task}", th.task_noun}}));
+      text.block(matrix_table(value));
+    } else {
+      std::string caption = text::fill(
+          style.pick({"For each {agent}, the {value} of each {task}", "{Value} by {agent}",
+                      "The {value} depends on which {agent} takes a {task}"}),
+          {{"{value}", th.value_name},
+           {"{Value}", text::capitalize(th.value_name)},
+           {"{agent}", th.agent_noun},
+           {"{task}", th.task_noun}});
+      if (bracketed)
+        caption += text::fill(style.pick({", with the {resource} it would take in brackets",
+                                          " (in brackets: the {resource} the {task} would take)"}),
+                              {{"{resource}", th.resource_name}, {"{task}", th.task_noun}});
+      text.block(caption + ":");
+      text.block(agent_lines(
+          [&](size_t a, size_t t) {
+            std::string p = amount(value[a][t], th.value_unit) + " for " + task_label(t);
+            if (bracketed) p += " (" + amount(use[a][t], th.resource_unit) + ")";
+            return p;
+          },
+          "{agent}'s " + text::plural(th.value_name) + " are {list}."));
+    }
+    if (gap() && !bracketed) {
+      if (style.chance(th.layout == Layout::table ? 0.7 : 0.3)) {
+        text.block(text::fill(
+            style.pick({"The {resource} {unit} that each {task} takes depends on the {agent}:",
+                        "{Resource} {unit} by {agent} (rows) and {task} (columns):",
+                        "How much {resource} each {task} takes on each {agent}, {unit}:"}),
+            {{"{resource}", th.resource_name},
+             {"{Resource}", text::capitalize(th.resource_name)},
+             {"{unit}", "(in " + th.resource_unit + ")"},
+             {"{agent}", th.agent_noun},
+             {"{task}", th.task_noun}}));
+        text.block(matrix_table(use));
+      } else {
+        text.block(text::fill(style.pick({"The {resource} each {task} would take:",
+                                          "{Resource} needed, by {agent}:"}),
+                              {{"{resource}", th.resource_name},
+                               {"{Resource}", text::capitalize(th.resource_name)},
+                               {"{agent}", th.agent_noun},
+                               {"{task}", th.task_noun}}));
+        text.block(agent_lines(
+            [&](size_t a, size_t t) {
+              return amount(use[a][t], th.resource_unit) + " for " + task_label(t);
+            },
+            "{agent} would need {list}."));
+      }
+    }
+    if (gap()) {
+      text::Records r;
+      r.row_header = text::capitalize(th.agent_noun);
+      r.names = agent_names;
+      text::Attribute cap;
+      cap.header = text::capitalize(th.resource_name) + " available (" + th.resource_unit + ")";
+      cap.label = th.resource_unit + " of " + th.resource_name + " available";
+      for (size_t a = 0; a < m(); ++a) {
+        r.row_subjects.push_back(agent_label(a));
+        cap.cells.push_back(style.num(capacity[a]));
+        cap.phrases.push_back(text::fill(
+            style.pick({"has {q} of {resource} available", "can handle at most {q} of {resource}",
+                        "is limited to {q} of {resource}"}),
+            {{"{q}", amount(capacity[a], th.resource_unit)}, {"{resource}", th.resource_name}}));
+      }
+      r.attributes.push_back(std::move(cap));
+      // Names that end in a digit ("Van 1") would run into their value in a
+      // "Van 1 152" list, so they never take the columns layout.
+      const bool numbered = std::isdigit(static_cast<unsigned char>(agent_names[0].back()));
+      const text::Layout layout =
+          numbered ? style.layout({text::Layout::table, text::Layout::bullets, text::Layout::rows})
+                   : style.layout({text::Layout::table, text::Layout::bullets, text::Layout::rows,
+                                   text::Layout::columns});
+      text.block(text::render_records(style, layout, r));
+    }
+
+    auto say = [&](std::initializer_list<const char*> forms) {
+      return text::capitalize(text::fill(style.pick(forms), {{"{agent}", th.agent_noun},
+                                                             {"{agents}", agents},
+                                                             {"{task}", th.task_noun},
+                                                             {"{tasks}", tasks},
+                                                             {"{resource}", th.resource_name}}));
+    };
+    if (gap()) {
+      text.fact(say({"Every {task} must be given to exactly one {agent}.",
+                     "Each {task} goes to exactly one {agent}.",
+                     "A {task} is handled by exactly one {agent}."}));
+      text.fact(
+          say({"The total {resource} of the {tasks} given to a {agent} cannot exceed what "
+               "it has available.",
+               "A {agent} cannot be given more {resource} than it has available.",
+               "The {tasks} given to a {agent} must fit within its available {resource}."}));
+    } else if (square()) {
+      text.fact(
+          say({"Every {task} must be given to exactly one {agent}, and every {agent} takes "
+               "exactly one {task}.",
+               "Each {agent} gets exactly one {task}, and each {task} exactly one {agent}.",
+               "The assignment is one-to-one: every {agent} takes exactly one {task}, and "
+               "every {task} goes to exactly one {agent}."}));
+    } else {
+      text.fact(
+          say({"Every {task} must be given to exactly one {agent}, and each {agent} can "
+               "take at most one {task} (some will have none).",
+               "Each {task} goes to exactly one {agent}; no {agent} takes more than one, so "
+               "some {agents} stay without a {task}.",
+               "Each {agent} can take at most one {task}, and every {task} needs exactly "
+               "one {agent}; with more {agents} than {tasks}, some get none."}));
+    }
+    for (const auto& p : cannot)
+      text.fact(text::capitalize(
+          text::fill(style.pick({"{a} cannot take {t}.", "{t} may not be given to {a}.",
+                                 "giving {t} to {a} is not allowed."}),
+                     {{"{a}", agent_label(p.a)}, {"{t}", task_label(p.b)}})));
+    for (size_t a : must_work)
+      text.fact(text::capitalize(text::fill(
+          style.pick({"{a} must be given a {task}.", "{a} must receive one of the {tasks}.",
+                      "{a} may not be left without a {task}."}),
+          {{"{a}", agent_label(a)}, {"{task}", th.task_noun}, {"{tasks}", tasks}})));
+    for (const auto& p : together)
+      text.fact(text::capitalize(text::fill(
+          style.pick({"{x} and {y} must go to the same {agent}.",
+                      "the same {agent} must take both {x} and {y}.",
+                      "{x} and {y} have to be handled by one and the same {agent}."}),
+          {{"{x}", task_label(p.a)}, {"{y}", task_label(p.b)}, {"{agent}", th.agent_noun}})));
+    for (const auto& p : apart)
+      text.fact(text::capitalize(
+          text::fill(style.pick({"{x} and {y} must go to different {agents}.",
+                                 "no {agent} may take both {x} and {y}.",
+                                 "{x} and {y} cannot be given to the same {agent}."}),
+                     {{"{x}", task_label(p.a)},
+                      {"{y}", task_label(p.b)},
+                      {"{agent}", th.agent_noun},
+                      {"{agents}", agents}})));
+    text.fact(say({"Each {task} is assigned whole (no splitting).",
+                   "A {task} cannot be split between {agents}.", "{tasks} cannot be split."}));
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    const std::string best = th.maximize ? "maximum" : "minimum";
+    const std::string task =
+        style.pick({"which " + th.agent_noun + " should take each " + th.task_noun,
+                    "an assignment of " + tasks + " to " + agents,
+                    "which " + th.task_noun + " goes to which " + th.agent_noun});
+    const std::string reported = style.pick(
+        {"the " + best + " total " + th.value_name + " in " + th.value_unit,
+         "the " + best + " total " + th.value_name, "the optimal total " + th.value_name});
+    text.fact(text::question(
+        style, task,
+        std::string(th.maximize ? "maximise" : "minimise") + " the total " + th.value_name,
+        reported));
+    return text.text();
+  }
 
   std::string alg() const override {
     const Theme& th = theme();

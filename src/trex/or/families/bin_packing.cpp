@@ -23,21 +23,25 @@ namespace {
 
 struct Theme {
   std::string intro;        // {org} is replaced by an organisation name
-  std::string bin;          // singular noun, "truck"
+  std::string bin, bins;    // noun, singular and plural: "shelf", "shelves"
   std::string item;         // singular noun, "crate"
   std::string prep;         // "on" a truck, "in" a container
   std::string data_intro;   // {n} is replaced by the number of items
   std::string measure;      // "weight"
+  std::string measures;     // "weights": a column of values
   std::string unit;         // "kg"
   std::string item_suffix;  // appended to a pool name for display, e.g. " crate"
   std::vector<std::string> pool;
-  std::vector<int> capacities;  // candidate bin capacities
-  int step;                     // sizes are multiples of this
-  bool table;                   // data as a Markdown table (else one line per item)
-  std::string line;             // prose line: {name}, {size}
-  std::string cap_sentence;     // {cap}, {bins}
-  std::string question;
-  std::vector<std::string> orgs;  // empty: company names
+  std::vector<int> capacities;          // candidate bin capacities
+  int step;                             // sizes are multiples of this
+  bool table;                           // the theme shows its data as a table more often than not
+  std::vector<std::string> size_forms;  // an item's size as a clause: {size}
+  std::vector<std::string> capacity;    // the bin capacity: {cap}
+  std::vector<std::string> supply;      // how many bins there are: {bins}, {org}
+  std::vector<std::string> whole;       // items are not split
+  std::string rule;                     // a further fact of the story (may be empty)
+  std::string used;                     // "needed": the bins the objective counts
+  std::vector<std::string> orgs;        // empty: company names
 };
 
 const std::vector<Theme>& themes() {
@@ -45,27 +49,34 @@ const std::vector<Theme>& themes() {
       {"{org} is moving out of an old warehouse, and the crates below must be driven to the new "
        "site in a single run.",
        "truck",
+       "trucks",
        "crate",
        "on",
        "The {n} crates and their weights are:",
        "weight",
+       "weights",
        "kg",
        " crate",
        text::products(),
        {1000, 1200, 1500, 2000},
        10,
        false,
-       "- The {name} weighs {size} kg.",
-       "Every truck can carry at most {cap} kg, and {bins} identical trucks can be booked for the "
-       "day.",
-       "How many trucks are needed at minimum, and which crate should go on which truck?",
+       {"weighs {size} kg", "has a weight of {size} kg"},
+       {"Every truck can carry at most {cap} kg.", "A truck's load limit is {cap} kg."},
+       {"Up to {bins} identical trucks can be booked for the day.",
+        "{org} can book {bins} identical trucks for the day."},
+       {"A crate cannot be split between trucks.", "Each crate travels whole on one truck."},
+       "",
+       "needed",
        {}},
       {"The IT team of {org} is consolidating virtual machines onto identical physical servers.",
        "server",
+       "servers",
        "virtual machine",
        "on",
        "The {n} virtual machines need the following amounts of memory:",
        "memory",
+       "memory needs",
        "GB",
        "",
        {"web frontend",  "api gateway",   "auth service",     "billing db",    "search index",
@@ -77,18 +88,23 @@ const std::vector<Theme>& themes() {
        {64, 96, 128, 256},
        2,
        true,
-       "",
-       "Each server offers {cap} GB of memory, and {bins} servers are available in the rack.",
-       "A virtual machine cannot be split across servers. Every server that hosts at least one "
-       "virtual machine must be powered on; minimise the number of servers powered on.",
+       {"needs {size} GB of memory", "requires {size} GB of memory", "uses {size} GB of memory"},
+       {"Each server offers {cap} GB of memory.", "A server has {cap} GB of memory."},
+       {"There are {bins} servers available in the rack.", "The rack holds {bins} servers."},
+       {"A virtual machine cannot be split across servers.",
+        "Each virtual machine runs entirely on one server."},
+       "Every server that hosts at least one virtual machine must be powered on.",
+       "powered on",
        {}},
       {"{org} is exporting machinery and has to book standard shipping containers for the "
        "consignment listed below.",
        "container",
+       "containers",
        "machine",
        "in",
        "The consignment consists of {n} machines:",
        "weight",
+       "weights",
        "tonnes",
        "",
        {"generator",       "lathe",    "hydraulic press", "turbine",      "compressor",
@@ -99,19 +115,25 @@ const std::vector<Theme>& themes() {
        {20, 24, 26, 28},
        1,
        true,
+       {"weighs {size} tonnes", "has a weight of {size} tonnes"},
+       {"The payload of one container is limited to {cap} tonnes.",
+        "A container can take at most {cap} tonnes."},
+       {"The shipping line can provide up to {bins} containers.",
+        "No more than {bins} containers can be booked."},
+       {"Each machine travels whole in one container.",
+        "A machine cannot be split between containers."},
        "",
-       "The payload of one container is limited to {cap} tonnes; the shipping line can provide up "
-       "to {bins} containers.",
-       "Each machine travels whole in one container. How many containers must {org} book at "
-       "minimum?",
+       "booked",
        {"Keystone Steel", "Vanguard Motors", "Falcon Aerospace", "Cobalt Robotics",
         "Delta Components", "Frontier Mining"}},
       {"{org} is moving its special collections onto new, identical shelves.",
        "shelf",
+       "shelves",
        "collection",
        "on",
        "There are {n} collections; the shelf width each one occupies is:",
        "width",
+       "widths",
        "cm",
        " collection",
        {"atlas",
@@ -141,19 +163,24 @@ const std::vector<Theme>& themes() {
        {90, 100, 120, 150},
        1,
        false,
-       "- The {name} needs {size} cm of shelf space.",
-       "Each shelf is {cap} cm wide and {bins} empty shelves are available.",
-       "A collection must stay together on a single shelf. Using as few shelves as possible, how "
-       "should the collections be placed, and how many shelves are used?",
+       {"needs {size} cm of shelf space", "takes up {size} cm of shelf width"},
+       {"Each shelf is {cap} cm wide.", "A shelf offers {cap} cm of space."},
+       {"Up to {bins} empty shelves are available.", "There are {bins} empty shelves."},
+       {"A collection must stay together on a single shelf.",
+        "No collection may be split over two shelves."},
+       "",
+       "used",
        {"The Riverton public library", "The city library service", "The university library",
         "The county archive"}},
       {"Before a data-centre migration, {org} must copy its archives onto identical external "
        "backup drives.",
        "drive",
+       "drives",
        "archive",
        "on",
        "The {n} archives to copy are:",
        "size",
+       "sizes",
        "GB",
        "",
        {"photos",           "tax records",      "customer emails", "source code",
@@ -165,17 +192,21 @@ const std::vector<Theme>& themes() {
        {500, 750, 1000, 2000},
        5,
        true,
+       {"takes up {size} GB", "needs {size} GB", "has a size of {size} GB"},
+       {"Every drive holds {cap} GB.", "A drive can store up to {cap} GB."},
+       {"The stock holds {bins} blank drives.", "There are {bins} blank drives in stock."},
+       {"An archive may not be split over two drives.", "Each archive goes whole onto one drive."},
        "",
-       "Every drive holds {cap} GB and {bins} blank drives are in stock.",
-       "An archive may not be split over two drives. What is the smallest number of drives that "
-       "must be used?",
+       "used",
        {}},
       {"{org} is putting live recordings onto audio CDs for a box set.",
        "CD",
+       "CDs",
        "recording",
        "on",
        "The {n} recordings and their lengths are:",
        "playing time",
+       "playing times",
        "minutes",
        "",
        {"opening overture", "harbour blues", "midnight train", "city lights",   "summer waltz",
@@ -185,16 +216,19 @@ const std::vector<Theme>& themes() {
        {74, 80},
        1,
        false,
-       "- {name}: {size} minutes",
-       "A CD holds at most {cap} minutes of audio, and the pressing plant will make at most "
-       "{bins} discs.",
-       "Each recording must appear complete on exactly one CD. Find the minimum number of CDs.",
+       {"runs {size} minutes", "lasts {size} minutes", "has a playing time of {size} minutes"},
+       {"A CD holds at most {cap} minutes of audio.", "Each CD can take {cap} minutes of audio."},
+       {"The pressing plant will make at most {bins} discs.", "At most {bins} CDs can be pressed."},
+       {"Each recording must appear complete on exactly one CD.",
+        "A recording cannot be split across CDs."},
+       "",
+       "needed",
        {"Radio Harbour FM", "City Sound Radio", "The WKXL classics station"}},
   };
   return t;
 }
 
-class BinPackingInstance : public ThemedInstance<themes> {
+class BinPackingInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names;              // display names
   std::vector<std::string> keys;               // MathProg symbols
@@ -220,35 +254,97 @@ class BinPackingInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += replace_all(th.data_intro, "{n}", std::to_string(n())) + "\n\n";
-    if (th.table) {
-      std::vector<std::vector<std::string>> rows;
-      for (size_t i = 0; i < n(); ++i) rows.push_back({names[i], text::num(size_of[i])});
-      out += text::markdown_table(
-          {text::capitalize(th.item), text::capitalize(th.measure) + " (" + th.unit + ")"}, rows);
-    } else {
-      for (size_t i = 0; i < n(); ++i)
-        out +=
-            text::fill(th.line, {{"{name}", names[i]}, {"{size}", text::num(size_of[i])}}) + "\n";
+    text::Composer text(style);
+    const std::string items = text::plural(th.item);
+    // Sentences that may open with the organisation or a number of bins.
+    auto sentence = [&](const std::string& form) {
+      return text::capitalize(text::fill(
+          form, {{"{org}", org}, {"{cap}", style.num(capacity)}, {"{bins}", style.num(bins)}}));
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+    text.fact(text::fill(style.pick({th.data_intro, "The {n} {items} and their {measures} are:",
+                                     "Here are the {n} {items}, with their {measure} in {unit}:",
+                                     "There are {n} {items} to place:"}),
+                         {{"{n}", style.count(static_cast<long>(n()))},
+                          {"{items}", items},
+                          {"{measures}", th.measures},
+                          {"{measure}", th.measure},
+                          {"{unit}", th.unit}}));
+    text.paragraph(false);
+
+    text::Records records;
+    records.row_header = text::capitalize(th.item);
+    records.names = names;
+    text::Attribute a;
+    a.header = text::capitalize(th.measure) + " (" + th.unit + ")";
+    a.label = th.measures + " in " + th.unit;
+    for (size_t i = 0; i < n(); ++i) {
+      records.row_subjects.push_back("the " + names[i]);
+      a.cells.push_back(style.num(size_of[i]));
+      a.phrases.push_back(text::fill(style.pick(th.size_forms), {{"{size}", a.cells.back()}}));
     }
-    out += "\n";
-    out += text::fill(th.cap_sentence,
-                      {{"{cap}", text::num(capacity)}, {"{bins}", std::to_string(bins)}});
-    out += " ";
-    for (auto [a, b] : conflicts)
-      out += "The " + names[a] + " and the " + names[b] + " must not be put " + th.prep +
-             " the same " + th.bin + ". ";
-    for (auto [a, b] : together)
-      out += "The " + names[a] + " and the " + names[b] + " must be put " + th.prep + " the same " +
-             th.bin + ". ";
-    if (max_items > 0)
-      out += "No " + th.bin + " may take more than " + std::to_string(max_items) + " " + th.item +
-             "s. ";
-    out += replace_all(th.question, "{org}", org);
-    return out;
+    records.attributes.push_back(std::move(a));
+    const text::Layout layout = th.table && style.chance(0.5)
+                                    ? text::Layout::table
+                                    : style.layout({text::Layout::table, text::Layout::bullets,
+                                                    text::Layout::rows, text::Layout::columns});
+    text.block(text::render_records(style, layout, records));
+
+    std::vector<std::string> capacity_forms = th.capacity;
+    capacity_forms.push_back("Every {bin} has a capacity of {cap} {unit}.");
+    capacity_forms.push_back("The {bins} are identical, each with a capacity of {cap} {unit}.");
+    text.fact(sentence(text::fill(style.pick(capacity_forms),
+                                  {{"{bin}", th.bin}, {"{bins}", th.bins}, {"{unit}", th.unit}})));
+    std::vector<std::string> supply_forms = th.supply;
+    supply_forms.push_back("Up to {bins} " + th.bins + " are available.");
+    text.fact(sentence(style.pick(supply_forms)));
+    for (auto [x, y] : conflicts)
+      text.fact(text::capitalize(
+          text::fill(style.pick({"the {x} and the {y} must not be put {prep} the same {bin}.",
+                                 "the {x} and the {y} cannot share a {bin}.",
+                                 "the {x} and the {y} must go {prep} different {bins}."}),
+                     {{"{x}", names[x]},
+                      {"{y}", names[y]},
+                      {"{prep}", th.prep},
+                      {"{bin}", th.bin},
+                      {"{bins}", th.bins}})));
+    for (auto [x, y] : together)
+      text.fact(text::capitalize(text::fill(
+          style.pick({"the {x} and the {y} must be put {prep} the same {bin}.",
+                      "the {x} and the {y} must share a {bin}.",
+                      "the {x} has to go {prep} the same {bin} as the {y}."}),
+          {{"{x}", names[x]}, {"{y}", names[y]}, {"{prep}", th.prep}, {"{bin}", th.bin}})));
+    if (max_items > 0) {
+      // The limit stays in digits: it is a number of the model's data.
+      const std::string k = std::to_string(max_items) + " " + (max_items == 1 ? th.item : items);
+      text.fact(text::fill(
+          style.pick({"No {bin} may take more than {k}.", "At most {k} fit {prep} one {bin}.",
+                      "Each {bin} can hold no more than {k}."}),
+          {{"{bin}", th.bin}, {"{k}", k}, {"{prep}", th.prep}}));
+    }
+    std::vector<std::string> whole_forms = th.whole;
+    whole_forms.push_back("Each " + th.item + " goes whole " + th.prep + " exactly one " + th.bin +
+                          ".");
+    text.fact(style.pick(whole_forms));
+    text.fact(th.rule);
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    const std::string task =
+        style.pick({"which " + th.bin + " each " + th.item + " goes " + th.prep,
+                    "how to place the " + items + " " + th.prep + " the " + th.bins,
+                    "an assignment of " + items + " to " + th.bins});
+    const std::string goal = style.pick({"minimise the number of " + th.bins + " " + th.used,
+                                         "use as few " + th.bins + " as possible"});
+    const std::string value =
+        style.pick({"the minimum number of " + th.bins + " " + th.used,
+                    "the smallest number of " + th.bins + " that suffices",
+                    "the number of " + th.bins + " " + th.used + " in the best packing"});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {

@@ -20,6 +20,7 @@
 namespace trex::orlib {
 namespace {
 
+// How a theme shows its data more often than not.
 enum class Layout { grid, split_tables, prose };
 
 struct Theme {
@@ -31,7 +32,7 @@ struct Theme {
   int demand_lo, demand_hi;
   double cost_base, cost_per_km;  // cost = base + per_km * distance
   int cost_decimals;
-  Layout layout;
+  Layout layout;  // a bias: other layouts appear too
 };
 
 const std::vector<Theme>& themes() {
@@ -59,7 +60,7 @@ const std::vector<Theme>& themes() {
   return t;
 }
 
-class TransportationInstance : public ThemedInstance<themes> {
+class TransportationInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> sources, sinks;  // display names (towns), also MathProg symbols
   std::vector<double> supply, demand;
@@ -90,98 +91,250 @@ class TransportationInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string qty(double v) const {
-    return text::num(v) + " " + (v == 1 ? theme().unit : theme().units);
+  // "the Leeds plant"; a town is named by its name alone.
+  std::string place(const std::string& name, const std::string& noun) const {
+    return noun == "town" ? name : "the " + name + " " + noun;
   }
-  std::string src(size_t i) const { return "the " + sources[i] + " " + theme().supplier_noun; }
-  std::string dst(size_t j) const { return "the " + sinks[j] + " " + theme().customer_noun; }
-  std::string unit_cost(double v) const { return text::money(v) + " per " + theme().unit; }
+  std::string src(size_t i) const { return place(sources[i], theme().supplier_noun); }
+  std::string dst(size_t j) const { return place(sinks[j], theme().customer_noun); }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(m()) + " " + text::plural(th.supplier_noun) + " (" +
-           text::english_list(sources) + ") and " + std::to_string(n()) + " " +
-           text::plural(th.customer_noun) + " (" + text::english_list(sinks) + ").";
-    const std::string cost_caption = "Shipping costs in dollars per " + th.unit;
-    if (th.layout == Layout::grid) {
-      out += " The table gives the shipping cost in dollars per " + th.unit + " of " +
-             th.commodity + " on each route, the amount each " + th.supplier_noun + " " +
-             th.supply_word + " (last column) and the amount each " + th.customer_noun +
-             " requires (last row), all in " + th.units + ".\n\n";
+    text::Composer text(style);
+    const std::string suppliers = text::plural(th.supplier_noun);
+    const std::string customers = text::plural(th.customer_noun);
+    auto qty = [&](double v) { return style.num(v) + " " + (v == 1 ? th.unit : th.units); };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.fact(text::fill(
+        style.pick({"There are {m} ({slist}) and {n} ({clist}).",
+                    "It has {m} ({slist}) and serves {n}: {clist}.",
+                    "The {suppliers} are at {slist}, and the {customers} to serve are {clist}.",
+                    "Its {m} ({slist}) serve {n} ({clist})."}),
+        {{"{m}", style.count_of(static_cast<long>(m()), th.supplier_noun)},
+         {"{n}", style.count_of(static_cast<long>(n()), th.customer_noun)},
+         {"{suppliers}", suppliers},
+         {"{customers}", customers},
+         {"{slist}", text::english_list(sources)},
+         {"{clist}", text::english_list(sinks)}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // Supply and demand as per-entity records (any layout).
+    auto amounts = [&](const std::vector<std::string>& names, const std::string& noun,
+                       const std::vector<double>& values, const std::string& header,
+                       const std::string& label, std::initializer_list<const char*> forms) {
+      text::Records r;
+      r.row_header = text::capitalize(noun);
+      r.names = names;
+      text::Attribute a;
+      a.header = header + " (" + th.units + ")";
+      a.label = label + " (in " + th.units + ")";
+      for (size_t k = 0; k < names.size(); ++k) {
+        r.row_subjects.push_back(place(names[k], noun));
+        a.cells.push_back(style.num(values[k]));
+        a.phrases.push_back(text::fill(style.pick(forms), {{"{q}", qty(values[k])},
+                                                           {"{supply}", th.supply_word},
+                                                           {"{commodity}", th.commodity}}));
+      }
+      r.attributes.push_back(std::move(a));
+      return r;
+    };
+    const text::Records supply_records =
+        amounts(sources, th.supplier_noun, supply, "Available", "amounts available",
+                {"{supply} {q}", "{supply} {q} of {commodity}", "has {q} available"});
+    const text::Records demand_records =
+        amounts(sinks, th.customer_noun, demand, "Required", "requirements",
+                {"requires {q}", "needs {q}", "has ordered {q}", "asks for {q}"});
+    auto any_layout = [&]() {
+      return style.layout(
+          {text::Layout::table, text::Layout::bullets, text::Layout::rows, text::Layout::columns});
+    };
+
+    // The cost matrix: a Markdown table, or one sentence or bullet per
+    // supplier listing its costs in the customers' order.
+    const std::string per_unit = "per " + th.unit;
+    // "$3 to York, $4 to Hull and $5 to Bath" ("$3 per tonne to York, ..." with `per`).
+    auto cost_row = [&](size_t i, bool per) {
+      std::vector<std::string> parts;
+      for (size_t j = 0; j < n(); ++j)
+        parts.push_back(style.money(cost[i][j]) + (per && j == 0 ? " " + per_unit : "") + " to " +
+                        sinks[j]);
+      return text::english_list(parts);
+    };
+    auto cost_table = [&]() {
+      std::vector<std::string> header = {style.pick({"From \\ To", "Origin \\ Destination"})};
+      for (const auto& s : sinks) header.push_back(s);
+      std::vector<std::vector<std::string>> rows;
+      for (size_t i = 0; i < m(); ++i) {
+        std::vector<std::string> row = {sources[i]};
+        for (size_t j = 0; j < n(); ++j) row.push_back(style.num(cost[i][j]));
+        rows.push_back(std::move(row));
+      }
+      return text::markdown_table(header, rows);
+    };
+    auto cost_caption = [&]() {
+      return text::fill(
+          style.pick({"Shipping costs in dollars {per}:",
+                      "The cost of shipping one {unit} of {commodity} on each route, in dollars:",
+                      "The table gives the shipping cost in dollars {per} from each {supplier} "
+                      "(rows) to each {customer} (columns):"}),
+          {{"{per}", per_unit},
+           {"{unit}", th.unit},
+           {"{commodity}", th.commodity},
+           {"{supplier}", th.supplier_noun},
+           {"{customer}", th.customer_noun}});
+    };
+    auto cost_prose = [&]() {
+      std::string out;
+      if (style.chance(0.5)) {
+        out = text::fill(style.pick({"Shipping costs {per}:\n", "Cost of shipping one {unit}:\n",
+                                     "What one {unit} costs to ship on each route:\n"}),
+                         {{"{per}", per_unit}, {"{unit}", th.unit}});
+        const std::string bullet = style.pick({"- ", "* "});
+        const std::string form = style.pick({"From {s}: {costs}.", "{S}: {costs}."});
+        for (size_t i = 0; i < m(); ++i)
+          out += bullet +
+                 text::fill(form, {{"{s}", sources[i]},
+                                   {"{S}", text::capitalize(sources[i])},
+                                   {"{costs}", cost_row(i, false)}}) +
+                 "\n";
+        return out;
+      }
+      const std::string form = style.pick({"Shipping one {unit} from {src} costs {costs}.",
+                                           "From {src}, a {unit} costs {costs} to ship.",
+                                           "Per {unit}, shipping from {src} costs {costs}."});
+      for (size_t i = 0; i < m(); ++i)
+        out +=
+            text::capitalize(text::fill(
+                form, {{"{unit}", th.unit}, {"{src}", src(i)}, {"{costs}", cost_row(i, false)}})) +
+            "\n";
+      return out;
+    };
+
+    int layout = static_cast<int>(th.layout);
+    if (!style.chance(0.5)) layout = style.choose(3);
+    if (layout == static_cast<int>(Layout::grid)) {
+      // One table: costs, supply in the last column, demand in the last row.
+      text.fact(text::fill(
+          style.pick({"The table gives the shipping cost in dollars {per} of {commodity} on each "
+                      "route, the amount each {supplier} {supply} (last column) and the amount "
+                      "each {customer} requires (last row), all in {units}.",
+                      "Below are the shipping costs (dollars {per}) on every route, with each "
+                      "{supplier}'s available {commodity} in the last column and each "
+                      "{customer}'s requirement in the last row, in {units}."}),
+          {{"{per}", per_unit},
+           {"{commodity}", th.commodity},
+           {"{supplier}", th.supplier_noun},
+           {"{customer}", th.customer_noun},
+           {"{supply}", th.supply_word},
+           {"{units}", th.units}}));
+      text.paragraph(false);
       std::vector<std::string> header = {"From \\ To"};
       for (const auto& s : sinks) header.push_back(s);
-      header.push_back("Supply");
+      header.push_back(style.pick({"Supply", "Available"}));
       std::vector<std::vector<std::string>> rows;
       for (size_t i = 0; i < m(); ++i) {
         std::vector<std::string> row = {sources[i]};
-        for (size_t j = 0; j < n(); ++j) row.push_back(text::num(cost[i][j]));
-        row.push_back(text::num(supply[i]));
-        rows.push_back(row);
+        for (size_t j = 0; j < n(); ++j) row.push_back(style.num(cost[i][j]));
+        row.push_back(style.num(supply[i]));
+        rows.push_back(std::move(row));
       }
-      std::vector<std::string> last = {"Demand"};
-      for (size_t j = 0; j < n(); ++j) last.push_back(text::num(demand[j]));
+      std::vector<std::string> last = {style.pick({"Demand", "Required"})};
+      for (size_t j = 0; j < n(); ++j) last.push_back(style.num(demand[j]));
       last.push_back("");
-      rows.push_back(last);
-      out += text::markdown_table(header, rows) + "\n";
-    } else if (th.layout == Layout::split_tables) {
-      out += "\n\n";
-      std::vector<std::vector<std::string>> supply_rows, demand_rows;
-      for (size_t i = 0; i < m(); ++i) supply_rows.push_back({sources[i], text::num(supply[i])});
-      for (size_t j = 0; j < n(); ++j) demand_rows.push_back({sinks[j], text::num(demand[j])});
-      out +=
-          text::markdown_table({text::capitalize(th.supplier_noun), "Available (" + th.units + ")"},
-                               supply_rows) +
-          "\n";
-      out += text::markdown_table(
-                 {text::capitalize(th.customer_noun), "Required (" + th.units + ")"}, demand_rows) +
-             "\n";
-      out += cost_caption + ":\n\n";
-      std::vector<std::string> header = {text::capitalize(th.supplier_noun)};
-      for (const auto& s : sinks) header.push_back(s);
-      std::vector<std::vector<std::string>> rows;
-      for (size_t i = 0; i < m(); ++i) {
-        std::vector<std::string> row = {sources[i]};
-        for (size_t j = 0; j < n(); ++j) row.push_back(text::num(cost[i][j]));
-        rows.push_back(row);
+      rows.push_back(std::move(last));
+      text.block(text::markdown_table(header, rows));
+    } else if (layout == static_cast<int>(Layout::split_tables)) {
+      text.block(text::render_records(style, any_layout(), supply_records));
+      text.block(text::render_records(style, any_layout(), demand_records));
+      if (style.chance(0.5)) {
+        text.block(cost_caption());
+        text.block(cost_table());
+      } else {
+        text.block(cost_prose());
       }
-      out += text::markdown_table(header, rows) + "\n";
     } else {
-      out += "\n\n";
-      for (size_t i = 0; i < m(); ++i) {
-        std::vector<std::string> parts;
-        for (size_t j = 0; j < n(); ++j)
-          parts.push_back((j == 0 ? unit_cost(cost[i][j]) : text::money(cost[i][j])) + " to " +
-                          sinks[j]);
-        out += "- " + text::capitalize(src(i)) + " " + th.supply_word + " " + qty(supply[i]) +
-               "; shipping from it costs " + text::english_list(parts) + ".\n";
-      }
-      std::vector<std::string> needs;
-      for (size_t j = 0; j < n(); ++j) needs.push_back(sinks[j] + " " + qty(demand[j]));
-      out += "\nThe " + text::plural(th.customer_noun) + " require: " + text::english_list(needs) +
-             ".\n\n";
+      // One line per supplier with its amount and its costs.
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string form =
+          style.pick({"{Src} {supply} {q}; shipping from it costs {costs_per}.",
+                      "{Src} {supply} {q}, and shipping one {unit} from it costs {costs}.",
+                      "{Src} {supply} {q}. Shipping one {unit} from it costs {costs}."});
+      std::string lines;
+      for (size_t i = 0; i < m(); ++i)
+        lines += (bullets ? bullet : "") +
+                 text::fill(form, {{"{Src}", text::capitalize(src(i))},
+                                   {"{supply}", th.supply_word},
+                                   {"{q}", qty(supply[i])},
+                                   {"{unit}", th.unit},
+                                   {"{costs}", cost_row(i, false)},
+                                   {"{costs_per}", cost_row(i, true)}}) +
+                 "\n";
+      text.block(lines);
+      text.block(text::render_records(style, any_layout(), demand_records));
     }
+
     if (balanced)
-      out += "Total supply equals total demand, so every " + th.supplier_noun +
-             " must ship exactly its available amount and every " + th.customer_noun +
-             " must receive exactly its requirement. ";
+      text.fact(text::fill(
+          style.pick({"Total supply equals total demand, so every {supplier} must ship exactly "
+                      "its available amount and every {customer} must receive exactly its "
+                      "requirement.",
+                      "Supply and demand are balanced: each {supplier} ships out everything it "
+                      "has, and each {customer} receives exactly what it requires.",
+                      "The totals match, so every {supplier} ships all it has and every "
+                      "{customer} gets exactly its requirement, no more and no less."}),
+          {{"{supplier}", th.supplier_noun},
+           {"{customer}", th.customer_noun},
+           {"{commodity}", th.commodity}}));
     else
-      out += "A " + th.supplier_noun + " may ship less than it has available, and every " +
-             th.customer_noun + " must receive at least its requirement. ";
+      text.fact(text::fill(
+          style.pick({"{A} {supplier} may ship less than it has available, and every {customer} "
+                      "must receive at least its requirement.",
+                      "There is spare supply: {a} {supplier} need not ship everything it has, but "
+                      "every {customer} must get at least what it requires.",
+                      "Total supply exceeds total demand: {a} {supplier} may ship less than it "
+                      "has, but each {customer} must receive at least its requirement."}),
+          {{"{A}", text::capitalize(text::article(th.supplier_noun))},
+           {"{a}", text::article(th.supplier_noun)},
+           {"{supplier}", th.supplier_noun},
+           {"{customer}", th.customer_noun},
+           {"{commodity}", th.commodity}}));
     for (const auto& r : forbidden)
-      out += "The road from " + src(r.i) + " to " + dst(r.j) +
-             " is closed, so nothing may be "
-             "shipped on that route. ";
+      text.fact(text::fill(
+          style.pick({"The road from {s} to {d} is closed, so nothing may be shipped on that "
+                      "route.",
+                      "Nothing can be shipped from {s} to {d}: the route is closed.",
+                      "The route from {s} to {d} cannot be used."}),
+          {{"{s}", src(r.i)}, {"{d}", dst(r.j)}}));
     for (const auto& r : route_caps)
-      out +=
-          "At most " + qty(r.value) + " can be shipped from " + src(r.i) + " to " + dst(r.j) + ". ";
+      text.fact(text::capitalize(
+          text::fill(style.pick({"at most {q} can be shipped from {s} to {d}.",
+                                 "the route from {s} to {d} can carry no more than {q}.",
+                                 "shipments from {s} to {d} are limited to {q}."}),
+                     {{"{q}", qty(r.value)}, {"{s}", src(r.i)}, {"{d}", dst(r.j)}})));
     for (const auto& r : min_shares)
-      out += "Under a long-term contract, at least " + text::num(r.value) + "% of " + dst(r.j) +
-             "'s requirement must come from " + src(r.i) + ". ";
-    out +=
-        "Shipments may be fractional. How much should be shipped on each route to minimise "
-        "the total shipping cost, and what is that minimum cost in dollars?";
-    return out;
+      text.fact(text::capitalize(text::fill(
+          style.pick({"under a long-term contract, at least {p} of {d}'s requirement must come "
+                      "from {s}.",
+                      "{s} must supply at least {p} of the requirement of {d}.",
+                      "a contract obliges {s} to cover at least {p} of {d}'s requirement."}),
+          {{"{p}", style.percent(r.value)}, {"{s}", src(r.i)}, {"{d}", dst(r.j)}})));
+    text.fact(
+        style.pick({"Shipments may be fractional.", "Amounts shipped need not be whole numbers.",
+                    "Any non-negative amount, fractions included, may be shipped on a "
+                    "route."}));
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    const std::string task = style.pick({"how much to ship on each route",
+                                         "how many " + th.units + " to send from each " +
+                                             th.supplier_noun + " to each " + th.customer_noun,
+                                         "a shipping plan"});
+    const std::string value =
+        style.pick({"the minimum total cost in dollars", "the minimum shipping cost",
+                    "the lowest possible total cost"});
+    text.fact(text::question(style, task, "minimise the total shipping cost", value));
+    return text.text();
   }
 
   std::string alg() const override {
