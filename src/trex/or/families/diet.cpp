@@ -44,7 +44,7 @@ struct Theme {
   std::string requirement_verb;  // "must provide", "must contain", "must have"
   std::vector<Attribute> attributes;
   double batch_lo, batch_hi, batch_step;  // blends only
-  bool table;
+  bool table;                             // the theme shows its data as a table more often than not
 };
 
 std::vector<Attribute> diet_nutrients() {
@@ -192,7 +192,7 @@ double ceil_to(double v, int decimals) {
   return std::ceil(v * scale - 1e-9) / scale;
 }
 
-class DietInstance : public ThemedInstance<themes> {
+class DietInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names, keys;  // foods / ingredients
   std::vector<size_t> attrs;             // indices into theme().attributes
@@ -256,87 +256,189 @@ class DietInstance : public ThemedInstance<themes> {
     return false;
   }
 
-  std::string amount(double v) const {
-    return text::num(v) + " " + (v == 1 ? theme().amount_unit : theme().amount_units);
+  std::string amount(const text::Style& style, double v) const {
+    return style.num(v) + " " + (v == 1 ? theme().amount_unit : theme().amount_units);
   }
-  std::string price(double v) const { return text::money(v) + " per " + theme().amount_unit; }
-  std::string requirement(size_t k) const {
+  // "12.5% protein", "3 g of fibre", "an octane number of 92": the attribute's
+  // content with {v} (and its unit) replaced by `value`.
+  std::string content_text(size_t k, const std::string& value) const {
     const Attribute& a = attr(k);
+    return replace_all(a.content, "{v}" + a.suffix, value);
+  }
+  // A value of attribute k with its unit: "12.5%", "12.5 percent", "3 g".
+  std::string measure(const text::Style& style, size_t k, double v) const {
+    const Attribute& a = attr(k);
+    return a.suffix == "%" ? style.percent(v) : style.num(v) + a.suffix;
+  }
+  std::string requirement(text::Style& style, size_t k) const {
+    const std::string at_least = style.pick({"at least ", "no less than "});
+    const std::string at_most = style.pick({"at most ", "no more than "});
     std::string v;
     if (lower[k] >= 0 && upper[k] >= 0)
-      v = "at least " + text::num(lower[k]) + a.suffix + " and at most " + text::num(upper[k]);
+      v = at_least + measure(style, k, lower[k]) + " and " + at_most + measure(style, k, upper[k]);
     else if (lower[k] >= 0)
-      v = "at least " + text::num(lower[k]);
+      v = at_least + measure(style, k, lower[k]);
     else
-      v = "at most " + text::num(upper[k]);
-    return replace_all(a.content, "{v}", v);
+      v = at_most + measure(style, k, upper[k]);
+    return content_text(k, v);
+  }
+  // Whether the attribute reads as a property ("an octane number of 92") rather
+  // than an amount contained ("3 g of fibre").
+  bool property(size_t k) const {
+    return attr(k).content.starts_with("a ") || attr(k).content.starts_with("an ");
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = text::fill(th.intro, {{"{org}", org}, {"{batch}", text::num(batch)}});
-    out += " There are " + std::to_string(n()) + " " + th.item_noun + "s to choose from";
-    out += blend()
-               ? "; their costs and compositions (per " + th.amount_unit + ") are:\n\n"
-               : "; the cost and nutrient content of one " + th.amount_unit + " of each are:\n\n";
-    if (th.table) {
-      std::vector<std::string> header = {text::capitalize(th.item_noun),
-                                         "Cost ($ per " + th.amount_unit + ")"};
-      for (size_t k = 0; k < m(); ++k)
-        header.push_back(text::capitalize(attr(k).name) +
-                         (attr(k).unit.empty() ? "" : " (" + attr(k).unit + ")"));
-      std::vector<std::vector<std::string>> rows;
-      for (size_t f = 0; f < n(); ++f) {
-        std::vector<std::string> row = {names[f], text::num(cost[f])};
-        for (size_t k = 0; k < m(); ++k) row.push_back(text::num(content[k][f]));
-        rows.push_back(row);
-      }
-      out += text::markdown_table(header, rows) + "\n";
-    } else {
-      for (size_t f = 0; f < n(); ++f) {
-        std::vector<std::string> parts;
-        for (size_t k = 0; k < m(); ++k)
-          parts.push_back(replace_all(attr(k).content, "{v}", text::num(content[k][f])));
-        if (blend())
-          out += "- " + text::capitalize(names[f]) + " costs " + price(cost[f]) + " and has " +
-                 text::english_list(parts) + ".\n";
-        else
-          out += "- One " + th.amount_unit + " of " + names[f] + " costs " + text::money(cost[f]) +
-                 " and provides " + text::english_list(parts) + ".\n";
-      }
-      out += "\n";
+    text::Composer text(style);
+    const std::string item = th.item_noun, items = text::plural(th.item_noun);
+    const std::string unit = th.amount_unit;
+    text.fact(text::fill(th.intro, {{"{org}", org}, {"{batch}", style.num(batch)}}));
+    text.distractors(org, 1, 0.25);
+    const std::string count = style.count(static_cast<long>(n()));
+    text.fact(text::fill(
+        blend()
+            ? style.pick(
+                  {"There are {n} {items} to choose from; their costs and compositions "
+                   "(per {unit}) are:",
+                   "The {n} {items} available, with their cost per {unit} and "
+                   "composition, are:",
+                   "A total of {n} {items} can be used; their costs per {unit} and compositions "
+                   "follow."})
+            : style.pick(
+                  {"There are {n} {items} to choose from; the cost and nutrient content "
+                   "of one {unit} of each are:",
+                   "The {n} {items} available are listed below, with the cost and "
+                   "nutrient content of one {unit} of each.",
+                   "A total of {n} {items} can be used. Per {unit}, their costs and nutrient "
+                   "contents are as follows."}),
+        {{"{n}", count}, {"{items}", items}, {"{unit}", unit}}));
+    text.paragraph(false);
+
+    text::Records records;
+    records.row_header = text::capitalize(item);
+    records.names = names;
+    // "one kg of turnings": a singular subject whatever the item's name.
+    const std::string subject = style.pick({"one ", "each "}) + unit + " of ";
+    for (size_t f = 0; f < n(); ++f) records.row_subjects.push_back(subject + names[f]);
+    text::Attribute price;
+    price.header = "Cost ($ per " + unit + ")";
+    price.label = "costs per " + unit + " in dollars";
+    for (size_t f = 0; f < n(); ++f) {
+      price.cells.push_back(style.num(cost[f]));
+      price.phrases.push_back(style.pick({"costs ", "is priced at ", "has a cost of "}) +
+                              style.money(cost[f]));
     }
+    records.attributes.push_back(std::move(price));
+    for (size_t k = 0; k < m(); ++k) {
+      const Attribute& a = attr(k);
+      text::Attribute col;
+      col.header = text::capitalize(a.name) + (a.unit.empty() ? "" : " (" + a.unit + ")");
+      const std::string per = blend() ? "" : " per " + unit;
+      col.label = (property(k) ? text::plural(a.name) : a.name + " contents") +
+                  (a.unit.empty() ? per : " (" + a.unit + per + ")");
+      for (size_t f = 0; f < n(); ++f) {
+        const double v = content[k][f];
+        col.cells.push_back(style.num(v));
+        if (v == 0 && !property(k))
+          col.phrases.push_back(style.pick({"has no ", "contains no "}) + a.name);
+        else
+          col.phrases.push_back((property(k) ? std::string("has ")
+                                 : blend()   ? style.pick({"contains ", "has "})
+                                             : style.pick({"contains ", "has ", "provides "})) +
+                                content_text(k, measure(style, k, v)));
+      }
+      records.attributes.push_back(std::move(col));
+    }
+    const text::Layout layout = th.table && style.chance(0.5)
+                                    ? text::Layout::table
+                                    : style.layout({text::Layout::table, text::Layout::bullets,
+                                                    text::Layout::rows, text::Layout::columns});
+    text.block(text::render_records(style, layout, records));
+
+    const std::string product = th.product;
     std::vector<std::string> reqs;
     for (size_t k = 0; k < m(); ++k)
-      if (lower[k] >= 0 || upper[k] >= 0) reqs.push_back(requirement(k));
-    out += text::capitalize(th.product) + " " + th.requirement_verb + " " +
-           text::english_list(reqs) +
-           (blend() ? " (qualities blend in proportion to the amounts "
-                      "used)"
-                    : "") +
-           ". ";
-    if (!blend())
-      out += "For variety, no more than " + amount(max_servings) + " of any single " +
-             th.item_noun + " may be included. ";
+      if (lower[k] >= 0 || upper[k] >= 0) reqs.push_back(requirement(style, k));
+    const std::string verb =
+        style.pick({th.requirement_verb, "has to " + th.requirement_verb.substr(5)});
+    text.fact(text::fill(style.pick({"{P} {verb} {list}.", "To be acceptable, {p} {verb} {list}.",
+                                     "The requirement is that {p} {verb} {list}."}),
+                         {{"{P}", text::capitalize(product)},
+                          {"{p}", product},
+                          {"{verb}", verb},
+                          {"{list}", text::english_list(reqs)}}));
+    if (blend())
+      text.fact(text::fill(
+          style.pick({"Qualities blend in proportion to the amounts used.",
+                      "Each quality of {p} is the average of the {items}' values, weighted by the "
+                      "amounts used.",
+                      "{P}'s qualities are the averages of its {items}' qualities, in proportion "
+                      "to the amounts mixed."}),
+          {{"{P}", text::capitalize(product)}, {"{p}", product}, {"{items}", items}}));
+    else
+      text.fact(text::fill(
+          style.pick({"For variety, no more than {q} of any single {item} may be included.",
+                      "{P} may include at most {q} of each {item}.",
+                      "To keep {p} varied, each {item} is limited to {q}."}),
+          {{"{P}", text::capitalize(product)},
+           {"{p}", product},
+           {"{q}", amount(style, max_servings)},
+           {"{item}", item}}));
+    // Side conditions, if any, are a shuffled paragraph of their own; without them the
+    // requirements keep their place at the head of the paragraph.
+    const bool sides = !max_share.empty() || !availability.empty() || !min_use.empty();
+    if (sides) text.paragraph(false);
     for (const auto& l : max_share)
-      out += "At most " + text::num(l.value) + "% of the batch may be " + names[l.item] + ". ";
+      text.fact(text::fill(style.pick({"At most {pct} of the batch may be {name}.",
+                                       "{Name} may make up no more than {pct} of the batch.",
+                                       "The share of {name} in the batch cannot exceed {pct}."}),
+                           {{"{pct}", style.percent(l.value)},
+                            {"{name}", names[l.item]},
+                            {"{Name}", text::capitalize(names[l.item])}}));
     for (const auto& l : availability)
-      out += (blend() ? "Only " + amount(l.value) + " of " + names[l.item] + " are in stock. "
-                      : "The plan may include at most " + amount(l.value) + " of " + names[l.item] +
-                            ". ");
+      text.fact(text::fill(
+          blend() ? style.pick({"The stock of {name} is limited to {q}.",
+                                "At most {q} of {name} can be used, as that is all there is in "
+                                "stock.",
+                                "The supplier has no more than {q} of {name} in stock."})
+                  : style.pick({"{P} may include at most {q} of {name}.",
+                                "No more than {q} of {name} may be included.",
+                                "The amount of {name} is limited to {q}."}),
+          {{"{P}", text::capitalize(product)},
+           {"{q}", amount(style, l.value)},
+           {"{name}", names[l.item]}}));
     for (const auto& l : min_use)
-      out += (blend() ? "At least " + amount(l.value) + " of " + names[l.item] +
-                            " must be used up because it is surplus stock. "
-                      : "By personal preference, the plan must include at least " +
-                            amount(l.value) + " of " + names[l.item] + ". ");
-    out += "Fractional amounts are allowed. ";
-    out += blend() ? "How many " + th.amount_units + " of each " + th.item_noun +
-                         " should be blended to minimise the total cost, and what is that "
-                         "minimum cost in dollars?"
-                   : "How many " + th.amount_units + " of each " + th.item_noun +
-                         " should be included to minimise the total cost, and what is that "
-                         "minimum cost in dollars?";
-    return out;
+      text.fact(text::fill(
+          blend() ? style.pick({"At least {q} of {name} must be used up, to clear surplus stock.",
+                                "Because there is surplus stock of {name}, at least {q} of it "
+                                "must go into the batch.",
+                                "The batch must use at least {q} of {name} from surplus stock."})
+                  : style.pick({"By personal preference, {p} must include at least {q} of {name}.",
+                                "{P} has to contain at least {q} of {name}, by personal "
+                                "preference.",
+                                "At least {q} of {name} must be included, as a matter of taste."}),
+          {{"{P}", text::capitalize(product)},
+           {"{p}", product},
+           {"{q}", amount(style, l.value)},
+           {"{name}", names[l.item]}}));
+    text.fact(style.pick({"Fractional amounts are allowed.", "Amounts need not be whole numbers.",
+                          "Any non-negative amount, fractions included, may be used."}));
+    text.distractors(org, 1, 0.2);
+    text.paragraph(sides);
+    const std::string units = th.amount_units;
+    text.fact(text::question(
+        style,
+        blend() ? style.pick({"how many " + units + " of each " + item + " to blend",
+                              "how much of each " + item + " to use in the batch",
+                              "the amount of each " + item + " in " + product})
+                : style.pick({"how many " + units + " of each " + item + " to include",
+                              "how much of each " + item + " " + product + " should contain",
+                              "the amount of each " + item + " in " + product}),
+        "minimise the total cost",
+        style.pick({"the minimum cost in dollars", "the minimum total cost",
+                    "the lowest possible cost"})));
+    return text.text();
   }
 
   std::string alg() const override {

@@ -17,20 +17,38 @@
 namespace trex::orlib {
 namespace {
 
+struct Resource {
+  std::string name;   // "weight"; its symbol names the dimension in the model
+  std::string unit;   // "kg"
+  std::string label;  // a column of values: "weights in kg"
+  // How an item uses it, with {v} the amount and unit ("weighs 3 kg"); the
+  // subject is the theme's `subject`, always singular.
+  std::vector<std::string> phrases;
+};
+
 struct Theme {
-  std::string intro;      // story opening; {org} is replaced by an organisation name
-  std::string item_noun;  // "item", "project", ...
+  std::string intro;       // story opening; {org} is replaced by an organisation name
+  std::string item_noun;   // "item", "project", ...
+  std::string item_nouns;  // plural: "pieces of gear"
   std::vector<std::string> item_names;
-  std::string value_name;                                      // "usefulness", "net present value"
-  std::string value_unit;                                      // "points", "thousand dollars"
-  std::vector<std::pair<std::string, std::string>> resources;  // (name, unit), up to 3
-  bool table;  // data as a Markdown table (else one sentence per item)
+  std::string value_name;   // "usefulness", "net present value"
+  std::string value_unit;   // "points", "thousand dollars"
+  std::string value_label;  // a column of values: "usefulness scores in points"
+  std::string value_desc;   // what each item has: "a usefulness score (in points)"
+  std::string objective;    // what is maximised: "total usefulness"
+  // How an item is worth its value: {v} the value with its unit, {n} the bare number.
+  std::vector<std::string> value_phrases;
+  std::string subject;    // a clause subject for one item, singular: "packing the {name}"
+  std::string reference;  // an item in a side condition: "the {name}", "the {name} project"
+  std::vector<Resource> resources;  // up to 3
+  bool table;                       // the theme shows its data as a table more often than not
 };
 
 const std::vector<Theme>& themes() {
   static const std::vector<Theme> t = {
       {"A hiking club is preparing one member's backpack for a long trek.",
        "piece of gear",
+       "pieces of gear",
        {"tent",          "stove",        "water filter", "first-aid kit", "headlamp",
         "rain jacket",   "sleeping bag", "camera",       "map set",       "trekking poles",
         "solar charger", "binoculars",   "rope",         "fleece",        "snacks",
@@ -39,26 +57,58 @@ const std::vector<Theme>& themes() {
         "hat",           "gloves",       "tripod",       "hammock",       "mosquito net"},
        "usefulness",
        "points",
-       {{"weight", "kg"}, {"volume", "litres"}, {"cost", "dollars"}},
+       "usefulness scores in points",
+       "a usefulness score (in points)",
+       "total usefulness",
+       {"is worth {v} of usefulness", "scores {v} for usefulness", "brings {n} usefulness points"},
+       "packing the {name}",
+       "the {name}",
+       {{"weight", "kg", "weights in kg", {"adds {v} of weight", "adds {v} to the load"}},
+        {"volume", "litres", "volumes in litres", {"takes up {v} of space", "fills {v} of volume"}},
+        {"cost", "dollars", "costs in dollars", {"costs {v}", "adds {v} to the cost"}}},
        false},
       {"{org} is choosing which capital projects to fund next year.",
        "project",
+       "projects",
        text::projects(),
        "net present value",
        "thousand dollars",
-       {{"budget", "thousand dollars"},
-        {"engineering effort", "person-months"},
-        {"management attention", "review hours"}},
+       "net present values in thousand dollars",
+       "a net present value (in thousand dollars)",
+       "total net present value",
+       {"has a net present value of {v}", "is worth {v} in net present value",
+        "returns a net present value of {v}"},
+       "the {name} project",
+       "the {name} project",
+       {{"budget", "thousand dollars", "budget needs in thousand dollars", {}},
+        {"engineering effort", "person-months", "engineering efforts in person-months", {}},
+        {"management attention", "review hours", "management attention needs in review hours", {}}},
        true},
       {"A cargo airline must decide which consignments to load on tonight's flight for {org}.",
        "consignment",
+       "consignments",
        {},
        "profit",
        "dollars",
-       {{"weight", "tonnes"}, {"volume", "cubic metres"}, {"floor space", "square metres"}},
+       "profits in dollars",
+       "a profit (in dollars)",
+       "total profit",
+       {"earns a profit of {v}", "is worth {v} of profit", "brings in a profit of {v}"},
+       "the {name}",
+       "the {name}",
+       {{"weight", "tonnes", "weights in tonnes", {"weighs {v}", "has a weight of {v}"}},
+        {"volume",
+         "cubic metres",
+         "volumes in cubic metres",
+         {"takes up {v}", "has a volume of {v}"}},
+        {"floor space",
+         "square metres",
+         "floor space needs in square metres",
+         {"needs {v} of floor space", "occupies {v} of floor space"}}},
        true},
       {"The marketing team of {org} can run a subset of the following campaigns this quarter.",
        "campaign",
+       "campaigns",
        {"TV spot",        "radio ad",        "podcast sponsorship",
         "billboard",      "email blast",     "search ads",
         "social video",   "influencer deal", "trade show",
@@ -71,11 +121,27 @@ const std::vector<Theme>& themes() {
         "radio jingle",   "blog series",     "student promo"},
        "expected new customers",
        "customers",
-       {{"budget", "dollars"}, {"staff time", "hours"}, {"design time", "hours"}},
+       "expected numbers of new customers",
+       "an expected number of new customers",
+       "total number of expected new customers",
+       {"is expected to bring {n} new customers", "should win {n} new customers",
+        "is expected to attract {n} new customers"},
+       "running the {name}",
+       "the {name}",
+       {{"budget", "dollars", "budgets in dollars", {"costs {v}", "needs a budget of {v}"}},
+        {"staff time",
+         "hours",
+         "staff time needs in hours",
+         {"takes {v} of staff time", "needs {v} of staff time"}},
+        {"design time",
+         "hours",
+         "design time needs in hours",
+         {"takes {v} of design time", "needs {v} of design work"}}},
        false},
       {"A research satellite operated for {org} has room for only some of the proposed "
        "experiments.",
        "experiment",
+       "experiments",
        {"spectrometer",        "magnetometer",     "dust counter",     "ion probe",
         "star tracker test",   "plant growth",     "crystal growth",   "radiation badge",
         "laser link",          "gravity probe",    "ozone sensor",     "thermal camera",
@@ -86,13 +152,38 @@ const std::vector<Theme>& themes() {
         "coating test",        "ice detector"},
        "science value",
        "points",
-       {{"power", "watts"}, {"mass", "kg"}, {"data volume", "MB per day"}},
+       "science values in points",
+       "a science value (in points)",
+       "total science value",
+       {"has a science value of {v}", "is worth {v} of science value", "scores {n} science points"},
+       "the {name}",
+       "the {name}",
+       {{"power", "watts", "power draws in watts", {"draws {v}", "needs {v} of power"}},
+        {"mass", "kg", "masses in kg", {"has a mass of {v}", "adds {v} of mass"}},
+        {"data volume",
+         "MB per day",
+         "data volumes in MB per day",
+         {"produces {v} of data", "needs a downlink of {v}"}}},
        false},
   };
   return t;
 }
 
-class KnapsackInstance : public ThemedInstance<themes> {
+// "3 kg", "$40" for dollar amounts; a unit in the plural except after 1.
+std::string amount(const text::Style& style, double v, const std::string& unit) {
+  if (unit == "dollars") return style.money(v);
+  std::string u = unit;
+  if (v == 1 && unit.ends_with("s") && !unit.starts_with("thousand")) u.pop_back();
+  return style.num(v) + " " + u;
+}
+
+// Table header of a quantity: "Weight (kg)", "Budget ($)", "Expected new customers".
+std::string header(const std::string& name, const std::string& unit) {
+  if (name.ends_with(unit)) return text::capitalize(name);
+  return text::capitalize(name) + " (" + (unit == "dollars" ? "$" : unit) + ")";
+}
+
+class KnapsackInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names;              // display names
   std::vector<std::string> keys;               // MathProg symbols
@@ -117,50 +208,101 @@ class KnapsackInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string res_name(size_t d) const { return theme().resources[d].first; }
-  std::string res_unit(size_t d) const { return theme().resources[d].second; }
+  std::string res_name(size_t d) const { return theme().resources[d].name; }
+  std::string res_unit(size_t d) const { return theme().resources[d].unit; }
 
-  std::string nl() const override {
+  std::string ref(size_t i) const { return text::fill(theme().reference, {{"{name}", names[i]}}); }
+
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(n()) + " candidate " + th.item_noun + "s. Each has " +
-           text::article(th.value_name) + " " + th.value_name + " (in " + th.value_unit + ")";
+    text::Composer text(style);
+    text.fact(replace_all(th.intro, "{org}", org));
+    text.fact(
+        text::fill(style.pick({"There are {n} candidate {items}.",
+                               "In all, {n} {items} are under consideration.",
+                               "The candidates are {n} {items}."}),
+                   {{"{n}", style.count(static_cast<long>(n()))}, {"{items}", th.item_nouns}}));
     std::vector<std::string> res;
-    for (size_t d = 0; d < dims(); ++d) res.push_back(res_name(d) + " (" + res_unit(d) + ")");
-    out += " and requires " + text::english_list(res) + ".\n\n";
-    if (th.table) {
-      std::vector<std::string> header = {text::capitalize(th.item_noun),
-                                         text::capitalize(th.value_name)};
-      for (size_t d = 0; d < dims(); ++d) header.push_back(text::capitalize(res_name(d)));
-      std::vector<std::vector<std::string>> rows;
-      for (size_t i = 0; i < n(); ++i) {
-        std::vector<std::string> r = {names[i], text::num(value[i])};
-        for (size_t d = 0; d < dims(); ++d) r.push_back(text::num(weight[d][i]));
-        rows.push_back(r);
-      }
-      out += text::markdown_table(header, rows) + "\n";
-    } else {
-      for (size_t i = 0; i < n(); ++i) {
-        std::vector<std::string> req;
-        for (size_t d = 0; d < dims(); ++d)
-          req.push_back(text::num(weight[d][i]) + " " + res_unit(d) + " of " + res_name(d));
-        out += "- The " + names[i] + " is worth " + text::num(value[i]) + " " + th.value_unit +
-               " and needs " + text::english_list(req) + ".\n";
-      }
-      out += "\n";
+    for (size_t d = 0; d < dims(); ++d) res.push_back(res_name(d) + " (in " + res_unit(d) + ")");
+    text.fact(text::fill(
+        style.pick({"Each has {desc} and requires {res}.",
+                    "Every {item} comes with {desc} and uses {res}.",
+                    "The data below give, for each {item}, {desc} and its use of {res}."}),
+        {{"{desc}", th.value_desc}, {"{item}", th.item_noun}, {"{res}", text::english_list(res)}}));
+    // The hiking story names no organisation to tell facts about.
+    if (th.intro.find("{org}") != std::string::npos) text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    text::Records records;
+    records.row_header = text::capitalize(th.item_noun);
+    records.names = names;
+    for (size_t i = 0; i < n(); ++i)
+      records.row_subjects.push_back(text::fill(th.subject, {{"{name}", names[i]}}));
+    text::Attribute worth;
+    worth.header = header(th.value_name, th.value_unit);
+    worth.label = th.value_label;
+    for (size_t i = 0; i < n(); ++i) {
+      worth.cells.push_back(style.num(value[i]));
+      worth.phrases.push_back(text::fill(
+          style.pick(th.value_phrases),
+          {{"{v}", amount(style, value[i], th.value_unit)}, {"{n}", style.num(value[i])}}));
     }
+    records.attributes.push_back(std::move(worth));
+    for (size_t d = 0; d < dims(); ++d) {
+      const Resource& r = th.resources[d];
+      text::Attribute a;
+      a.header = header(r.name, r.unit);
+      a.label = r.label;
+      for (size_t i = 0; i < n(); ++i) {
+        a.cells.push_back(style.num(weight[d][i]));
+        const std::string v = amount(style, weight[d][i], r.unit);
+        a.phrases.push_back(r.phrases.empty()
+                                ? style.pick({"needs ", "requires ", "uses "}) + v + " of " + r.name
+                                : text::fill(style.pick(r.phrases), {{"{v}", v}}));
+      }
+      records.attributes.push_back(std::move(a));
+    }
+    const text::Layout layout = th.table && style.chance(0.5)
+                                    ? text::Layout::table
+                                    : style.layout({text::Layout::table, text::Layout::bullets,
+                                                    text::Layout::rows, text::Layout::columns});
+    text.block(text::render_records(style, layout, records));
+
     std::vector<std::string> caps;
     for (size_t d = 0; d < dims(); ++d)
-      caps.push_back(text::num(capacity[d]) + " " + res_unit(d) + " of " + res_name(d));
-    out += "In total at most " + text::english_list(caps) + " are available. ";
+      caps.push_back(amount(style, capacity[d], res_unit(d)) + " of " + res_name(d));
+    text.fact(text::fill(style.pick({"Available in total: {list}.",
+                                     "The selected {items} may use at most {list} in total.",
+                                     "Together, the chosen {items} can use no more than {list}.",
+                                     "The whole selection may use at most {list}."}),
+                         {{"{items}", th.item_nouns}, {"{list}", text::english_list(caps)}}));
     for (auto [a, b] : exclusive)
-      out += "The " + names[a] + " and the " + names[b] + " cannot both be selected. ";
+      text.fact(text::fill(style.pick({"{A} and {b} cannot both be selected.",
+                                       "At most one of {a} and {b} can be chosen.",
+                                       "Choosing {a} rules out {b}, and vice versa."}),
+                           {{"{A}", text::capitalize(ref(a))}, {"{a}", ref(a)}, {"{b}", ref(b)}}));
     for (auto [a, b] : implies)
-      out += "If the " + names[a] + " is selected, the " + names[b] + " must be selected too. ";
-    out += "Each " + th.item_noun + " is either selected in full or not at all. Which " +
-           th.item_noun + "s should be selected to maximise the total " + th.value_name +
-           ", and what is that maximum?";
-    return out;
+      text.fact(text::fill(style.pick({"Selecting {a} requires selecting {b} as well.",
+                                       "{A} can only be chosen together with {b}.",
+                                       "Choosing {a} means that {b} must be chosen too."}),
+                           {{"{A}", text::capitalize(ref(a))}, {"{a}", ref(a)}, {"{b}", ref(b)}}));
+    text.fact(text::fill(
+        style.pick({"Each {item} is either selected in full or not at all.",
+                    "{Items} cannot be split: each one is taken whole or left out.",
+                    "There is no partial selection; {a item} is chosen entirely or not at all."}),
+        {{"{item}", th.item_noun},
+         {"{a item}", text::article(th.item_noun) + " " + th.item_noun},
+         {"{Items}", text::capitalize(th.item_nouns)}}));
+    text.paragraph();
+    text.fact(text::question(
+        style,
+        style.pick({"which " + th.item_nouns + " to select",
+                    "which of the " + th.item_nouns + " to choose",
+                    "the best subset of " + th.item_nouns}),
+        "maximise the " + th.objective,
+        style.pick({"the maximum " + th.objective, "the best " + th.objective + " possible",
+                    "the largest achievable " + th.objective})));
+    return text.text();
   }
 
   std::string alg() const override {

@@ -20,51 +20,34 @@
 namespace trex::orlib {
 namespace {
 
-enum class Layout { table, bullets, prose };
-
 struct Theme {
-  std::string intro;     // {org} -> organisation, {n} -> number of periods
-  std::string product;   // "flour"
-  std::string unit;      // singular: "tonne"
-  std::string units;     // plural: "tonnes"
-  std::string period;    // "week"
-  std::string run;       // "milling run"
-  std::string question;  // closing question; {period} -> period noun
-  Layout layout;
+  std::string intro;    // {org} -> organisation, {n} -> number of periods
+  std::string product;  // "flour"
+  std::string unit;     // singular: "tonne"
+  std::string units;    // plural: "tonnes"
+  std::string period;   // "week"
+  std::string run;      // "milling run"
+  text::Layout layout;  // the layout of the per-period data in half of the theme's texts
 };
 
 const std::vector<Theme>& themes() {
   static const std::vector<Theme> t = {
       {"The flour mill of {org} supplies regional bakeries and is planning production for the "
        "next {n} weeks.",
-       "flour", "tonne", "tonnes", "week", "milling run",
-       "How many tonnes should be milled in each week so that the total cost is as small as "
-       "possible, and what is that minimum total cost?",
-       Layout::prose},
+       "flour", "tonne", "tonnes", "week", "milling run", text::Layout::columns},
       {"{org} makes an industrial solvent in a batch reactor. The planner has to decide in which "
        "of the next {n} months to run a batch and how much to make.",
-       "solvent", "kilolitre", "kilolitres", "month", "batch",
-       "Find a production plan that minimises the total of setup, production and holding costs "
-       "(and backorder costs, if any). Report the minimum total cost.",
-       Layout::table},
+       "solvent", "kilolitre", "kilolitres", "month", "batch", text::Layout::table},
       {"A craft brewery that supplies {org} is drawing up its brewing schedule for the next {n} "
        "weeks.",
-       "lager", "hectolitre", "hectolitres", "week", "brew",
-       "In which weeks should the brewery brew, and how much, to keep its total cost to a "
-       "minimum? State the minimum total cost.",
-       Layout::bullets},
+       "lager", "hectolitre", "hectolitres", "week", "brew", text::Layout::bullets},
       {"The feed mill of {org} produces a pelleted cattle feed. The production manager is planning "
        "the next {n} days.",
-       "cattle feed", "tonne", "tonnes", "day", "production run",
-       "Determine the production quantity for every day that minimises the total cost, and give "
-       "that minimum cost.",
-       Layout::table},
+       "cattle feed", "tonne", "tonnes", "day", "production run", text::Layout::table},
       {"{org} blends a liquid detergent on a line that has to be cleaned and set up before every "
        "production campaign. A plan for the next {n} weeks is needed.",
        "detergent", "cubic metre", "cubic metres", "week", "production campaign",
-       "What production plan has the lowest total cost over the {n} weeks, and what is that "
-       "cost?",
-       Layout::prose},
+       text::Layout::rows},
   };
   return t;
 }
@@ -73,7 +56,7 @@ bool all_equal(const std::vector<double>& v) {
   return std::all_of(v.begin(), v.end(), [&](double x) { return x == v.front(); });
 }
 
-class LotSizingInstance : public ThemedInstance<themes> {
+class LotSizingInstance : public ComposedInstance<themes> {
  public:
   std::vector<double> demand;     // d_t
   std::vector<double> setup;      // f_t
@@ -127,101 +110,224 @@ class LotSizingInstance : public ThemedInstance<themes> {
 
   // Preposition for a single period: "in week 3", "on day 3".
   std::string in() const { return theme().period == "day" ? "on" : "in"; }
-  std::string per_unit(double v) const { return text::money(v) + " per " + theme().unit; }
-  std::string qty(double v) const { return text::num(v) + " " + theme().units; }
-
-  // "40, 55 and 70" for a per-period series.
-  static std::string series(const std::vector<double>& v, bool money) {
-    std::vector<std::string> parts;
-    for (double x : v) parts.push_back(money ? text::money(x) : text::num(x));
-    return text::english_list(parts);
+  std::string qty(const text::Style& style, double v) const {
+    return style.num(v) + " " + (v == 1 ? theme().unit : theme().units);
   }
 
-  std::string data_text() const {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    const std::string P = text::capitalize(th.period);
-    std::string out;
-    if (th.layout == Layout::table) {
-      std::vector<std::string> header = {P, "Demand (" + th.units + ")", "Setup cost ($)",
-                                         "Production cost ($ per " + th.unit + ")"};
-      std::vector<std::vector<std::string>> rows;
-      for (size_t t = 0; t < n(); ++t)
-        rows.push_back({std::to_string(t + 1), text::num(demand[t]), text::num(setup[t]),
-                        text::num(unit_cost[t])});
-      out += "\n\n" + text::markdown_table(header, rows) + "\n";
-      out += "The setup cost is paid once for every " + th.period + " " + in() + " which a " +
-             th.run + " takes place, whatever its size; the production cost is paid for every " +
-             th.unit + " made.";
-    } else if (th.layout == Layout::bullets) {
-      out += " The forecast per " + th.period + " is:\n\n";
-      for (size_t t = 0; t < n(); ++t)
-        out += "- " + P + " " + std::to_string(t + 1) + ": demand of " + qty(demand[t]) + "; a " +
-               th.run + " costs " + text::money(setup[t]) + " to set up and each " + th.unit +
-               " produced costs " + text::money(unit_cost[t]) + ".\n";
-      out += "\nThe setup cost is incurred once for every " + th.period + " with a " + th.run +
-             ", no matter how much is produced.";
-    } else {
-      out += " Demand for " + th.product + " in " + th.period + "s 1 to " + std::to_string(n()) +
-             " is forecast at " + series(demand, false) + " " + th.units + " respectively. ";
-      if (all_equal(setup))
-        out += "Each " + th.run + " costs " + text::money(setup[0]) +
-               " to set up, regardless of how much it produces";
-      else
-        out += "Setting up a " + th.run + " costs " + series(setup, true) + " in " + th.period +
-               "s 1 to " + std::to_string(n()) +
-               " respectively, regardless of how much it produces";
-      out += ". ";
-      if (all_equal(unit_cost))
-        out += "Every " + th.unit + " produced costs " + text::money(unit_cost[0]) + ".";
-      else
-        out += "The variable production cost is " + series(unit_cost, true) + " per " + th.unit +
-               " in " + th.period + "s 1 to " + std::to_string(n()) + " respectively.";
-    }
-    return out;
-  }
-
-  std::string nl() const override {
-    const Theme& th = theme();
+    text::Composer text(style);
     const std::string N = std::to_string(n());
-    std::string out = text::fill(th.intro, {{"{org}", org}, {"{n}", N}});
-    out += data_text() + "\n\n";
+    const std::string periods = text::plural(th.period);
+    const std::string a_run = text::article(th.run) + " " + th.run;
+    const auto fill = [&](const std::string& pattern) {
+      return text::fill(pattern, {{"{period}", th.period},
+                                  {"{periods}", periods},
+                                  {"{in}", in()},
+                                  {"{a run}", a_run},
+                                  {"{A run}", text::capitalize(a_run)},
+                                  {"{run}", th.run},
+                                  {"{unit}", th.unit},
+                                  {"{units}", th.units},
+                                  {"{product}", th.product},
+                                  {"{N}", N}});
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}, {"{n}", style.count(static_cast<long>(n()))}}));
+    text.distractors(org, 1, 0.25);
+    text.fact(fill(
+        style.pick({"The data for each {period} are:", "Per {period}, the forecast is as follows.",
+                    "The planning data by {period} are given below."})));
+    text.paragraph(false);
+
+    // A cost that is the same in every period may be stated once instead of per period.
+    const bool setup_once = all_equal(setup) && style.chance(0.6);
+    const bool unit_once = all_equal(unit_cost) && style.chance(0.6);
+    text::Records records;
+    records.row_header = text::capitalize(th.period);
+    const std::string subject = style.pick({"{p} has", "for {p} there is"});
+    for (size_t t = 0; t < n(); ++t) {
+      records.names.push_back(th.period + " " + std::to_string(t + 1));
+      records.row_subjects.push_back(replace_all(subject, "{p}", records.names.back()));
+    }
+    const text::Layout layout = style.chance(0.5)
+                                    ? th.layout
+                                    : style.layout({text::Layout::table, text::Layout::bullets,
+                                                    text::Layout::rows, text::Layout::columns});
+    // Columns of per-period data read best as series over the periods ("40, 55 and
+    // 70 tonnes in weeks 1 to 3, respectively"): "week 1 40" would run two numbers together.
+    std::vector<std::string> series;
+    auto column = [&](const std::string& header, const std::string& label,
+                      const std::vector<double>& values, const std::string& phrase, bool money,
+                      std::initializer_list<const char*> series_forms) {
+      text::Attribute a;
+      a.header = header;
+      a.label = label;
+      std::vector<std::string> listed;
+      for (double v : values) {
+        a.cells.push_back(style.num(v));
+        a.phrases.push_back(replace_all(phrase, "{v}", money ? style.money(v) : qty(style, v)));
+        listed.push_back(money ? style.money(v) : style.num(v));
+      }
+      records.attributes.push_back(std::move(a));
+      if (layout == text::Layout::columns)
+        series.push_back(
+            text::fill(fill(style.pick(series_forms)), {{"{list}", text::english_list(listed)}}));
+    };
+    column("Demand (" + th.units + ")", "demands in " + th.units, demand,
+           style.pick({"a demand of {v}", "a forecast demand of {v}", "demand for {v}"}), false,
+           {"Demand for {product} in {periods} 1 to {N} is forecast at {list} {units}, "
+            "respectively.",
+            "The forecast demands for {periods} 1 to {N} are {list} {units}.",
+            "Over {periods} 1 to {N}, the demand is {list} {units}, respectively."});
+    if (!setup_once)
+      column("Setup cost ($)", "setup costs in dollars", setup,
+             fill(style.pick({"a setup cost of {v}", "a {run} setup cost of {v}",
+                              "a setup cost of {v} per {run}"})),
+             true,
+             {"Setting up {a run} costs {list} in {periods} 1 to {N}, respectively.",
+              "The setup costs for {periods} 1 to {N} are {list}."});
+    if (!unit_once)
+      column(
+          "Production cost ($ per " + th.unit + ")", "production costs in dollars per " + th.unit,
+          unit_cost,
+          fill(style.pick({"a production cost of {v} per {unit}", "a unit cost of {v} per {unit}",
+                           "a variable cost of {v} per {unit}"})),
+          true,
+          {"The production cost per {unit} is {list} in {periods} 1 to {N}, respectively.",
+           "Per {unit}, production costs {list} in {periods} 1 to {N}."});
+    text.block(layout == text::Layout::columns ? join(series, " ")
+                                               : text::render_records(style, layout, records));
+
+    if (setup_once)
+      text.fact(replace_all(
+          fill(style.pick(
+              {"Each {run} costs {v} to set up, regardless of how much it produces.",
+               "Setting up {a run} costs {v} {in} every {period}, whatever the quantity.",
+               "The setup cost of {a run} is {v}, the same {in} every {period} and "
+               "independent of its size."})),
+          "{v}", style.money(setup[0])));
+    else
+      text.fact(fill(style.pick(
+          {"The setup cost is paid once for every {period} {in} which {a run} takes place, "
+           "whatever its size; the production cost is paid for every {unit} made.",
+           "A {period}'s setup cost is incurred once if {a run} takes place {in} it, no matter "
+           "how much is produced; the production cost applies to every {unit} made.",
+           "Setup costs are fixed charges per {run}, independent of its size, while production "
+           "costs are paid per {unit}."})));
+    if (unit_once)
+      text.fact(
+          replace_all(fill(style.pick({"Every {unit} produced costs {v}.",
+                                       "The production cost is {v} per {unit} {in} every {period}.",
+                                       "Making one {unit} costs {v}, whatever the {period}."})),
+                      "{v}", style.money(unit_cost[0])));
     if (initial_stock > 0)
-      out += "At the start of " + th.period + " 1 there are " + qty(initial_stock) + " in stock. ";
+      text.fact(replace_all(
+          fill(
+              style.pick({"At the start of {period} 1 there are {q} in stock.",
+                          "The opening stock at the start of {period} 1 is {q}.",
+                          "The warehouse already holds {q} of {product} when {period} 1 begins."})),
+          "{q}", qty(style, initial_stock)));
     else
-      out += "There is no stock at the start of " + th.period + " 1. ";
-    out += "Nothing can be produced " + in() + " a " + th.period + " without a " + th.run + " " +
-           in() + " that " + th.period + ". ";
+      text.fact(fill(style.pick({"There is no stock at the start of {period} 1.",
+                                 "The warehouse is empty at the start of {period} 1.",
+                                 "No {product} is in stock when {period} 1 begins."})));
+    text.fact(fill(style.pick(
+        {"Nothing can be produced {in} a {period} without {a run} {in} that {period}.",
+         "Production {in} a {period} is only possible if {a run} is set up {in} that {period}.",
+         "A {period} without {a run} has no production."})));
     if (capacity > 0)
-      out += "A " + th.run + " can produce at most " + qty(capacity) + ". ";
+      text.fact(replace_all(
+          fill(style.pick({"{A run} can produce at most {q}.", "The capacity of {a run} is {q}.",
+                           "No {run} can make more than {q}."})),
+          "{q}", qty(style, capacity)));
     else
-      out += "There is no limit on how much a " + th.run + " can produce. ";
-    out += "Stock left over at the end of a " + th.period + " (including the last one) costs " +
-           per_unit(holding) + " per " + th.period + " to hold. ";
+      text.fact(
+          fill(style.pick({"There is no limit on how much {a run} can produce.",
+                           "{A run} can be of any size.", "Production capacity is unlimited."})));
+    const std::string per_unit = style.money(holding) + " per " + th.unit;
+    text.fact(text::fill(
+        fill(style.pick({"Stock left over at the end of a {period} (including the last one) costs "
+                         "{h} per {period} to hold.",
+                         "Holding stock costs {h} per {period}, charged on the stock at the end "
+                         "of every {period}, the last one included.",
+                         "Every {unit} in stock at the end of a {period}, including the final "
+                         "one, incurs a holding cost of {m} per {period}."})),
+        {{"{h}", per_unit}, {"{m}", style.money(holding)}}));
+    text.paragraph();
     if (backlog)
-      out += "Demand may be backordered: every " + th.unit +
-             " of demand still unmet at the end of "
-             "a " +
-             th.period + " costs " + per_unit(backlog_cost) + " per " + th.period +
-             ", but all demand must be delivered by the end of " + th.period + " " + N + ". ";
+      text.fact(text::fill(
+          fill(style.pick(
+              {"Demand may be backordered: every {unit} of demand still unmet at the end of a "
+               "{period} costs {m} per {period}, but all demand must be delivered by the end of "
+               "{period} {N}.",
+               "Late delivery is allowed at a backorder cost of {b} per {period}, charged on "
+               "demand still unmet at the end of each {period}; everything must be delivered by "
+               "the end of {period} {N}.",
+               "Shortages can be carried forward as backorders, which cost {b} for every {period} "
+               "they are still open at a {period}'s end; no backorders may remain after {period} "
+               "{N}."})),
+          {{"{b}", style.money(backlog_cost) + " per " + th.unit},
+           {"{m}", style.money(backlog_cost)}}));
     else
-      out += "Demand must be met in full " + in() + " the " + th.period +
-             " it occurs; no backorders. ";
+      text.fact(
+          fill(style.pick({"Demand must be met in full {in} the {period} it occurs; no "
+                           "backorders.",
+                           "Backorders are not allowed: each {period}'s demand must be met "
+                           "on time.",
+                           "Every {period}'s demand has to be satisfied {in} that {period}, "
+                           "from stock or production."})));
     if (min_stock > 0)
-      out += "As safety stock, at least " + qty(min_stock) +
-             " must be on hand at the end of every " + th.period + ". ";
+      text.fact(replace_all(
+          fill(style.pick({"As safety stock, at least {q} must be on hand at the end of every "
+                           "{period}.",
+                           "The stock at the end of each {period} may not fall below {q}.",
+                           "A safety stock of {q} must be kept at the end of every {period}."})),
+          "{q}", qty(style, min_stock)));
     if (warehouse > 0)
-      out += "Storage space limits the stock at the end of any " + th.period + " to at most " +
-             qty(warehouse) + ". ";
+      text.fact(replace_all(
+          fill(style.pick({"Storage space limits the stock at the end of any {period} to at most "
+                           "{q}.",
+                           "At most {q} can be stored at the end of a {period}.",
+                           "The warehouse holds no more than {q} at the end of any {period}."})),
+          "{q}", qty(style, warehouse)));
     if (max_setups > 0)
-      out += "Because of crew availability, at most " + std::to_string(max_setups) + " " + th.run +
-             "s can take place over the whole horizon. ";
+      text.fact(text::fill(
+          style.pick({"Because of crew availability, at most {k} can take place over the whole "
+                      "horizon.",
+                      "There is crew for no more than {k} in total over the {n} {periods}.",
+                      "At most {k} may be scheduled over the planning horizon."}),
+          {{"{k}", style.count_of(max_setups, th.run)},
+           {"{n}", style.count(static_cast<long>(n()))},
+           {"{periods}", periods}}));
     if (shutdown > 0)
-      out += "The line is down for maintenance " + in() + " " + th.period + " " +
-             std::to_string(shutdown) + ", so nothing can be produced then. ";
-    out += "Quantities of " + th.product + " may be fractional, while running or not running " +
-           in() + " a given " + th.period + " is a yes/no decision.\n\n";
-    out += replace_all(th.question, "{n}", N);
-    return out;
+      text.fact(replace_all(
+          fill(style.pick({"The line is down for maintenance {in} {period} {s}, so nothing can be "
+                           "produced then.",
+                           "Maintenance stops production {in} {period} {s}.",
+                           "No {run} is possible {in} {period} {s} because of planned "
+                           "maintenance."})),
+          "{s}", std::to_string(shutdown)));
+    text.fact(fill(style.pick(
+        {"Quantities of {product} may be fractional, while running or not running {in} a given "
+         "{period} is a yes/no decision.",
+         "Production quantities can be fractional, but whether {a run} takes place {in} a "
+         "{period} is a yes/no decision.",
+         "The amount produced may be any non-negative number; {a run} either happens {in} a "
+         "{period} or it does not."})));
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    const std::string costs = backlog ? "setup, production, holding and backorder costs"
+                                      : "setup, production and holding costs";
+    text.fact(text::question(
+        style,
+        fill(style.pick({"how much {product} to produce {in} each {period}",
+                         "{in} which {periods} to schedule {a run} and how much to make",
+                         "a production plan for the " + N + " {periods}"})),
+        style.pick({"minimise the total cost (" + costs + ")",
+                    "keep the total of " + costs + " as small as possible"}),
+        style.pick({"the minimum total cost", "the lowest achievable total cost",
+                    "the minimum total cost in dollars"})));
+    return text.text();
   }
 
   std::string alg() const override {
