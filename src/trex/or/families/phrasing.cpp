@@ -1,5 +1,6 @@
 #include "trex/or/families/phrasing.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -142,7 +143,11 @@ std::string render_records(Style& style, Layout layout, const Records& r) {
       return out;
     }
     case Layout::columns: {
-      const int form = style.choose(3);
+      int form = style.choose(3);
+      // "Van 1 152" runs two numbers together: such names take "152 for Van 1".
+      for (const std::string& name : r.names)
+        if (form == 2 && !name.empty() && std::isdigit(static_cast<unsigned char>(name.back())))
+          form = 1;
       for (const Attribute& a : r.attributes) {
         if (form == 0) {
           out += "The " + a.label + " " + (n == 1 ? "is " : "are ") + english_list(a.cells) +

@@ -221,14 +221,14 @@ class ProductMixInstance : public ComposedInstance<themes> {
     return v;
   }
 
-  std::string qty(double v) const {
+  std::string qty(const text::Style& style, double v) const {
     const Theme& th = theme();
-    return text::num(v) + " " + (v == 1 ? th.unit : th.units);
+    return style.num(v) + " " + (v == 1 ? th.unit : th.units);
   }
   // "20 desks", "1 desk" for countable goods; "20 kg of day cream" otherwise.
-  std::string qty_of(double v, size_t p) const {
-    if (theme().countable) return text::num(v) + " " + (v == 1 ? names[p] : plural(names[p]));
-    return qty(v) + " of " + names[p];
+  std::string qty_of(const text::Style& style, double v, size_t p) const {
+    if (theme().countable) return style.num(v) + " " + (v == 1 ? names[p] : plural(names[p]));
+    return qty(style, v) + " of " + names[p];
   }
 
   // "number of desks" / "amount of day cream"
@@ -335,12 +335,12 @@ class ProductMixInstance : public ComposedInstance<themes> {
       text.fact(text::fill(
           style.pick({"The market can absorb at most {q}.", "No more than {q} can be sold.",
                       "Demand is capped at {q}.", "At most {q} can be sold."}),
-          {{"{q}", qty_of(max_qty[p], p)}}));
+          {{"{q}", qty_of(style, max_qty[p], p)}}));
     for (size_t p : bounded(min_qty))
       text.fact(text::fill(style.pick({"A customer contract requires at least {q}.",
                                        "At least {q} must be made to honour a contract.",
                                        "A standing order calls for a minimum of {q}."}),
-                           {{"{q}", qty_of(min_qty[p], p)}}));
+                           {{"{q}", qty_of(style, min_qty[p], p)}}));
     for (const auto& q : ratios)
       text.fact(text::fill(
           style.pick({"To keep the range balanced, the {a} produced must be at least {k} times "
@@ -358,7 +358,7 @@ class ProductMixInstance : public ComposedInstance<themes> {
                       "together can be sold.",
                       "Together, {a} and {b} may not exceed {q}.",
                       "The combined output of {a} and {b} is limited to {q}."}),
-          {{"{a}", names[j.a]}, {"{b}", names[j.b]}, {"{q}", qty(j.limit)}}));
+          {{"{a}", names[j.a]}, {"{b}", names[j.b]}, {"{q}", qty(style, j.limit)}}));
     if (th.integer)
       text.fact(style.pick({"Only whole " + th.units + " can be produced.",
                             "Quantities must be whole numbers of " + th.units + ".",
