@@ -625,6 +625,10 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
   std::unordered_set<uint64_t> seen_questions, seen_targets;
   std::map<std::string, std::pair<double, double>> order_sums;
   std::map<std::string, int64_t> order_counts;
+  // Per family: problems offered to a bucket that still wanted some, and those
+  // kept (not too long, not contaminated, not a duplicate). Their ratio sizes the
+  // next batch: composed texts of some families rarely fit max_chars.
+  std::map<std::string, int64_t> offered, kept;
 
   // Every benchmark question of bench_dir, against which the problems of the
   // trained families (SFT, CPT and their copy drills all come from them) are
@@ -671,6 +675,7 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
       ++summary.unused;
       return;
     }
+    ++offered[p.family];
     DemoItem it;
     it.target = compact_target(p.nl, p.gmpl);
     it.prompt = demo_user_prompt(p.nl);
@@ -694,19 +699,29 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     order_sums[p.family].first += it.target.order_before;
     order_sums[p.family].second += it.target.order_after;
     order_counts[p.family] += 1;
+    ++kept[p.family];
     it.problem = std::move(p);
     bucket->push_back(std::move(it));
   };
 
-  auto deficit = [](const std::map<std::string, std::vector<DemoItem>>& buckets,
-                    const std::vector<const Family*>& fams, int64_t want) {
+  auto missing = [](const std::map<std::string, std::vector<DemoItem>>& buckets,
+                    const std::string& family, int64_t want) {
+    auto it = buckets.find(family);
+    return std::max<int64_t>(
+        0, want - (it == buckets.end() ? 0 : static_cast<int64_t>(it->second.size())));
+  };
+  auto deficit = [&](const std::map<std::string, std::vector<DemoItem>>& buckets,
+                     const std::vector<const Family*>& fams, int64_t want) {
     int64_t worst = 0;
-    for (const auto* f : fams) {
-      auto it = buckets.find(std::string(f->name()));
-      const int64_t have = it == buckets.end() ? 0 : static_cast<int64_t>(it->second.size());
-      worst = std::max(worst, want - have);
-    }
+    for (const auto* f : fams)
+      worst = std::max(worst, missing(buckets, std::string(f->name()), want));
     return worst;
+  };
+  // The share of a family's offered problems that were kept so far (1 before any).
+  auto keep_rate = [&](const std::string& family) {
+    const int64_t n = offered[family];
+    return n == 0 ? 1.0
+                  : std::max(0.01, static_cast<double>(kept[family]) / static_cast<double>(n));
   };
 
   constexpr int kMaxBatches = 8;
@@ -727,13 +742,16 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     if (d_trained > 0 || d_template > 0) {
       // Templates are drawn uniformly: a family with T templates gives the
       // held-out one 1/T of its instances. Over-ask for skipped ones.
+      // Each family's own deficits, over its measured keep rate.
       int64_t count_per_family = 0;
       for (const auto* f : train_fams) {
+        const std::string name(f->name());
         const double t = f->nl_templates();
-        const double need = std::max(static_cast<double>(d_trained) * t / (t - 1.0),
-                                     static_cast<double>(d_template) * t);
-        count_per_family =
-            std::max(count_per_family, static_cast<int64_t>(std::ceil(need * 1.6)) + 4);
+        const double need =
+            std::max(static_cast<double>(missing(trained, name, want_trained)) * t / (t - 1.0),
+                     static_cast<double>(missing(held_template, name, want_template)) * t);
+        count_per_family = std::max(
+            count_per_family, static_cast<int64_t>(std::ceil(need * 1.6 / keep_rate(name))) + 4);
       }
       request.families = train_fams;
       request.count = count_per_family * static_cast<int64_t>(nf);
@@ -745,16 +763,35 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
     if (d_family > 0) {
       request.settings.seed = hash_combine(o.seed, 1000 + static_cast<uint64_t>(batch));
       request.families = heldout_fams;
-      request.count = (static_cast<int64_t>(std::ceil(static_cast<double>(d_family) * 1.3)) + 4) *
-                      static_cast<int64_t>(nh);
+      double rate = 1.0;
+      for (const auto* f : heldout_fams) rate = std::min(rate, keep_rate(std::string(f->name())));
+      request.count =
+          (static_cast<int64_t>(std::ceil(static_cast<double>(d_family) * 1.3 / rate)) + 4) *
+          static_cast<int64_t>(nh);
       if (o.show_progress)
         log::info("demo data: synthesising " + std::to_string(request.count) +
                   " problems of the held-out families (batch " + std::to_string(batch + 1) + ")");
       run_synth(request, accept);
     }
-    if (batch + 1 == kMaxBatches)
+    if (batch + 1 == kMaxBatches) {
+      std::vector<std::string> short_of;
+      auto report = [&](const std::map<std::string, std::vector<DemoItem>>& buckets,
+                        const std::vector<const Family*>& fams, int64_t want, const char* what) {
+        for (const auto* f : fams) {
+          const std::string name(f->name());
+          if (const int64_t m = missing(buckets, name, want); m > 0)
+            short_of.push_back(name + " " + std::to_string(m) + " " + what + " (kept " +
+                               std::to_string(kept[name]) + " of " + std::to_string(offered[name]) +
+                               " offered)");
+        }
+      };
+      report(trained, train_fams, want_trained, "trained");
+      report(held_template, train_fams, want_template, "held-out-template");
+      report(held_family, heldout_fams, want_family, "held-out-family");
       throw Error("demo data: could not fill the quotas after " + std::to_string(kMaxBatches) +
-                  " synthesis batches (raise max_chars or lower the sizes)");
+                  " synthesis batches; missing: " + join(short_of, ", ") +
+                  " (raise max_chars or lower the sizes)");
+    }
   }
 
   // Splits: round-robin over families, then consecutive slices.
