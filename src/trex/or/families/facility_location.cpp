@@ -33,7 +33,10 @@ struct Theme {
   double cost_rate;            // transport cost per unit per 10 distance units; < 1 gives cents
   std::pair<int, int> demand;  // demand range
   int demand_step;
-  bool tables;  // Markdown tables (else prose)
+  bool tables;  // shows its data as Markdown tables more often than not
+  // How a customer is named in a sentence, {name} its name: "the store in
+  // {name}", "{name} Hospital", "{name}".
+  std::string customer_form;
 };
 
 const std::vector<Theme>& themes() {
@@ -50,7 +53,8 @@ const std::vector<Theme>& themes() {
        1.0,
        {20, 90},
        5,
-       true},
+       true,
+       "the store in {name}"},
       {"{org} is deciding where to operate blood banks that supply the hospitals in its area.",
        "blood bank",
        "hospital",
@@ -66,7 +70,8 @@ const std::vector<Theme>& themes() {
        0.5,
        {30, 150},
        10,
-       false},
+       false,
+       "{name} Hospital"},
       {"{org} wants to serve its online customers from a few data centres. Each candidate data "
        "centre has a daily fixed cost and a limited serving capacity, and each customer region "
        "generates a steady load.",
@@ -82,7 +87,8 @@ const std::vector<Theme>& themes() {
        0.2,
        {10, 60},
        2,
-       true},
+       true,
+       "the {name} region"},
       {"{org} delivers kegs of beer to bars and is choosing which delivery depots to run next "
        "year.",
        "depot",
@@ -98,7 +104,8 @@ const std::vector<Theme>& themes() {
        1.5,
        {10, 40},
        2,
-       false},
+       false,
+       "{name}"},
       {"{org} must store this season's grain harvest of its member farms. It can rent storage "
        "silos at several locations, and every farm's harvest has to be trucked to open silos.",
        "silo",
@@ -115,7 +122,8 @@ const std::vector<Theme>& themes() {
        0.6,
        {40, 200},
        10,
-       true},
+       true,
+       "{name}"},
       {"{org} wants to prepare school lunches in a few central kitchens and deliver them to its "
        "schools.",
        "kitchen",
@@ -133,12 +141,13 @@ const std::vector<Theme>& themes() {
        0.1,
        {100, 400},
        10,
-       false},
+       false,
+       "{name}"},
   };
   return t;
 }
 
-class FacilityLocationInstance : public ThemedInstance<themes> {
+class FacilityLocationInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> site_names, site_keys;
   std::vector<std::string> cust_names, cust_keys;
@@ -165,69 +174,231 @@ class FacilityLocationInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string qty(double v) const { return text::num(v) + " " + theme().unit; }
+  // "35 pallets", "1 pallet", "20 million requests"
+  std::string qty(const text::Style& style, double v) const {
+    return style.num(v) + " " + (v == 1 ? theme().unit_one : theme().unit);
+  }
+  std::string site_label(size_t j) const { return "the " + theme().site + " in " + site_names[j]; }
+  std::string cust_label(size_t i) const {
+    return text::fill(theme().customer_form,
+                      {{"{name}", cust_names[i]}, {"{customer}", theme().customer}});
+  }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + "\n\n";
-    if (th.tables) {
-      std::vector<std::vector<std::string>> rows;
-      for (size_t j = 0; j < m(); ++j)
-        rows.push_back({site_names[j], text::money(fixed[j]), text::num(capacity[j])});
-      out += "Candidate " + th.site + "s (fixed cost " + th.period + " if opened, capacity in " +
-             th.unit + " " + th.period + "):\n\n";
-      out += text::markdown_table(
-          {text::capitalize(th.site), "Fixed cost", "Capacity (" + th.unit + ")"}, rows);
-      rows.clear();
-      for (size_t i = 0; i < n(); ++i) rows.push_back({cust_names[i], text::num(demand[i])});
-      out += "\nDemand of each " + th.customer + " (" + th.unit + " " + th.period + "):\n\n";
-      out +=
-          text::markdown_table({text::capitalize(th.customer), "Demand (" + th.unit + ")"}, rows);
-      rows.clear();
-      std::vector<std::string> header = {text::capitalize(th.customer) + " / " + th.site};
+    text::Composer text(style);
+    const std::string sites = text::plural(th.site), customers = text::plural(th.customer);
+    auto say = [&](const std::string& form) {
+      return text::capitalize(
+          text::fill(form, {{"{site}", th.site},
+                            {"{sites}", sites},
+                            {"{a_site}", text::article(th.site)},
+                            {"{A_site}", text::capitalize(text::article(th.site))},
+                            {"{customer}", th.customer},
+                            {"{customers}", customers},
+                            {"{a_customer}", text::article(th.customer)},
+                            {"{unit}", th.unit},
+                            {"{unit_one}", th.unit_one},
+                            {"{period}", th.period}}));
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.fact(text::fill(
+        style.pick({"There are {m} that could be opened ({slist}) and {n} to supply ({clist}).",
+                    "The candidate locations for {a_site} {site} are {slist}; the {customers} to "
+                    "be supplied are {clist}.",
+                    "In all, {m} ({slist}) are being considered to serve {n} ({clist}).",
+                    "{Sites} could be opened in {slist}, and {n} must be supplied: {clist}."}),
+        {{"{m}", style.count_of(static_cast<long>(m()), "candidate " + th.site)},
+         {"{n}", style.count_of(static_cast<long>(n()), th.customer)},
+         {"{a_site}", text::article(th.site)},
+         {"{site}", th.site},
+         {"{Sites}", text::capitalize(sites)},
+         {"{customers}", customers},
+         {"{slist}", text::english_list(site_names)},
+         {"{clist}", text::english_list(cust_names)}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // Theme layouts are a bias: a table theme shows its records as tables
+    // about half the time, a prose theme as bullets or sentences.
+    auto records_layout = [&]() {
+      if (style.chance(0.5))
+        return th.tables ? text::Layout::table
+                         : style.layout({text::Layout::bullets, text::Layout::rows});
+      return style.layout(
+          {text::Layout::table, text::Layout::bullets, text::Layout::rows, text::Layout::columns});
+    };
+
+    // Candidate sites: fixed cost and capacity. A caption that ends in a colon
+    // introduces a table or list; sentences get a sentence before them.
+    const text::Layout site_layout = records_layout();
+    const bool listed = site_layout == text::Layout::table || site_layout == text::Layout::bullets;
+    if (listed)
+      text.fact(
+          say(style.pick({"The candidate {sites}, with their fixed cost and capacity {period}:",
+                          "Fixed cost (in dollars {period}, paid only if the {site} is "
+                          "opened) and capacity ({unit} {period}) of each candidate {site}:",
+                          "Each candidate {site} has a fixed cost {period} if it is opened "
+                          "and a limited capacity:"})));
+    else
+      text.fact(
+          say(style.pick({"Each candidate {site} has a fixed cost {period}, paid only if it "
+                          "is opened, and a limited capacity.",
+                          "Opening {a_site} {site} costs a fixed amount {period}, and each "
+                          "{site} can handle only so much."})));
+    text.paragraph(false);
+    text::Records site_records;
+    site_records.row_header = text::capitalize(th.site);
+    site_records.names = site_names;
+    text::Attribute fixed_cost, site_capacity;
+    fixed_cost.header = "Fixed cost ($ " + th.period + ")";
+    fixed_cost.label = "fixed costs " + th.period + " in dollars";
+    site_capacity.header = "Capacity (" + th.unit + " " + th.period + ")";
+    site_capacity.label = "capacities in " + th.unit + " " + th.period;
+    for (size_t j = 0; j < m(); ++j) {
+      site_records.row_subjects.push_back(site_label(j));
+      fixed_cost.cells.push_back(style.num(fixed[j]));
+      fixed_cost.phrases.push_back(text::fill(
+          style.pick({"costs {v} {period} to operate", "has a fixed cost of {v} {period}",
+                      "would cost {v} {period} if opened"}),
+          {{"{v}", style.money(fixed[j])}, {"{period}", th.period}}));
+      site_capacity.cells.push_back(style.num(capacity[j]));
+      site_capacity.phrases.push_back(
+          text::fill(style.pick({"can handle up to {q} {period}", "has a capacity of {q} {period}",
+                                 "can deliver at most {q} {period}"}),
+                     {{"{q}", qty(style, capacity[j])}, {"{period}", th.period}}));
+    }
+    site_records.attributes.push_back(std::move(fixed_cost));
+    site_records.attributes.push_back(std::move(site_capacity));
+    text.block(text::render_records(style, site_layout, site_records));
+
+    // Customers: demand.
+    text::Records cust_records;
+    cust_records.row_header = text::capitalize(th.customer);
+    cust_records.names = cust_names;
+    text::Attribute need;
+    need.header = "Demand (" + th.unit + " " + th.period + ")";
+    need.label = "demands in " + th.unit + " " + th.period;
+    for (size_t i = 0; i < n(); ++i) {
+      cust_records.row_subjects.push_back(cust_label(i));
+      need.cells.push_back(style.num(demand[i]));
+      need.phrases.push_back(
+          text::fill(style.pick({"needs {q} {period}", "requires {q} {period}",
+                                 "has a demand of {q} {period}", "must receive {q} {period}"}),
+                     {{"{q}", qty(style, demand[i])}, {"{period}", th.period}}));
+    }
+    cust_records.attributes.push_back(std::move(need));
+    const text::Layout cust_layout = records_layout();
+    if (cust_layout == text::Layout::table || cust_layout == text::Layout::bullets)
+      text.block(say(style.pick(
+          {"Demand of each {customer} ({unit} {period}):", "What each {customer} needs {period}:",
+           "The {customers} and their demand {period}:"})));
+    text.block(text::render_records(style, cust_layout, cust_records));
+
+    // Delivery costs per unit: a Markdown table (customers in rows), or one
+    // line per customer listing the sites in their order.
+    if (style.chance(th.tables ? 0.7 : 0.3)) {
+      text.block(say(style.pick(
+          {"Cost in dollars of delivering one {unit_one} from each {site} to each {customer}:",
+           "Delivery cost in dollars per {unit_one}, by {customer} (rows) and {site} (columns):",
+           "The table gives the cost in dollars of delivering one {unit_one} to each {customer} "
+           "(rows) from each {site} (columns):"})));
+      std::vector<std::string> header = {
+          style.pick({text::capitalize(th.customer) + " \\ " + th.site, "To \\ from"})};
       for (const auto& s : site_names) header.push_back(s);
+      std::vector<std::vector<std::string>> rows;
       for (size_t i = 0; i < n(); ++i) {
-        std::vector<std::string> r = {cust_names[i]};
-        for (size_t j = 0; j < m(); ++j) r.push_back(text::money(cost[i][j]));
-        rows.push_back(r);
+        std::vector<std::string> row = {cust_names[i]};
+        for (size_t j = 0; j < m(); ++j) row.push_back(style.num(cost[i][j]));
+        rows.push_back(std::move(row));
       }
-      out += "\nCost of delivering one " + th.unit_one + " from each " + th.site + " to each " +
-             th.customer + ":\n\n";
-      out += text::markdown_table(header, rows);
+      text.block(text::markdown_table(header, rows));
     } else {
-      for (size_t j = 0; j < m(); ++j)
-        out += "- Operating a " + th.site + " in " + site_names[j] + " costs " +
-               text::money(fixed[j]) + " " + th.period + "; it can handle up to " +
-               qty(capacity[j]) + " " + th.period + ".\n";
-      out += "\nThe " + th.customer + "s need ";
-      std::vector<std::string> needs;
-      for (size_t i = 0; i < n(); ++i) needs.push_back(qty(demand[i]) + " (" + cust_names[i] + ")");
-      out += text::english_list(needs) + " " + th.period + ".\n\n";
-      out += "Delivery costs, in dollars per " + th.unit_one + ", are:\n";
-      for (size_t i = 0; i < n(); ++i) {
+      auto costs_to = [&](size_t i) {
         std::vector<std::string> parts;
         for (size_t j = 0; j < m(); ++j)
-          parts.push_back(text::num(cost[i][j]) + " from " + site_names[j]);
-        out += "- to " + cust_names[i] + ": " + text::english_list(parts) + "\n";
+          parts.push_back(style.money(cost[i][j]) + " from " + site_names[j]);
+        return text::english_list(parts);
+      };
+      std::string lines;
+      if (style.chance(0.5)) {
+        lines = say(
+            style.pick({"Delivery costs per {unit_one}:\n", "Cost of delivering one {unit_one}:\n",
+                        "What one {unit_one} costs to deliver:\n"}));
+        const std::string bullet = style.pick({"- ", "* "});
+        for (size_t i = 0; i < n(); ++i)
+          lines += bullet + "To " + cust_names[i] + ": " + costs_to(i) + ".\n";
+      } else {
+        const std::string form = style.pick({"Delivering one {unit_one} to {c} costs {costs}.",
+                                             "For {c}, the cost per {unit_one} is {costs}.",
+                                             "Per {unit_one}, supplying {c} costs {costs}."});
+        for (size_t i = 0; i < n(); ++i)
+          lines += text::capitalize(text::fill(form, {{"{unit_one}", th.unit_one},
+                                                      {"{c}", cust_label(i)},
+                                                      {"{costs}", costs_to(i)}})) +
+                   "\n";
       }
+      text.block(lines);
     }
-    out += "\nA " + th.customer + "'s demand may be split between several open " + th.site +
-           "s, and delivered quantities do not have to be whole numbers. Nothing can be "
-           "delivered from a " +
-           th.site + " that is not opened, and the total delivered from a " + th.site +
-           " may not exceed its capacity. ";
-    if (max_open > 0)
-      out += "At most " + std::to_string(max_open) + " " + th.site + "s may be opened. ";
+
+    text.fact(say(
+        style.pick({"Every {customer}'s demand must be met in full.", "All demand has to be met.",
+                    "Each {customer} must receive exactly its demand."})));
+    text.fact(say(
+        style.pick({"{a_customer} {customer}'s demand may be split between several open {sites}.",
+                    "{a_customer} {customer} can be served by more than one open {site}.",
+                    "One {customer} may receive deliveries from several {sites}, as long "
+                    "as they are open."})));
+    text.fact(say(style.pick({"Delivered quantities do not have to be whole numbers.",
+                              "Fractional deliveries are allowed.",
+                              "Amounts delivered may be fractional."})));
+    text.fact(say(style.pick({"Nothing can be delivered from {a_site} {site} that is not opened.",
+                              "Only open {sites} can deliver.",
+                              "{A_site} {site} that stays closed delivers nothing."})));
+    text.fact(
+        say(style.pick({"The total delivered from {a_site} {site} may not exceed its capacity.",
+                        "No {site} may deliver more than its capacity.",
+                        "What {a_site} {site} sends out in total is limited by its capacity."})));
+    if (max_open > 0) {
+      // The limit stays in digits: it is a number of the model's data.
+      const std::string k = std::to_string(max_open) + " " + (max_open == 1 ? th.site : sites);
+      text.fact(
+          text::fill(style.pick({"At most {k} may be opened.", "No more than {k} can be opened.",
+                                 "The budget allows at most {k} to be opened."}),
+                     {{"{k}", k}}));
+    }
     for (auto [a, b] : exclusive)
-      out += "The " + th.site + "s in " + site_names[a] + " and " + site_names[b] +
-             " cannot both be opened. ";
+      text.fact(text::capitalize(
+          text::fill(style.pick({"the {sites} in {a} and {b} cannot both be opened.",
+                                 "at most one of the {sites} in {a} and {b} may be opened.",
+                                 "opening {x} rules out opening {y}, and vice versa."}),
+                     {{"{sites}", sites},
+                      {"{a}", site_names[static_cast<size_t>(a)]},
+                      {"{b}", site_names[static_cast<size_t>(b)]},
+                      {"{x}", site_label(static_cast<size_t>(a))},
+                      {"{y}", site_label(static_cast<size_t>(b))}})));
     if (min_throughput > 0)
-      out += "Any " + th.site + " that is opened must deliver at least " + qty(min_throughput) +
-             " " + th.period + " in total. ";
-    out += "Which " + th.site + "s should be opened, and how should the " + th.customer +
-           "s be supplied, to meet all demand at the minimum total (fixed plus delivery) cost " +
-           th.period + "?";
-    return out;
+      text.fact(say(text::fill(
+          style.pick({"Any {site} that is opened must deliver at least {q} {period} in total.",
+                      "An open {site} has to deliver a total of at least {q} {period}.",
+                      "Every open {site} must handle a total of at least {q} {period}."}),
+          {{"{q}", qty(style, min_throughput)}})));
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task =
+        style.pick({"which " + sites + " to open and how to supply the " + customers,
+                    "which " + sites + " to open and how much each open " + th.site +
+                        " delivers to each " + th.customer,
+                    "an opening and delivery plan"});
+    const std::string goal =
+        style.pick({"minimise the total cost " + th.period + " (fixed plus delivery)",
+                    "minimise the sum of fixed and delivery costs " + th.period});
+    const std::string value =
+        style.pick({"the minimum total cost in dollars", "the lowest possible total cost",
+                    "the optimal total cost (fixed plus delivery)"});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {

@@ -111,7 +111,7 @@ struct Commodity {
   double demand = 0;
 };
 
-class FixedChargeInstance : public ThemedInstance<themes> {
+class FixedChargeInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names, keys;  // nodes
   std::vector<Arc> arcs;
@@ -123,10 +123,6 @@ class FixedChargeInstance : public ThemedInstance<themes> {
 
   size_t n() const { return names.size(); }
   int side_count() const { return (max_links >= 0) + (exclusive.first >= 0) + (committed >= 0); }
-  std::string amount(double v) const {
-    return text::num(v) + " " + (v == 1 ? theme().unit_one : theme().unit);
-  }
-  std::string arc_text(size_t k) const { return names[arcs[k].from] + " -> " + names[arcs[k].to]; }
 
   json size() const override {
     return {{"nodes", n()},
@@ -142,63 +138,222 @@ class FixedChargeInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "There are " + std::to_string(n()) + " " + text::plural(th.node_noun) + " (" +
-           text::english_list(names) + ").\n\nThe following flows must be delivered:\n";
-    for (const Commodity& k : commodities)
-      out += "- " + amount(k.demand) + " of " + k.name + " from " + names[k.origin] + " to " +
-             names[k.dest] + "\n";
-    out += "\nEach candidate " + th.link_noun + " is one-way and has a " + th.fixed_what +
-           ", a capacity shared by all flows, and a cost per " + th.unit_one + " carried. ";
-    if (th.layout == Layout::table) {
-      out += "The candidates are:\n\n";
+    text::Composer text(style);
+    const std::string nodes = text::plural(th.node_noun), links = text::plural(th.link_noun);
+    auto amount = [&](double v) { return style.num(v) + " " + (v == 1 ? th.unit_one : th.unit); };
+    auto say = [&](const std::string& form) {
+      return text::capitalize(text::fill(form, {{"{link}", th.link_noun},
+                                                {"{links}", links},
+                                                {"{a_link}", text::article(th.link_noun)},
+                                                {"{node}", th.node_noun},
+                                                {"{nodes}", nodes},
+                                                {"{open}", th.open_verb},
+                                                {"{fixed_what}", th.fixed_what},
+                                                {"{unit}", th.unit},
+                                                {"{unit_one}", th.unit_one}}));
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.fact(text::fill(
+        style.pick({"There are {n} ({list}).", "The network connects {n}: {list}.",
+                    "The {nodes} involved are {list}.", "The {nodes} in the network are {list}."}),
+        {{"{n}", style.count_of(static_cast<long>(n()), th.node_noun)},
+         {"{nodes}", nodes},
+         {"{list}", text::english_list(names)}}));
+    text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // The flows to deliver, in the data's order: a table, bullets or sentences.
+    const bool named = !th.goods.empty();
+    auto flow_of = [&](const Commodity& k) { return amount(k.demand) + " of " + k.name; };
+    const int flow_layout = style.choose(3);
+    if (flow_layout == 0) {
+      text.block(
+          style.pick({"The following flows must be delivered:", "These flows have to be delivered:",
+                      "The demand to be carried over the network:"}));
+      std::vector<std::string> header;
+      if (named) header.push_back(style.pick({"Commodity", "Flow"}));
+      header.push_back("From");
+      header.push_back("To");
+      header.push_back("Amount (" + th.unit + ")");
+      std::vector<std::vector<std::string>> rows;
+      for (const Commodity& k : commodities) {
+        std::vector<std::string> row;
+        if (named) row.push_back(k.name);
+        row.push_back(names[k.origin]);
+        row.push_back(names[k.dest]);
+        row.push_back(style.num(k.demand));
+        rows.push_back(std::move(row));
+      }
+      text.block(text::markdown_table(header, rows));
+    } else if (flow_layout == 1) {
+      std::string lines = style.pick({"The following flows must be delivered:\n",
+                                      "Flows to deliver:\n", "The network has to carry:\n"});
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string form =
+          named ? style.pick({"{q} of {name} from {o} to {d}", "{Name}: {q} from {o} to {d}"})
+                : "{q} of {name} from {o} to {d}";
+      for (const Commodity& k : commodities)
+        lines += bullet +
+                 text::fill(form, {{"{q}", amount(k.demand)},
+                                   {"{name}", k.name},
+                                   {"{Name}", text::capitalize(k.name)},
+                                   {"{o}", names[k.origin]},
+                                   {"{d}", names[k.dest]}}) +
+                 "\n";
+      text.block(lines);
+    } else {
+      const std::string form =
+          style.pick({"{o} must send {flow} to {d}.", "From {o} to {d}, {flow} must be delivered.",
+                      "{d} needs {flow} from {o}."});
+      std::string lines;
+      for (const Commodity& k : commodities)
+        lines +=
+            text::capitalize(text::fill(
+                form, {{"{flow}", flow_of(k)}, {"{o}", names[k.origin]}, {"{d}", names[k.dest]}})) +
+            "\n";
+      text.block(lines);
+    }
+
+    // Candidate links, in the data's order: a Markdown table, one line per
+    // origin, or one line per link. The theme's layout is a bias.
+    text.fact(say(style.pick(
+        {"Each candidate {link} is one-way and has a {fixed_what}, a capacity shared by all "
+         "flows, and a cost per {unit_one} carried.",
+         "A candidate {link} runs in one direction only; it comes with a {fixed_what}, a "
+         "capacity that all flows share, and a cost for every {unit_one} it carries.",
+         "Every candidate {link} is one-way, with a {fixed_what}, a capacity for all flows "
+         "together and a per-{unit_one} cost."})));
+    int layout = static_cast<int>(th.layout);
+    if (!style.chance(0.5)) layout = style.choose(3);
+    const std::string per = " per " + th.unit_one;
+    if (layout == static_cast<int>(Layout::table)) {
+      text.fact(
+          say(style.pick({"The candidates are:", "The candidate {links} are:", "Here they are:"})));
+      text.paragraph(false);
       std::vector<std::vector<std::string>> rows;
       for (const Arc& a : arcs)
-        rows.push_back({names[a.from], names[a.to], text::money(a.fixed), text::num(a.cap),
-                        text::money(a.cost)});
-      out += text::markdown_table({"From", "To", "Fixed cost", "Capacity (" + th.unit + ")",
-                                   "Cost per " + th.unit_one},
-                                  rows) +
-             "\n";
-    } else if (th.layout == Layout::by_origin) {
-      out += "\n\n";
+        rows.push_back(
+            {names[a.from], names[a.to], style.num(a.fixed), style.num(a.cap), style.num(a.cost)});
+      text.block(text::markdown_table({"From", "To", "Fixed cost ($)", "Capacity (" + th.unit + ")",
+                                       "Cost per " + th.unit_one + " ($)"},
+                                      rows));
+    } else if (layout == static_cast<int>(Layout::by_origin)) {
+      text.paragraph(false);
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string leg_form =
+          style.pick({"to {to} (fixed {fixed}, capacity {cap}, {cost}{per})",
+                      "to {to} ({fixed} fixed, up to {cap}, {cost}{per})"});
+      std::string lines;
       for (size_t v = 0; v < n(); ++v) {
         std::vector<std::string> legs;
         for (const Arc& a : arcs)
           if (a.from == v)
-            legs.push_back("to " + names[a.to] + " (fixed " + text::money(a.fixed) + ", capacity " +
-                           amount(a.cap) + ", " + text::money(a.cost) + " per " + th.unit_one +
-                           ")");
-        if (!legs.empty()) out += "- From " + names[v] + ": " + text::english_list(legs) + ".\n";
+            legs.push_back(text::fill(leg_form, {{"{to}", names[a.to]},
+                                                 {"{fixed}", style.money(a.fixed)},
+                                                 {"{cap}", amount(a.cap)},
+                                                 {"{cost}", style.money(a.cost)},
+                                                 {"{per}", per}}));
+        if (legs.empty()) continue;
+        const std::string list = text::english_list(legs);
+        lines += bullets ? bullet + "From " + names[v] + ": " + list + ".\n"
+                         : "From " + names[v] + ", " +
+                               (legs.size() == 1
+                                    ? text::article(th.link_noun) + " " + th.link_noun + " can run "
+                                    : links + " can run ") +
+                               list + ".\n";
       }
-      out += "\n";
+      text.block(lines);
     } else {
-      out += "\n\n";
+      text.paragraph(false);
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string form =
+          bullets ? style.pick({"{from} -> {to}: fixed cost {fixed}, up to {cap}, {cost}{per}",
+                                "{from} to {to}: {fixed} fixed, capacity {cap}, {cost}{per}"})
+                  : style.pick({"The {link} from {from} to {to} has a fixed cost of {fixed}, "
+                                "carries up to {cap} and costs {cost}{per}.",
+                                "From {from} to {to}: {fixed} to {open}, room for {cap}, "
+                                "{cost}{per}."});
+      std::string lines;
       for (const Arc& a : arcs)
-        out += "- " + names[a.from] + " -> " + names[a.to] + ": fixed cost " +
-               text::money(a.fixed) + ", up to " + amount(a.cap) + ", " + text::money(a.cost) +
-               " per " + th.unit_one + "\n";
-      out += "\n";
+        lines += (bullets ? bullet : "") +
+                 text::fill(form, {{"{link}", th.link_noun},
+                                   {"{from}", names[a.from]},
+                                   {"{to}", names[a.to]},
+                                   {"{fixed}", style.money(a.fixed)},
+                                   {"{cap}", amount(a.cap)},
+                                   {"{cost}", style.money(a.cost)},
+                                   {"{per}", per},
+                                   {"{open}", th.open_verb}}) +
+                 "\n";
+      text.block(lines);
     }
-    out += "A " + th.link_noun + " can only carry flow if it is opened (you " + th.open_verb +
-           " it or not, there is no partial opening); flows may be split over several paths and "
-           "may be fractional. ";
-    if (max_links >= 0)
-      out += "At most " + std::to_string(max_links) + " " + th.link_noun + "s can be opened. ";
-    if (exclusive.first >= 0)
-      out += "The " + th.link_noun + "s " + arc_text(static_cast<size_t>(exclusive.first)) +
-             " and " + arc_text(static_cast<size_t>(exclusive.second)) + " cannot both be opened. ";
-    if (committed >= 0)
-      out += "The " + th.link_noun + " " + arc_text(static_cast<size_t>(committed)) +
-             " is already contracted and must be opened. ";
-    out += "Which " + th.link_noun +
-           "s should be opened, and how should each flow be routed, to "
-           "minimise the total cost (fixed costs of the opened " +
-           th.link_noun +
-           "s plus the cost of the amounts carried)? What is the minimum total cost in dollars?";
-    return out;
+
+    text.fact(say(style.pick(
+        {"{a_link} {link} can only carry flow if it is opened: you {open} it or not, there is no "
+         "partial "
+         "opening.",
+         "Only opened {links} can carry flow, and {a_link} {link} is either opened in full or not "
+         "at "
+         "all.",
+         "Flow may use {a_link} {link} only if it is opened, and opening is all or nothing."})));
+    text.fact(say(style.pick({"Flows may be split over several paths and may be fractional.",
+                              "A flow can be split over several routes, and amounts need not be "
+                              "whole numbers.",
+                              "Each flow may use more than one path, in fractional amounts."})));
+    if (max_links >= 0) {
+      // The limit stays in digits, like every number of the model.
+      const std::string k =
+          std::to_string(max_links) + " " + (max_links == 1 ? th.link_noun : links);
+      text.fact(
+          text::fill(style.pick({"At most {k} can be opened.", "No more than {k} may be opened.",
+                                 "The budget covers at most {k}."}),
+                     {{"{k}", k}}));
+    }
+    if (exclusive.first >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(exclusive.first)];
+      const Arc& b = arcs[static_cast<size_t>(exclusive.second)];
+      std::vector<std::string> forms = {
+          "the {link} from {a} to {b} and the {link} from {c} to {d} "
+          "cannot both be opened.",
+          "at most one of the {links} {a} -> {b} and {c} -> {d} may be "
+          "opened."};
+      // Two directions of one corridor read as such.
+      if (a.from == b.to && a.to == b.from)
+        forms.push_back("only one direction of the {link} between {a} and {b} may be opened.");
+      text.fact(text::capitalize(text::fill(style.pick(forms), {{"{link}", th.link_noun},
+                                                                {"{links}", links},
+                                                                {"{a}", names[a.from]},
+                                                                {"{b}", names[a.to]},
+                                                                {"{c}", names[b.from]},
+                                                                {"{d}", names[b.to]}})));
+    }
+    if (committed >= 0) {
+      const Arc& a = arcs[static_cast<size_t>(committed)];
+      text.fact(text::capitalize(text::fill(
+          style.pick({"the {link} from {a} to {b} is already contracted and must be opened.",
+                      "the {link} {a} -> {b} has to be opened in any case.",
+                      "a contract commits {a} -> {b}: that {link} must be opened."}),
+          {{"{link}", th.link_noun}, {"{a}", names[a.from]}, {"{b}", names[a.to]}})));
+    }
+    text.distractors(org, 1, 0.2);
+    text.paragraph();
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task = style.pick(
+        {"which " + links + " to " + th.open_verb + " and how to route each flow",
+         "which " + links + " to open and how much of each flow to send on each " + th.link_noun,
+         "a network design and a routing of the flows"});
+    const std::string goal = style.pick({"minimise the total cost (fixed costs of the opened " +
+                                             links + " plus the cost of the amounts carried)",
+                                         "minimise the fixed costs plus the transport costs"});
+    const std::string value =
+        style.pick({"the minimum total cost in dollars", "the lowest possible total cost",
+                    "the optimal total cost"});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {

@@ -103,7 +103,7 @@ double max_flow(size_t n, const std::vector<Arc>& arcs, size_t s, size_t t,
   return total;
 }
 
-class MaxFlowInstance : public ThemedInstance<themes> {
+class MaxFlowInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names;  // display names
   std::vector<std::string> keys;   // MathProg symbols
@@ -119,7 +119,6 @@ class MaxFlowInstance : public ThemedInstance<themes> {
 
   size_t n() const { return names.size(); }
   int side_count() const { return (limited_node >= 0) + (reduced_arc >= 0) + (share_node >= 0); }
-  std::string rate(double v) const { return text::num(v) + " " + theme().unit; }
   std::string node_label(size_t v) const {
     if (v == source || v == sink) return names[v];
     return "the " + theme().node_noun + " at " + names[v];
@@ -136,57 +135,146 @@ class MaxFlowInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out =
-        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}) +
-        " ";
+    text::Composer text(style);
+    const std::string links = text::plural(th.link_noun);
+    auto rate = [&](double v) { return style.num(v) + " " + th.unit; };
+    auto say = [&](const std::string& form) {
+      return text::capitalize(text::fill(form, {{"{link}", th.link_noun},
+                                                {"{links}", links},
+                                                {"{a_link}", text::article(th.link_noun)},
+                                                {"{node}", th.node_noun},
+                                                {"{nodes}", text::plural(th.node_noun)},
+                                                {"{a_node}", text::article(th.node_noun)},
+                                                {"{good}", th.good},
+                                                {"{unit}", th.unit},
+                                                {"{s}", names[source]},
+                                                {"{t}", names[sink]}}));
+    };
+    text.fact(
+        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}));
     std::vector<std::string> middle;
     for (size_t v = 0; v < n(); ++v)
       if (v != source && v != sink) middle.push_back(names[v]);
-    out += "Besides " + names[source] + " and " + names[sink] + ", the network has " +
-           std::to_string(middle.size()) + " " + th.node_noun + "s (" + text::english_list(middle) +
-           ") and " + std::to_string(arcs.size()) + " one-way " + th.link_noun +
-           "s, each with a maximum capacity in " + th.unit + ".";
-    if (th.layout == Layout::table) {
-      out += "\n\n";
+    text.fact(text::fill(
+        say(style.pick({"Besides {s} and {t}, the network has {k} ({list}) and {a}, each with a "
+                        "maximum capacity in {unit}.",
+                        "Between {s} and {t} lie {k}: {list}. They are connected by {a}, each "
+                        "with a capacity in {unit}.",
+                        "The network consists of {s}, {t}, {k} ({list}) and {a}; every {link} "
+                        "has a maximum capacity, in {unit}.",
+                        "{s} and {t} are joined through {k} ({list}) by {a} of limited "
+                        "capacity (in {unit})."})),
+        {{"{k}", style.count_of(static_cast<long>(middle.size()), th.node_noun)},
+         {"{a}", style.count_of(static_cast<long>(arcs.size()), "one-way " + th.link_noun)},
+         {"{list}", text::english_list(middle)}}));
+    // Some stories name no organisation; a fact about one would come from nowhere.
+    if (th.intro.find("{org}") != std::string::npos) text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // The links in the data's order: a Markdown table, one line per origin or
+    // one line per link. The theme's layout is a bias.
+    int layout = static_cast<int>(th.layout);
+    if (!style.chance(0.5)) layout = style.choose(3);
+    if (layout == static_cast<int>(Layout::table)) {
+      if (style.chance(0.5))
+        text.block(say(style.pick(
+            {"The {links} and their capacities:", "Capacity of each {link}, in {unit}:"})));
       std::vector<std::vector<std::string>> rows;
-      for (const Arc& a : arcs) rows.push_back({names[a.from], names[a.to], text::num(a.cap)});
-      out += text::markdown_table({"From", "To", "Capacity (" + th.unit + ")"}, rows) + "\n";
-    } else if (th.layout == Layout::by_node) {
-      out += "\n\n";
+      for (const Arc& a : arcs) rows.push_back({names[a.from], names[a.to], style.num(a.cap)});
+      text.block(text::markdown_table({"From", "To", "Capacity (" + th.unit + ")"}, rows));
+    } else if (layout == static_cast<int>(Layout::by_node)) {
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      std::string lines;
       for (size_t v = 0; v < n(); ++v) {
         std::vector<std::string> legs;
         for (const Arc& a : arcs)
-          if (a.from == v) legs.push_back(names[a.to] + " (" + text::num(a.cap) + ")");
-        if (!legs.empty())
-          out += "- Out of " + names[v] + ": to " + text::english_list(legs) + ".\n";
+          if (a.from == v) legs.push_back(names[a.to] + " (" + style.num(a.cap) + ")");
+        if (legs.empty()) continue;
+        const std::string list = text::english_list(legs);
+        lines += bullets ? bullet + "Out of " + names[v] + ": to " + list + ".\n"
+                         : "Out of " + names[v] + ", " +
+                               (legs.size() == 1
+                                    ? text::article(th.link_noun) + " " + th.link_noun + " goes"
+                                    : links + " go") +
+                               " to " + list + ".\n";
       }
-      out += "\n(Capacities in brackets are in " + th.unit + ".)\n\n";
+      text.block(lines);
+      text.block(say(style.pick({"(Capacities in brackets are in {unit}.)",
+                                 "The numbers in brackets are capacities in {unit}.",
+                                 "Capacities, in brackets, are given in {unit}."})));
     } else {
-      out += "\n\n";
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string form =
+          bullets
+              ? style.pick({"{Link} {from} -> {to}: at most {cap}", "{from} to {to}: up to {cap}"})
+              : style.pick({"The {link} from {from} to {to} carries at most {cap}.",
+                            "From {from} to {to}, the {link} can take up to {cap}."});
+      std::string lines;
       for (const Arc& a : arcs)
-        out += "- " + text::capitalize(th.link_noun) + " " + names[a.from] + " -> " + names[a.to] +
-               ": at most " + rate(a.cap) + "\n";
-      out += "\n";
+        lines += (bullets ? bullet : "") +
+                 text::fill(form, {{"{Link}", text::capitalize(th.link_noun)},
+                                   {"{link}", th.link_noun},
+                                   {"{from}", names[a.from]},
+                                   {"{to}", names[a.to]},
+                                   {"{cap}", rate(a.cap)}}) +
+                 "\n";
+      text.block(lines);
     }
-    out += "Whatever flows into a " + th.node_noun + " must flow out of it again. ";
+
+    text.fact(say(style.pick({"Whatever flows into {a_node} {node} must flow out of it again.",
+                              "Nothing is stored at the {nodes}: what comes in goes out.",
+                              "At every {node}, inflow equals outflow."})));
+    text.fact(say(style.pick({"No {link} may carry more than its capacity.",
+                              "The flow on {a_link} {link} cannot exceed its capacity.",
+                              "Each {link} carries at most its capacity."})));
+    text.fact(say(style.pick({"Flows may be fractional.", "Flows need not be whole numbers.",
+                              "Fractional flows are allowed."})));
     if (limited_node >= 0)
-      out += text::capitalize(node_label(static_cast<size_t>(limited_node))) +
-             " can handle at most " + rate(node_limit) + " in total. ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"{v} can handle at most {q} in total.",
+                      "no more than {q} in total can pass through {v}.",
+                      "the total inflow of {v} is limited to {q}."}),
+          {{"{v}", node_label(static_cast<size_t>(limited_node))}, {"{q}", rate(node_limit)}})));
     if (reduced_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(reduced_arc)];
-      out += "Because of repairs, the " + th.link_noun + " from " + names[a.from] + " to " +
-             names[a.to] + " may only be used up to " + text::num(reduced_fraction * 100) +
-             "% of its capacity. ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"because of repairs, the {link} from {a} to {b} may only be used up to {p} "
+                      "of its capacity.",
+                      "repairs limit the {link} from {a} to {b} to {p} of its capacity.",
+                      "during maintenance, at most {p} of the capacity of the {link} from {a} to "
+                      "{b} is available."}),
+          {{"{link}", th.link_noun},
+           {"{a}", names[a.from]},
+           {"{b}", names[a.to]},
+           {"{p}", style.percent(reduced_fraction * 100)}})));
     }
     if (share_node >= 0)
-      out += "For resilience, at most " + text::num(share * 100) + "% of the total " + th.good +
-             " flow may pass through " + node_label(static_cast<size_t>(share_node)) + ". ";
-    out += "Flows may be fractional. What is the maximum " + th.good + " flow, in " + th.unit +
-           ", that can be sent from " + names[source] + " to " + names[sink] +
-           ", and how should it be routed?";
-    return out;
+      text.fact(text::capitalize(text::fill(
+          style.pick({"for resilience, at most {p} of the total {good} flow may pass through {v}.",
+                      "no more than {p} of the total flow may go through {v}, for resilience.",
+                      "to limit the risk of a single failure, {v} may carry at most {p} of the "
+                      "total flow."}),
+          {{"{good}", th.good},
+           {"{v}", node_label(static_cast<size_t>(share_node))},
+           {"{p}", style.percent(share * 100)}})));
+    if (th.intro.find("{org}") != std::string::npos) text.distractors(org, 1, 0.2);
+    text.paragraph();
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task = style.pick({"how to route the " + th.good + " through the network",
+                                         "the flow on each " + th.link_noun,
+                                         "a routing of the " + th.good + " over the " + links});
+    const std::string goal = style.pick(
+        {"maximise the " + th.good + " flow from " + names[source] + " to " + names[sink],
+         "send as much " + th.good + " as possible from " + names[source] + " to " + names[sink]});
+    const std::string value =
+        style.pick({"the maximum flow in " + th.unit, "the largest possible " + th.good + " flow",
+                    "the maximum " + th.good + " flow, in " + th.unit});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {

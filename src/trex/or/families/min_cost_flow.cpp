@@ -59,7 +59,7 @@ struct Arc {
   double cost = 0, cap = 0;
 };
 
-class MinCostFlowInstance : public ThemedInstance<themes> {
+class MinCostFlowInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> cities;                // display name of each node
   std::vector<std::string> keys;                  // MathProg symbols
@@ -85,11 +85,8 @@ class MinCostFlowInstance : public ThemedInstance<themes> {
   std::string role(size_t v) const {
     return is_source(v) ? theme().source : is_hub(v) ? theme().hub : theme().sink;
   }
-  std::string label(size_t v) const { return cities[v] + " " + role(v); }
-  std::string amount(double v) const {
-    return text::num(v) + " " + (v == 1 ? theme().unit_one : theme().unit);
-  }
-  std::string unit_cost(double c) const { return text::money(c) + " per " + theme().unit_one; }
+  // "Leeds plant": the node's city and role ("the" goes before it).
+  std::string label_of(size_t v) const { return cities[v] + " " + role(v); }
 
   json size() const override {
     return {{"sources", n_sources},
@@ -112,84 +109,208 @@ class MinCostFlowInstance : public ThemedInstance<themes> {
     return out;
   }
 
-  std::string nl() const override {
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out = replace_all(th.intro, "{org}", org) + " ";
-    out += "The network has " + std::to_string(n_sources) + " " + text::plural(th.source) + " (" +
-           text::english_list(labels(0, n_sources)) + "), " + std::to_string(n_hubs) + " " +
-           (n_hubs == 1 ? th.hub : text::plural(th.hub)) + " (" +
-           text::english_list(labels(n_sources, n_hubs)) + ") and " + std::to_string(n_sinks) +
-           " " + text::plural(th.sink) + " (" +
-           text::english_list(labels(n_sources + n_hubs, n_sinks)) + ").\n\n";
-    if (th.layout == Layout::table) {
+    text::Composer text(style);
+    const std::string lanes = text::plural(th.lane);
+    auto amount = [&](double v) { return style.num(v) + " " + (v == 1 ? th.unit_one : th.unit); };
+    auto say = [&](const std::string& form) {
+      return text::capitalize(
+          text::fill(form, {{"{source}", th.source},
+                            {"{sources}", text::plural(th.source)},
+                            {"{a_source}", text::article(th.source)},
+                            {"{hub}", th.hub},
+                            {"{hubs}", text::plural(th.hub)},
+                            {"{the_hubs}", "the " + (n_hubs == 1 ? th.hub : text::plural(th.hub))},
+                            {"{sink}", th.sink},
+                            {"{sinks}", text::plural(th.sink)},
+                            {"{lane}", th.lane},
+                            {"{lanes}", lanes},
+                            {"{a_lane}", text::article(th.lane)},
+                            {"{unit}", th.unit},
+                            {"{unit_one}", th.unit_one}}));
+    };
+    text.fact(text::fill(th.intro, {{"{org}", org}}));
+    text.fact(text::fill(
+        style.pick({"The network has {p} ({plist}), {h} ({hlist}) and {c} ({clist}).",
+                    "There are {p} ({plist}), {h} ({hlist}) and {c} ({clist}).",
+                    "Flow starts at {p} ({plist}), may pass through {h} ({hlist}) and ends at {c} "
+                    "({clist})."}),
+        {{"{p}", style.count_of(static_cast<long>(n_sources), th.source)},
+         {"{h}", style.count_of(static_cast<long>(n_hubs), th.hub)},
+         {"{c}", style.count_of(static_cast<long>(n_sinks), th.sink)},
+         {"{plist}", text::english_list(labels(0, n_sources))},
+         {"{hlist}", text::english_list(labels(n_sources, n_hubs))},
+         {"{clist}", text::english_list(labels(n_sources + n_hubs, n_sinks))}}));
+    // Some stories name no organisation; a fact about one would come from nowhere.
+    const bool named_org = th.intro.find("{org}") != std::string::npos;
+    if (named_org) text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // Supply and demand: one table of all locations (the table theme's
+    // layout, a bias), or the sources' supplies and the sinks' demands as
+    // records in any layout.
+    const bool location_table = style.chance(th.layout == Layout::table ? 0.5 : 0.15);
+    if (location_table) {
       std::vector<std::vector<std::string>> rows;
       for (size_t v = 0; v < nodes(); ++v) {
-        std::string sup = is_source(v) ? text::num(supply[v]) : "-";
+        std::string sup = is_source(v) ? style.num(supply[v]) : "-";
         std::string dem =
-            !is_source(v) && !is_hub(v) ? text::num(demand[v - n_sources - n_hubs]) : "-";
+            !is_source(v) && !is_hub(v) ? style.num(demand[v - n_sources - n_hubs]) : "-";
         rows.push_back({cities[v], text::capitalize(role(v)), sup, dem});
       }
-      out += text::markdown_table({"Location", "Role", "Supply available (" + th.unit + ")",
-                                   "Required delivery (" + th.unit + ")"},
-                                  rows) +
-             "\n";
-      rows.clear();
+      text.block(text::markdown_table({"Location", "Role", "Supply available (" + th.unit + ")",
+                                       "Required delivery (" + th.unit + ")"},
+                                      rows));
+    } else {
+      auto records = [&](size_t first, size_t count, const std::vector<double>& values,
+                         const std::string& header, const std::string& label,
+                         std::initializer_list<const char*> forms) {
+        text::Records r;
+        r.row_header = text::capitalize(role(first));
+        text::Attribute a;
+        a.header = header + " (" + th.unit + ")";
+        a.label = label + " in " + th.unit;
+        for (size_t k = 0; k < count; ++k) {
+          r.names.push_back(cities[first + k]);
+          r.row_subjects.push_back("the " + label_of(first + k));
+          a.cells.push_back(style.num(values[k]));
+          a.phrases.push_back(text::fill(style.pick(forms), {{"{q}", amount(values[k])}}));
+        }
+        r.attributes.push_back(std::move(a));
+        return r;
+      };
+      const text::Records sources =
+          records(0, n_sources, supply, "Supply", "supplies",
+                  {"can send out at most {q}", "has {q} available", "can supply up to {q}"});
+      const text::Records sinks =
+          records(n_sources + n_hubs, n_sinks, demand, "Required", "requirements",
+                  {"needs exactly {q}", "requires {q}", "must receive {q}"});
+      auto any_layout = [&]() {
+        return style.layout({text::Layout::table, text::Layout::bullets, text::Layout::rows,
+                             text::Layout::columns});
+      };
+      const text::Layout source_layout = any_layout();
+      text.block(text::render_records(style, source_layout, sources));
+      const text::Layout sink_layout = any_layout();
+      text.block(text::render_records(style, sink_layout, sinks));
+    }
+
+    // The lanes in the data's order: a Markdown table, one line per origin or
+    // one line per lane. The theme's layout is a bias.
+    int layout = static_cast<int>(th.layout);
+    if (!style.chance(0.5)) layout = style.choose(3);
+    const std::string per = " per " + th.unit_one;
+    if (layout == static_cast<int>(Layout::table)) {
+      text.block(say(style.pick({"Only the following one-way {lanes} can be used:",
+                                 "The usable {lanes}, each one-way, are:",
+                                 "Each {lane} below is one-way; no others exist:"})));
+      std::vector<std::vector<std::string>> rows;
       for (const Arc& a : arcs)
-        rows.push_back({cities[a.from], cities[a.to], text::num(a.cap), text::money(a.cost)});
-      out += "Only the following one-way " + text::plural(th.lane) + " can be used:\n\n" +
-             text::markdown_table(
-                 {"From", "To", "Capacity (" + th.unit + ")", "Cost per " + th.unit_one}, rows) +
-             "\n";
-    } else if (th.layout == Layout::by_origin) {
-      for (size_t p = 0; p < n_sources; ++p)
-        out += "The " + label(p) + " can send out at most " + amount(supply[p]) + ". ";
-      for (size_t c = 0; c < n_sinks; ++c)
-        out +=
-            "The " + label(n_sources + n_hubs + c) + " needs exactly " + amount(demand[c]) + ". ";
-      out +=
-          "\n\nThe available " + text::plural(th.lane) + ", with their capacity and cost, are:\n";
+        rows.push_back({cities[a.from], cities[a.to], style.num(a.cap), style.num(a.cost)});
+      text.block(text::markdown_table(
+          {"From", "To", "Capacity (" + th.unit + ")", "Cost per " + th.unit_one + " ($)"}, rows));
+    } else if (layout == static_cast<int>(Layout::by_origin)) {
+      text.block(
+          say(style.pick({"The available one-way {lanes}, with their capacity and cost, are:",
+                          "These one-way {lanes} are available (capacity and cost):",
+                          "One-way {lanes} by origin, with capacity and cost:"})));
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string leg_form = style.pick(
+          {"the {to} (up to {cap} at {cost}{per})", "the {to} ({cap} at most, {cost}{per})"});
+      std::string lines;
       for (size_t v = 0; v < nodes(); ++v) {
         std::vector<std::string> legs;
         for (const Arc& a : arcs)
           if (a.from == v)
-            legs.push_back("the " + label(a.to) + " (up to " + amount(a.cap) + " at " +
-                           unit_cost(a.cost) + ")");
-        if (!legs.empty())
-          out += "- From the " + label(v) + " to " + text::english_list(legs) + ".\n";
+            legs.push_back(text::fill(leg_form, {{"{to}", label_of(a.to)},
+                                                 {"{cap}", amount(a.cap)},
+                                                 {"{cost}", style.money(a.cost)},
+                                                 {"{per}", per}}));
+        if (legs.empty()) continue;
+        lines += (bullets ? bullet : "") + "From the " + label_of(v) + " to " +
+                 text::english_list(legs) + ".\n";
       }
-      out += "\n";
+      text.block(lines);
     } else {
-      std::vector<std::string> sup, dem;
-      for (size_t p = 0; p < n_sources; ++p) sup.push_back(amount(supply[p]) + " at " + cities[p]);
-      for (size_t c = 0; c < n_sinks; ++c)
-        dem.push_back(amount(demand[c]) + " at " + cities[n_sources + n_hubs + c]);
-      out += "Available supply: " + text::english_list(sup) +
-             ". Required deliveries: " + text::english_list(dem) + ".\n\nEach " + th.lane +
-             " is one-way:\n";
+      text.block(say(style.pick({"Each {lane} is one-way:", "The {lanes} (all one-way):",
+                                 "These one-way {lanes} can be used:"})));
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      const std::string form =
+          bullets ? style.pick({"{from} -> {to}: capacity {cap}, cost {cost}{per}",
+                                "{from} to {to}: up to {cap} at {cost}{per}"})
+                  : style.pick({"The {lane} from the {from} to the {to} carries up to {cap} at "
+                                "{cost}{per}.",
+                                "From the {from} to the {to}: at most {cap}, {cost}{per}."});
+      std::string lines;
       for (const Arc& a : arcs)
-        out += "- " + label(a.from) + " -> " + label(a.to) + ": capacity " + amount(a.cap) +
-               ", cost " + unit_cost(a.cost) + "\n";
-      out += "\n";
+        lines += (bullets ? bullet : "") +
+                 text::capitalize(text::fill(form, {{"{lane}", th.lane},
+                                                    {"{from}", label_of(a.from)},
+                                                    {"{to}", label_of(a.to)},
+                                                    {"{cap}", amount(a.cap)},
+                                                    {"{cost}", style.money(a.cost)},
+                                                    {"{per}", per}})) +
+                 "\n";
+      text.block(lines);
     }
-    out += "Each " + th.source + " may ship out at most its supply, each " + th.hub +
-           " passes on everything it receives (nothing is kept there), and each " + th.sink +
-           " must receive exactly its required amount; no " + th.lane +
-           " may carry more than its capacity. ";
+
+    text.fact(say(style.pick({"Each {source} may ship out at most its supply.",
+                              "No {source} can send out more than it has available.",
+                              "What {a_source} {source} ships out is limited by its supply."})));
+    text.fact(
+        say(style.pick({"Each {hub} passes on everything it receives (nothing is kept there).",
+                        "Nothing is stored at {the_hubs}: what comes in goes out.",
+                        "At every {hub}, inflow equals outflow."})));
+    text.fact(
+        say(style.pick({"Each {sink} must receive exactly its required amount.",
+                        "Every {sink} gets exactly what it requires, no more and no less.",
+                        "The deliveries to each {sink} must match its requirement exactly."})));
+    text.fact(say(style.pick({"No {lane} may carry more than its capacity.",
+                              "The amount on {a_lane} {lane} cannot exceed its capacity.",
+                              "Each {lane} carries at most its capacity."})));
+    text.fact(say(style.pick({"Amounts may be fractional.", "Amounts need not be whole numbers.",
+                              "Fractional amounts are allowed."})));
     if (hub_min_node >= 0)
-      out += "To keep its crew busy, the " + label(static_cast<size_t>(hub_min_node)) +
-             " must handle (receive) at least " + amount(hub_min) + ". ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"to keep its crew busy, the {v} must handle (receive) at least {q}.",
+                      "the {v} must receive at least {q}, to keep its crew busy.",
+                      "at least {q} must pass through the {v}."}),
+          {{"{v}", label_of(static_cast<size_t>(hub_min_node))}, {"{q}", amount(hub_min)}})));
     if (source_min_node >= 0)
-      out += "Under a take-or-pay contract, the " + label(static_cast<size_t>(source_min_node)) +
-             " must ship out at least " + amount(source_min) + ". ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"under a take-or-pay contract, the {v} must ship out at least {q}.",
+                      "a take-or-pay contract obliges the {v} to ship out at least {q}.",
+                      "the {v} has to send out at least {q} (a take-or-pay contract)."}),
+          {{"{v}", label_of(static_cast<size_t>(source_min_node))}, {"{q}", amount(source_min)}})));
     if (limited_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(limited_arc)];
-      out += "Because of maintenance work, the " + th.lane + " from the " + label(a.from) +
-             " to the " + label(a.to) + " may carry at most " + text::num(limited_fraction * 100) +
-             "% of its capacity. ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"because of maintenance work, the {lane} from the {a} to the {b} may carry "
+                      "at most {p} of its capacity.",
+                      "maintenance limits the {lane} from the {a} to the {b} to {p} of its "
+                      "capacity.",
+                      "only {p} of the capacity of the {lane} from the {a} to the {b} is "
+                      "available, because of maintenance."}),
+          {{"{lane}", th.lane},
+           {"{a}", label_of(a.from)},
+           {"{b}", label_of(a.to)},
+           {"{p}", style.percent(limited_fraction * 100)}})));
     }
-    out += "Amounts may be fractional. How much should be sent along each " + th.lane +
-           " to minimise the total transport cost, and what is that minimum cost in dollars?";
-    return out;
+    if (named_org) text.distractors(org, 1, 0.2);
+    text.paragraph();
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task = style.pick(
+        {"how much to send along each " + th.lane, "the amount on each " + th.lane, "a flow plan"});
+    const std::string goal = style.pick({"minimise the total transport cost",
+                                         "meet every requirement at the lowest transport cost"});
+    const std::string value =
+        style.pick({"the minimum cost in dollars", "the minimum total transport cost",
+                    "the lowest possible total cost"});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {

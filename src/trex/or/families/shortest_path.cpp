@@ -86,7 +86,7 @@ struct Arc {
   double length = 0;
 };
 
-class ShortestPathInstance : public ThemedInstance<themes> {
+class ShortestPathInstance : public ComposedInstance<themes> {
  public:
   std::vector<std::string> names;  // display names
   std::vector<std::string> keys;   // MathProg symbols
@@ -99,7 +99,6 @@ class ShortestPathInstance : public ThemedInstance<themes> {
 
   size_t n() const { return names.size(); }
   int side_count() const { return (closed_arc >= 0) + (closed_node >= 0) + (via_node >= 0); }
-  std::string len(double v) const { return text::num(v) + " " + theme().unit; }
   // Arcs that the closed road blocks (both directions for two-way themes).
   std::vector<size_t> closed_arcs() const {
     std::vector<size_t> out;
@@ -128,65 +127,156 @@ class ShortestPathInstance : public ThemedInstance<themes> {
     return v;
   }
 
-  std::string nl() const override {
+  // "12 km", "1 minute", "35 metres"
+  std::string len(const text::Style& style, double v) const {
+    const std::string& unit = theme().unit;
+    const bool singular = v == 1 && (unit == "minutes" || unit == "metres");
+    return style.num(v) + " " + (singular ? unit.substr(0, unit.size() - 1) : unit);
+  }
+
+  std::string compose(text::Style& style) const override {
     const Theme& th = theme();
-    std::string out =
-        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}) +
-        " ";
-    const size_t step = th.two_way ? 2 : 1;  // two-way roads are described once
+    text::Composer text(style);
+    const std::string links = text::plural(th.link_noun), nodes = text::plural(th.node_noun);
+    const size_t step = th.two_way ? 2 : 1;  // two-way links are described once
     const std::string kind = th.two_way ? "two-way" : "one-way";
-    out += "The network has " + std::to_string(n()) + " " + text::plural(th.node_noun) + " and " +
-           std::to_string(arcs.size() / step) + " " + kind + " " + text::plural(th.link_noun) + ".";
-    if (th.layout == Layout::table) {
-      out += " The " + th.length_name + " of each " + th.link_noun + " is given in " + th.unit +
-             (th.two_way ? " (the same in both directions)" : "") + ":\n\n";
+    auto say = [&](const std::string& form) {
+      return text::capitalize(text::fill(form, {{"{link}", th.link_noun},
+                                                {"{links}", links},
+                                                {"{node}", th.node_noun},
+                                                {"{nodes}", nodes},
+                                                {"{kind}", kind},
+                                                {"{length}", th.length_name},
+                                                {"{Length}", text::capitalize(th.length_name)},
+                                                {"{lengths}", text::plural(th.length_name)},
+                                                {"{unit}", th.unit},
+                                                {"{s}", names[source]},
+                                                {"{t}", names[sink]}}));
+    };
+    text.fact(
+        text::fill(th.intro, {{"{org}", org}, {"{from}", names[source]}, {"{to}", names[sink]}}));
+    text.fact(text::fill(say(style.pick({"The network has {n} and {a}.",
+                                         "There are {n} in the network, joined by {a}.",
+                                         "The map shows {n} connected by {a}."})),
+                         {{"{n}", style.count_of(static_cast<long>(n()), th.node_noun)},
+                          {"{a}", style.count_of(static_cast<long>(arcs.size() / step),
+                                                 kind + " " + th.link_noun)}}));
+    // Some stories name no organisation; a fact about one would come from nowhere.
+    const bool named_org = th.intro.find("{org}") != std::string::npos;
+    if (named_org) text.distractors(org, 1, 0.25);
+    text.paragraph(false);
+
+    // The links in the data's order: a Markdown table, one line per node or
+    // one line per link. The theme's layout is a bias.
+    int layout = static_cast<int>(th.layout);
+    if (!style.chance(0.5)) layout = style.choose(3);
+    if (th.two_way)
+      text.fact(say(style.pick({"Each {link} is listed once and can be used both ways.",
+                                "Every {link} can be travelled in either direction, with the same "
+                                "{length} both ways; each is listed once.",
+                                "The {links} are two-way and listed once each."})));
+    if (layout == static_cast<int>(Layout::table)) {
+      text.fact(say(style.pick(
+          {"The {length} of each {link} is given in {unit}:", "{Length} of each {link}, in {unit}:",
+           "The table lists the {links} with their {length} in {unit}:"})));
+      text.paragraph(false);
       std::vector<std::vector<std::string>> rows;
       for (size_t k = 0; k < arcs.size(); k += step)
-        rows.push_back({names[arcs[k].from], names[arcs[k].to], text::num(arcs[k].length)});
-      out += text::markdown_table({th.two_way ? "Between" : "From", th.two_way ? "And" : "To",
-                                   text::capitalize(th.length_name) + " (" + th.unit + ")"},
-                                  rows) +
-             "\n";
-    } else if (th.layout == Layout::by_node) {
-      out += th.two_way ? " Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
-                        : "\n\n";
+        rows.push_back({names[arcs[k].from], names[arcs[k].to], style.num(arcs[k].length)});
+      text.block(text::markdown_table({th.two_way ? "Between" : "From", th.two_way ? "And" : "To",
+                                       text::capitalize(th.length_name) + " (" + th.unit + ")"},
+                                      rows));
+    } else if (layout == static_cast<int>(Layout::by_node)) {
+      text.paragraph(false);
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
+      std::string lines;
       for (size_t v = 0; v < n(); ++v) {
         std::vector<std::string> legs;
         for (size_t k = 0; k < arcs.size(); k += step)
           if (arcs[k].from == v)
-            legs.push_back(names[arcs[k].to] + " (" + len(arcs[k].length) + ")");
+            legs.push_back(names[arcs[k].to] + " (" + len(style, arcs[k].length) + ")");
         if (legs.empty()) continue;
-        out += "- From " + names[v] +
-               (th.two_way ? " there are " + th.link_noun + "s to " : " you can go to ") +
-               text::english_list(legs) + ".\n";
+        const std::string list = text::english_list(legs);
+        const std::string what = legs.size() == 1
+                                     ? text::article(th.link_noun) + " " + th.link_noun + " to "
+                                     : links + " to ";
+        lines += (bullets ? bullet : "") + "From " + names[v] +
+                 (th.two_way ? " there " + std::string(legs.size() == 1 ? "is " : "are ") + what
+                             : " you can go to ") +
+                 list + ".\n";
       }
-      out += "\n";
+      text.block(lines);
     } else {
-      out += th.two_way ? " Each " + th.link_noun + " is listed once and can be used both ways.\n\n"
-                        : "\n\n";
+      text.paragraph(false);
+      const bool bullets = style.chance(0.6);
+      const std::string bullet = style.pick({"- ", "* "});
       const std::string arrow = th.two_way ? " <-> " : " -> ";
+      const std::string form =
+          bullets
+              ? "{from}" + arrow + "{to}: {len}"
+              : style.pick({th.two_way
+                                ? "The {link} between {from} and {to} has {a} {length} of {len}."
+                                : "The {link} from {from} to {to} has {a} {length} of {len}.",
+                            th.two_way ? "Between {from} and {to} the {length} is {len}."
+                                       : "From {from} to {to} the {length} is {len}."});
+      std::string lines;
       for (size_t k = 0; k < arcs.size(); k += step)
-        out += "- " + names[arcs[k].from] + arrow + names[arcs[k].to] + ": " + len(arcs[k].length) +
-               "\n";
-      out += "\n";
+        lines += (bullets ? bullet : "") +
+                 text::fill(form, {{"{link}", th.link_noun},
+                                   {"{a}", text::article(th.length_name)},
+                                   {"{length}", th.length_name},
+                                   {"{from}", names[arcs[k].from]},
+                                   {"{to}", names[arcs[k].to]},
+                                   {"{len}", len(style, arcs[k].length)}}) +
+                 "\n";
+      text.block(lines);
     }
+
+    text.fact(say(style.pick({"The {length} of a route is the sum over its {links}.",
+                              "A route's total {length} adds up the {length} of every {link} it "
+                              "uses.",
+                              "Along a route, the {lengths} of its {links} add up."})));
     if (closed_arc >= 0) {
       const Arc& a = arcs[static_cast<size_t>(closed_arc)];
-      out += th.two_way ? "Today the " + th.link_noun + " between " + names[a.from] + " and " +
-                              names[a.to] + " is closed in both directions. "
-                        : "Today the " + th.link_noun + " from " + names[a.from] + " to " +
-                              names[a.to] + " is closed. ";
+      const std::vector<std::string> forms =
+          th.two_way ? std::vector<std::string>{"today the {link} between {a} and {b} is closed in "
+                                                "both directions.",
+                                                "the {link} between {a} and {b} cannot be used "
+                                                "today, in either direction."}
+                     : std::vector<std::string>{"today the {link} from {a} to {b} is closed.",
+                                                "the {link} from {a} to {b} cannot be used today."};
+      text.fact(text::capitalize(
+          text::fill(style.pick(forms),
+                     {{"{link}", th.link_noun}, {"{a}", names[a.from]}, {"{b}", names[a.to]}})));
     }
     if (closed_node >= 0)
-      out += "The " + th.node_noun + " " + names[static_cast<size_t>(closed_node)] +
-             " is closed today and cannot be passed through. ";
+      text.fact(text::capitalize(text::fill(
+          style.pick({"the {node} {v} is closed today and cannot be passed through.",
+                      "{v} is closed today: the route may not pass through it.",
+                      "the route must avoid {v}, which is closed today."}),
+          {{"{node}", th.node_noun}, {"{v}", names[static_cast<size_t>(closed_node)]}})));
     if (via_node >= 0)
-      out +=
-          "The route must pass through " + names[static_cast<size_t>(via_node)] + " on the way. ";
-    out += "Find the route from " + names[source] + " to " + names[sink] +
-           " with the smallest total " + th.length_name + " and state that minimum " +
-           th.length_name + " in " + th.unit + ".";
-    return out;
+      text.fact(text::capitalize(text::fill(
+          style.pick({"the route must pass through {v} on the way.",
+                      "on the way, the route has to visit {v}.", "{v} must be on the route."}),
+          {{"{v}", names[static_cast<size_t>(via_node)]}})));
+    if (named_org) text.distractors(org, 1, 0.2);
+    text.paragraph();
+    // Drawn in statement order: argument evaluation order differs between compilers.
+    const std::string task =
+        style.pick({"the route from " + names[source] + " to " + names[sink],
+                    "which " + links + " to take from " + names[source] + " to " + names[sink],
+                    "a path from " + names[source] + " to " + names[sink]});
+    const std::string goal =
+        style.pick({"minimise the total " + th.length_name,
+                    "make the total " + th.length_name + " as small as possible"});
+    const std::string value =
+        style.pick({"the minimum total " + th.length_name + " in " + th.unit,
+                    "the " + th.length_name + " of the best route, in " + th.unit,
+                    "the smallest total " + th.length_name});
+    text.fact(text::question(style, task, goal, value));
+    return text.text();
   }
 
   std::string alg() const override {
