@@ -218,8 +218,10 @@ std::string distractor_fact(Style& style, const std::string& name) {
       return "Last year " + inner + " reported a turnover of " +
              style.money(style.uniform(20, 900) * 10000.0) + ".";
     case 3:
-      return capitalize(org) + "'s main warehouse covers " + style.num(style.uniform(8, 90) * 100) +
-             " square metres.";
+      return capitalize(org) +
+             (!org.empty() && org.back() == 's' ? "' main warehouse covers "
+                                                : "'s main warehouse covers ") +
+             style.num(style.uniform(8, 90) * 100) + " square metres.";
     case 4:
       return "The site of " + inner + " is " + std::to_string(style.uniform(3, 80)) +
              " km from the nearest motorway junction.";
