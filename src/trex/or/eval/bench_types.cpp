@@ -446,7 +446,7 @@ const std::vector<ProblemType>& problem_types() {
       {"lot_sizing", "Lot sizing (setup costs over periods)", {"lot_sizing"}},
       {"staffing", "Staffing with shifts", {"shift_scheduling"}},
       // portfolio minimises a risk measure; these maximise return under budget and ratio limits.
-      {"investment", "Investment allocation (returns, ratios)", {}},
+      {"investment", "Investment allocation (returns, ratios)", {"investment_allocation"}},
       {"portfolio_risk", "Portfolio with a risk measure", {"portfolio"}},
       {"knapsack", "Selection / knapsack", {"knapsack"}},
       {"bin_packing_cutting", "Bin packing / cutting stock", {"bin_packing", "cutting_stock"}},
