@@ -1,6 +1,6 @@
-// Group E families (investment_allocation): each checker
-// accepts GLPK's optimum with the solver's objective and rejects a solution
-// corrupted in a way that matters for that family.
+// Group E families (production_inventory, investment_allocation): each
+// checker accepts GLPK's optimum with the solver's objective and rejects a
+// solution corrupted in a way that matters for that family.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,8 +69,82 @@ void expect_violation(const CheckResult& r, const std::string& reason) {
                      << (r.violations.empty() ? "" : "; first: " + r.violations.front());
 }
 
+// "x[urea,3]" -> {"urea", "3"}.
+std::pair<std::string, std::string> product_period(const std::string& column) {
+  const size_t open = column.find('['), comma = column.find(','), close = column.find(']');
+  return {column.substr(open + 1, comma - open - 1), column.substr(comma + 1, close - comma - 1)};
+}
+
 bool is(const std::string& column, const std::string& var) {
   return column.compare(0, var.size() + 1, var + "[") == 0;
+}
+
+TEST(FamiliesGroupE, ProductionInventoryCheckerCatchesUnmetDemand) {
+  for (int t = 0; t < find_family("production_inventory").nl_templates(); ++t) {
+    SCOPED_TRACE("template " + std::to_string(t));
+    Solved s = solve_first("production_inventory", t, [](const Instance&) { return true; });
+    expect_accepted(s);
+    // Dropping the largest production quantity while keeping the stock levels
+    // leaves that period's orders unserved: its stock balance breaks.
+    Values broken = s.values;
+    std::string largest;
+    for (const auto& [name, v] : broken)
+      if (is(name, "x") && (largest.empty() || v > broken[largest])) largest = name;
+    ASSERT_FALSE(largest.empty());
+    broken[largest] = 0;
+    expect_violation(check(s, broken), "stock balance");
+  }
+}
+
+TEST(FamiliesGroupE, ProductionInventoryCheckerCatchesOverloadedFirstPeriod) {
+  for (int t = 0; t < find_family("production_inventory").nl_templates(); ++t) {
+    SCOPED_TRACE("template " + std::to_string(t));
+    Solved s = solve_first("production_inventory", t, [](const Instance&) { return true; });
+    expect_accepted(s);
+    // Making everything in period 1 and carrying it in stock keeps every
+    // balance, but period 1 cannot make the whole horizon's demand.
+    Values early;
+    std::unordered_map<std::string, double> total;
+    std::vector<std::string> periods;
+    for (const auto& [name, v] : s.values)
+      if (is(name, "x")) {
+        total[product_period(name).first] += v;
+        periods.push_back(product_period(name).second);
+      }
+    for (const auto& [name, v] : s.values)
+      if (is(name, "o")) early[name] = v;  // overtime as it was
+    std::sort(periods.begin(), periods.end(), [](const std::string& a, const std::string& b) {
+      return std::stoi(a) < std::stoi(b);
+    });
+    periods.erase(std::unique(periods.begin(), periods.end()), periods.end());
+    // Stock = what the optimum held plus what was made early: I'[p,t] = I[p,t]
+    // + sum_{s>t} x[p,s].
+    for (const auto& [product, sum] : total) {
+      double made_so_far = 0;
+      for (const std::string& period : periods) {
+        const std::string at = product + "," + period;
+        const double x = s.values.count("x[" + at + "]") ? s.values.at("x[" + at + "]") : 0;
+        const double inv = s.values.count("I[" + at + "]") ? s.values.at("I[" + at + "]") : 0;
+        made_so_far += x;
+        early["x[" + at + "]"] = period == "1" ? sum : 0;
+        early["I[" + at + "]"] = inv + (sum - made_so_far);
+      }
+    }
+    expect_violation(check(s, early), "capacity in period 1");
+  }
+}
+
+TEST(FamiliesGroupE, ProductionInventoryCheckerRejectsFractionalBicycles) {
+  // Template 2 (bicycles) makes whole units only.
+  Solved s = solve_first("production_inventory", 2, [](const Instance&) { return true; });
+  expect_accepted(s);
+  Values broken = s.values;
+  for (auto& [name, v] : broken)
+    if (is(name, "x") && v >= 1) {
+      v -= 0.5;
+      break;
+    }
+  expect_violation(check(s, broken), "is not integral");
 }
 
 TEST(FamiliesGroupE, InvestmentCheckerRejectsEverythingInTheBestOption) {

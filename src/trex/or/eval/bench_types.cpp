@@ -442,7 +442,9 @@ const std::vector<ProblemType>& problem_types() {
        {"transportation", "logical_transport"}},
       {"assignment", "Assignment / matching", {"assignment"}},
       // lot_sizing plans one item with setup costs, not several products sharing capacity.
-      {"production_inventory", "Multi-period production / purchasing with inventory", {}},
+      {"production_inventory",
+       "Multi-period production / purchasing with inventory",
+       {"production_inventory"}},
       {"lot_sizing", "Lot sizing (setup costs over periods)", {"lot_sizing"}},
       {"staffing", "Staffing with shifts", {"shift_scheduling"}},
       // portfolio minimises a risk measure; these maximise return under budget and ratio limits.

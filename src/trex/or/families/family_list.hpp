@@ -35,6 +35,7 @@ const Family& tsp_family();
 const Family& cvrp_family();
 // --- end group D ---
 // --- group E ---
+const Family& production_inventory_family();
 const Family& investment_allocation_family();
 // --- end group E ---
 
