@@ -441,10 +441,13 @@ class ProductionInventoryInstance : public ComposedInstance<themes> {
     text.paragraph();
     const std::string costs =
         overtime > 0 ? "production, holding and overtime costs" : "production and holding costs";
+    // "how much potash" for a single product, not "how much of each fertiliser".
+    const std::string what = n() > 1        ? "how much of each " + th.product_noun
+                             : th.countable ? "how many " + display[0]
+                                            : "how much " + names[0];
     text.fact(text::question(
         style,
-        style.pick({"how much of each " + th.product_noun + " to make in each " + th.period +
-                        " and how much to keep in stock",
+        style.pick({what + " to make in each " + th.period + " and how much to keep in stock",
                     "a production and inventory plan for every " + th.period,
                     "the production quantities and stock levels for each " + th.period}),
         style.pick({"minimise the total of " + costs, "keep the total of " + costs +
