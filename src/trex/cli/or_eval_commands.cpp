@@ -1,13 +1,16 @@
 // `trex or prompts`, `trex or eval` (+ --self-test), `trex or eval-hostile`,
-// `trex or eval-goldfree`, `trex or eval-throughput`: the OR evaluation harness.
+// `trex or eval-goldfree`, `trex or eval-throughput`: the OR evaluation harness;
+// `trex or bench-types`: the problem types the benchmarks ask for.
 #include <cstdio>
 #include <iostream>
 #include <memory>
 
 #include "trex/cli/commands.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/core/strings.hpp"
+#include "trex/or/eval/bench_types.hpp"
 #include "trex/or/eval/corpora.hpp"
 #include "trex/or/eval/eval.hpp"
 #include "trex/or/eval/prompts.hpp"
@@ -275,6 +278,28 @@ void add_or_eval_commands(CLI::App& orc) {
       std::cout << "\n";
     }
     std::cout << "harness peak RSS " << r["harness_peak_rss_kb"] << " KiB\n";
+  });
+
+  // ---- bench-types
+  auto bt = std::make_shared<BenchTypesOptions>();
+  auto bt_json = std::make_shared<std::string>();
+  auto* btc = orc.add_subcommand(
+      "bench-types",
+      "Classify a sample of benchmark questions by problem type and show which families cover "
+      "each type");
+  btc->add_option("--bench-dir", bt->bench_dir, "Directory of the benchmark JSONL files")
+      ->capture_default_str();
+  btc->add_option("--files", bt->files, "File stems under --bench-dir, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  btc->add_option("--sample", bt->sample, "Items drawn from all files together (0: every item)")
+      ->capture_default_str();
+  btc->add_option("--seed", bt->seed, "Random seed of the sample")->capture_default_str();
+  btc->add_option("--json", *bt_json, "Also write the report as JSON to this file");
+  btc->callback([=] {
+    nlohmann::json r = bench_types_report(*bt);
+    std::cout << format_bench_types(r);
+    if (!bt_json->empty()) write_file_atomic(*bt_json, r.dump(2) + "\n");
   });
 }
 

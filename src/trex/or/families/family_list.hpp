@@ -34,5 +34,9 @@ const Family& job_shop_family();
 const Family& tsp_family();
 const Family& cvrp_family();
 // --- end group D ---
+// --- group E ---
+const Family& production_inventory_family();
+const Family& investment_allocation_family();
+// --- end group E ---
 
 }  // namespace trex::orlib

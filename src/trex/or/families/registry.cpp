@@ -40,6 +40,10 @@ const std::vector<const Family*>& all_families() {
     v.push_back(&tsp_family());
     v.push_back(&cvrp_family());
     // --- end group D ---
+    // --- group E ---
+    v.push_back(&production_inventory_family());
+    v.push_back(&investment_allocation_family());
+    // --- end group E ---
     return v;
   }();
   return families;
