@@ -196,7 +196,7 @@ Composer& Composer::paragraph(bool shuffle) {
 
 Composer& Composer::distractors(const std::string& org, int max_count, double rate) {
   for (int i = 0; i < max_count; ++i)
-    if (style_.chance(rate)) fact(distractor_fact(style_, org));
+    if (style_.chance(rate)) fact(distractor_fact(style_, org, &distractor_kinds_));
   return *this;
 }
 
@@ -205,11 +205,17 @@ std::string Composer::text() {
   return out_;
 }
 
-std::string distractor_fact(Style& style, const std::string& name) {
+std::string distractor_fact(Style& style, const std::string& name, uint32_t* used_kinds) {
   // "The WKXL classics station" starts a sentence as it is, and reads "the ..." inside one.
   const std::string& org = name;
   const std::string inner = name.rfind("The ", 0) == 0 ? "the " + name.substr(4) : name;
-  switch (style.choose(8)) {
+  constexpr int kKinds = 8;
+  int kind = style.choose(kKinds);
+  if (used_kinds) {  // the next kind not yet stated
+    for (int k = 0; k < kKinds && (*used_kinds >> kind & 1u); ++k) kind = (kind + 1) % kKinds;
+    *used_kinds |= 1u << kind;
+  }
+  switch (kind) {
     case 0:
       return org + " was founded in " + std::to_string(style.uniform(1950, 2019)) + ".";
     case 1:

@@ -77,7 +77,7 @@ class Style {
 // A table of per-entity data rendered in one of the layouts.
 struct Attribute {
   std::string header;                // table column: "Oven time (minutes per tray)"
-  std::string label;                 // column sentence: "oven time per tray, in minutes,"
+  std::string label;                 // column sentence: "minutes of oven time per tray"
   std::vector<std::string> cells;    // per row, as the table shows it: "3"
   std::vector<std::string> phrases;  // per row, as a clause: "needs 3 minutes of oven time"
 };
@@ -108,11 +108,13 @@ class Composer {
   Style& style_;
   std::vector<std::string> pending_;
   std::string out_;
+  uint32_t distractor_kinds_ = 0;
 };
 
 // A generic distractor sentence about an organisation ("Acme Manufacturing was
-// founded in 1987 and employs 140 people."): true-sounding, irrelevant to the model.
-std::string distractor_fact(Style& style, const std::string& org);
+// founded in 1987."): true-sounding, irrelevant to the model. `used_kinds`
+// (a bit per kind) keeps one text from stating two founding years.
+std::string distractor_fact(Style& style, const std::string& org, uint32_t* used_kinds = nullptr);
 
 // The closing request: `task` is what to decide ("how many units of each
 // product to make"), `goal` the objective ("maximise the total profit"),
