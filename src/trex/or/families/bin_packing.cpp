@@ -288,10 +288,7 @@ class BinPackingInstance : public ComposedInstance<themes> {
       a.phrases.push_back(text::fill(style.pick(th.size_forms), {{"{size}", a.cells.back()}}));
     }
     records.attributes.push_back(std::move(a));
-    const text::Layout layout = th.table && style.chance(0.5)
-                                    ? text::Layout::table
-                                    : style.layout({text::Layout::table, text::Layout::bullets,
-                                                    text::Layout::rows, text::Layout::columns});
+    const text::Layout layout = style.record_layout(th.table);
     text.block(text::render_records(style, layout, records));
 
     std::vector<std::string> capacity_forms = th.capacity;

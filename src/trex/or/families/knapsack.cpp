@@ -262,10 +262,7 @@ class KnapsackInstance : public ComposedInstance<themes> {
       }
       records.attributes.push_back(std::move(a));
     }
-    const text::Layout layout = th.table && style.chance(0.5)
-                                    ? text::Layout::table
-                                    : style.layout({text::Layout::table, text::Layout::bullets,
-                                                    text::Layout::rows, text::Layout::columns});
+    const text::Layout layout = style.record_layout(th.table);
     text.block(text::render_records(style, layout, records));
 
     std::vector<std::string> caps;

@@ -66,6 +66,11 @@ Layout Style::layout(std::initializer_list<Layout> allowed) {
   return *(allowed.begin() + choose(static_cast<int>(allowed.size())));
 }
 
+Layout Style::record_layout(bool prefers_table) {
+  if (prefers_table && chance(0.5)) return Layout::table;
+  return layout({Layout::table, Layout::bullets, Layout::rows, Layout::columns});
+}
+
 std::string Style::num(double v) const {
   const std::string digits = format_number(v);
   return thousands_separator_ ? group_thousands(digits) : digits;

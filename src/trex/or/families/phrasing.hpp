@@ -44,6 +44,8 @@ class Style {
     }
   }
   Layout layout(std::initializer_list<Layout> allowed);
+  // Any of the four layouts; a theme that habitually shows a table gets one half the time.
+  Layout record_layout(bool prefers_table);
   // A value that is not wording (a distractor's number): not part of form().
   int uniform(int lo, int hi) { return rng_.uniform_int(lo, hi); }
 

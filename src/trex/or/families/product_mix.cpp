@@ -313,10 +313,7 @@ class ProductMixInstance : public ComposedInstance<themes> {
                    {"brings a profit of {v}", "earns {v} of profit", "yields a profit of {v}",
                     "contributes {v} to profit"});
     }
-    const text::Layout layout = th.table && style.chance(0.5)
-                                    ? text::Layout::table
-                                    : style.layout({text::Layout::table, text::Layout::bullets,
-                                                    text::Layout::rows, text::Layout::columns});
+    const text::Layout layout = style.record_layout(th.table);
     text.block(text::render_records(style, layout, records));
 
     std::vector<std::string> caps;
