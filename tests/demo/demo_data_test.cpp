@@ -12,6 +12,7 @@
 #include "trex/demo/demo_data.hpp"
 #include "trex/io/tokenizer.hpp"
 #include "trex/or/dataset/decontam.hpp"
+#include "trex/or/dataset/entity_names.hpp"
 #include "trex/or/eval/bench.hpp"
 #include "trex/or/solver/linear_model.hpp"
 #include "trex/or/synth/verify.hpp"
@@ -288,6 +289,57 @@ TEST(DemoData, SameSeedGivesIdenticalFiles) {
     EXPECT_NE(question_of[d["meta"]["problem_id"]].find(text.substr(0, cut)), std::string::npos)
         << text;
   }
+}
+
+// Renamed entities: with every trained problem drawn, most are renamed and
+// the rest counted; the evaluated splits and the copy drills are byte for byte
+// those of the same build without renaming; a renamed SFT pair names other
+// things than its unrenamed twin, and its question still mentions each of them.
+TEST(DemoData, RenamedEntitiesChangeOnlyTrainedTexts) {
+  test::TempDir plain_dir, renamed_dir;
+  DemoDataOptions o = small_options(plain_dir.path(), 6);
+  o.sizes.copy_drills = 2;
+  build_demo_data(o);
+  o.out_dir = renamed_dir.path();
+  o.sizes.renamed_share = 1.0;
+  const DemoDataSummary renamed = build_demo_data(o);
+  int64_t renamed_count = 0;
+  for (const auto& [source, n] : renamed.renamed) renamed_count += n;
+  EXPECT_GE(renamed_count, 20);  // of 24 SFT + 6 CPT-only (23 at seed 6)
+  EXPECT_EQ(renamed_count + renamed.renamed_skipped, 30);
+  EXPECT_EQ(renamed.renamed.size(), 2u);  // both sources
+  EXPECT_EQ(
+      json::parse(read_file(renamed_dir.file("summary.json")))["renamed_entities"]["not_renamed"],
+      renamed.renamed_skipped);
+
+  for (const std::string f : {"test.jsonl", "heldout_template.jsonl", "heldout_family.jsonl",
+                              "val.jsonl", "gold/test.jsonl", "gold/heldout_template.jsonl"})
+    EXPECT_EQ(read_file(plain_dir.file(f)), read_file(renamed_dir.file(f))) << f;
+  auto drills = [](const std::string& dir) {
+    std::multiset<std::string> out;
+    for (const auto& d : lines(dir + "/cpt.jsonl"))
+      if (d["meta"]["kind"] == "copy_drill") out.insert(d["text"].get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(drills(plain_dir.path()), drills(renamed_dir.path()));
+  EXPECT_EQ(drills(plain_dir.path()).size(), 60u);
+
+  const auto plain = lines(plain_dir.file("sft_train.jsonl"));
+  const auto other = lines(renamed_dir.file("sft_train.jsonl"));
+  ASSERT_EQ(plain.size(), other.size());
+  int differing = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(plain[i]["meta"]["problem_id"], other[i]["meta"]["problem_id"]);
+    EXPECT_EQ(plain[i]["meta"]["objective"], other[i]["meta"]["objective"]);
+    const std::string q0 = plain[i]["messages"][0]["content"],
+                      q1 = other[i]["messages"][0]["content"];
+    const std::string m0 = mathprog_block(plain[i]["messages"][1]["content"]);
+    const std::string m1 = mathprog_block(other[i]["messages"][1]["content"]);
+    const auto names0 = orlib::named_elements(q0, m0), names1 = orlib::named_elements(q1, m1);
+    EXPECT_EQ(names0.size(), names1.size()) << q1;
+    if (names0 != names1) ++differing;
+  }
+  EXPECT_GE(differing, 15);  // of 24 (18 at seed 6)
 }
 
 // Two benchmark questions planted in a benchmark directory: one trained

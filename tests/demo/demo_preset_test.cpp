@@ -88,6 +88,7 @@ TEST(DemoPreset, FilesHoldEachPresetsValues) {
   EXPECT_EQ(def.model_config["sliding_window"], 512);
   // The full preset's recipe in short: drills, a copy warm-up, then CPT and SFT.
   EXPECT_EQ(def.sizes.copy_drills, 8);
+  EXPECT_EQ(def.sizes.renamed_share, 0.0);  // measured to cost the copy (docs/demo.md)
   EXPECT_EQ(def.copy_warmup_steps, 250);
   EXPECT_EQ(def.sft_steps, 320);
   EXPECT_EQ(def.rl_steps, 0);  // no RL stage until it is measured to gain in the budget
@@ -184,6 +185,7 @@ TEST(DemoPreset, CommandLineOverridesWinOverTheFile) {
   o.sft_lr = 4e-3;
   o.sft_global_batch = 3;
   o.copy_drills = 2;
+  o.renamed_share = 0.25;
   o.copy_warmup_steps = 4;
   o.val_evals = 5;
   const DemoPreset p = trex::demo::resolve_demo_preset(o);
@@ -194,6 +196,7 @@ TEST(DemoPreset, CommandLineOverridesWinOverTheFile) {
   EXPECT_EQ(p.sft_global_batch, 3);
   EXPECT_EQ(p.sft_micro_batch, 1);
   EXPECT_EQ(p.sizes.copy_drills, 2);
+  EXPECT_EQ(p.sizes.renamed_share, 0.25);
   EXPECT_EQ(p.copy_warmup_steps, 4);
   EXPECT_EQ(p.val_pass_evals, 5);
   // Values without an override stay the file's.

@@ -44,6 +44,10 @@ void add_demo_command(CLI::App& app) {
   d->add_option("--copy-drills", options->copy_drills,
                 "Override the preset's CPT copy drills per trained problem (0: none; docs/demo.md)")
       ->check(CLI::NonNegativeNumber);
+  d->add_option("--renamed-share", options->renamed_share,
+                "Override the preset's share of trained problems whose named entities get "
+                "invented or other pools' names (0: none; docs/demo.md)")
+      ->check(CLI::Range(0.0, 1.0));
   d->add_option("--copy-warmup-steps", options->copy_warmup_steps,
                 "Override the preset's copy warm-up: steps on the copy drills alone before CPT "
                 "(0: none; needs --copy-drills > 0; docs/demo.md)")

@@ -18,7 +18,7 @@ void add_or_demo_data_command(CLI::App& or_app) {
     // -1: the preset's value.
     int64_t sft_train = -1, sft_val = -1, test = -1, heldout_template = -1, heldout_family = -1,
             public_items = -1, cpt_problems = -1, max_chars = -1, copy_drills = -1;
-    double side_constraint_rate = -1;
+    double side_constraint_rate = -1, renamed_share = -1;
     int jobs = -1;
     bool quiet = false;
   };
@@ -47,6 +47,10 @@ void add_or_demo_data_command(CLI::App& or_app) {
   c->add_option("--max-chars", st->max_chars, "Longest prompt + target in characters (0: any)");
   c->add_option("--copy-drills", st->copy_drills,
                 "CPT copy drills per trained problem (question span -> its values in order)");
+  c->add_option("--renamed-share", st->renamed_share,
+                "Share of trained problems whose named entities get invented or other pools' "
+                "names (evaluated problems never do)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--side-constraints", st->side_constraint_rate,
                 "Probability of each optional side constraint");
   c->add_option("--bench-dir", st->options.bench_dir, "Benchmark directory for the public slice")
@@ -71,6 +75,7 @@ void add_or_demo_data_command(CLI::App& or_app) {
     pick(st->max_chars, o.sizes.max_chars);
     pick(st->copy_drills, o.sizes.copy_drills);
     if (st->side_constraint_rate >= 0) o.sizes.side_constraint_rate = st->side_constraint_rate;
+    if (st->renamed_share >= 0) o.sizes.renamed_share = st->renamed_share;
     auto list = [](const std::string& text) {
       std::vector<std::string> out;
       for (const auto& part : split(text, ','))
@@ -88,10 +93,13 @@ void add_or_demo_data_command(CLI::App& or_app) {
       std::vector<std::string> parts;
       for (const auto& [name, count] : summary.split_sizes)
         parts.push_back(name + " " + std::to_string(count));
+      int64_t renamed = 0;
+      for (const auto& [source, count] : summary.renamed) renamed += count;
       std::cout << "wrote " << join(parts, ", ") << "; CPT " << summary.cpt_documents
                 << " documents (" << summary.cpt_bytes << " bytes); " << summary.verified_solves
-                << " targets re-solved; " << format_fixed(summary.seconds, 1)
-                << " s; summary: " << o.out_dir << "/summary.json\n";
+                << " targets re-solved; " << renamed << " trained problems renamed; "
+                << format_fixed(summary.seconds, 1) << " s; summary: " << o.out_dir
+                << "/summary.json\n";
     }
   });
 }

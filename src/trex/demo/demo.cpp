@@ -847,6 +847,8 @@ DemoPreset resolve_demo_preset(const DemoOptions& o) {
   if (o.cpt_lr > 0) preset.cpt_lr = o.cpt_lr;
   if (o.sft_lr > 0) preset.sft_lr = o.sft_lr;
   if (o.copy_drills >= 0) preset.sizes.copy_drills = o.copy_drills;
+  if (o.renamed_share > 1) throw Error("must be a share in [0, 1]").field("renamed_share");
+  if (o.renamed_share >= 0) preset.sizes.renamed_share = o.renamed_share;
   if (preset.copy_warmup_steps > 0 && preset.sizes.copy_drills <= 0)
     throw Error(
         "the copy warm-up trains on copy drills: set --copy-drills N > 0 or "

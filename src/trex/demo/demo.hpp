@@ -33,6 +33,7 @@ struct DemoOptions {
   int64_t sft_global_batch = -1;                 // > 0 overrides the preset's SFT rows per step
   bool bare_words = false;                       // with_bare_words(preset)
   int copy_drills = -1;                          // >= 0 overrides the preset's CPT copy drills
+  double renamed_share = -1;                     // >= 0 overrides the preset's renamed share
   int64_t val_evals = -1;                        // >= 1 overrides the validation Pass@1 points
   std::string bench_dir = "../shared/or_bench";  // missing: no public slice
   int jobs = 2;                                  // data build and grading workers

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "trex/core/strings.hpp"
 #include "trex/or/dataset/decontam.hpp"
 #include "trex/or/dataset/diversity.hpp"
+#include "trex/or/dataset/entity_names.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/dataset/sft.hpp"
 #include "trex/or/eval/bench.hpp"
@@ -152,6 +154,7 @@ struct DemoItem {
   std::string prompt;
   uint64_t question_hash = 0;
   uint64_t target_hash = 0;
+  const DemoItem* before_renaming = nullptr;  // the item as generated, when renamed
 };
 
 const Family& family_named(const std::string& name) {
@@ -192,6 +195,38 @@ json prompt_record(const std::string& id, const std::string& source, const std::
           {"format", "mathprog"},
           {"prompt", prompt},
           {"messages", json::array({{{"role", "user"}, {"content", prompt}}})}};
+}
+
+// `item` with its named entities renamed (or/dataset/entity_names.hpp) in
+// every text of it, or nullopt when no clean renaming fits `max_chars`.
+// Longer names can take a problem over the limit: two more draws, the other
+// source first (pooled names are shorter than most invented ones); `source`
+// ends as the one used.
+std::optional<DemoItem> renamed_item(const DemoItem& item, NameSource& source, Rng& rng,
+                                     const std::set<std::string>& excluded, size_t max_chars) {
+  const Problem& p = item.problem;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0)
+      source = source == NameSource::invented ? NameSource::pooled : NameSource::invented;
+    const auto renaming = plan_renaming(
+        p.nl, item.target.model,
+        {{p.gmpl, Written::symbols}, {p.alg, Written::latex}, {item.target.text, Written::symbols}},
+        source, rng, excluded);
+    if (!renaming) continue;
+    DemoItem r = item;
+    r.before_renaming = &item;
+    r.problem.nl = renaming->apply(p.nl, Written::prose);
+    r.problem.gmpl = renaming->apply(p.gmpl, Written::symbols);
+    r.problem.alg = renaming->apply(p.alg, Written::latex);
+    r.target.text = renaming->apply(item.target.text, Written::symbols);
+    r.target.model = renaming->apply(item.target.model, Written::symbols);
+    r.prompt = demo_user_prompt(r.problem.nl);
+    if (max_chars > 0 && r.prompt.size() + r.target.text.size() > max_chars) continue;
+    r.question_hash = hash_string(normalize_text(r.problem.nl));
+    r.target_hash = hash_string(r.target.model);
+    return r;
+  }
+  return std::nullopt;
 }
 
 // Round-robin over the families' buckets: balanced families in a stable order.
@@ -577,6 +612,7 @@ json DemoDataSummary::to_json() const {
            {{"benchmark_questions", decontam_questions},
             {"dropped_ngram", decontam_ngram},
             {"dropped_number_signature", decontam_signature}}},
+          {"renamed_entities", {{"by_source", renamed}, {"not_renamed", renamed_skipped}}},
           {"public_sources", public_sources},
           {"seconds", seconds}};
 }
@@ -814,6 +850,35 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
               static_cast<int64_t>(test.size()) == z.test,
           "demo data: internal error, quotas not met");
 
+  // Renamed entities (or/dataset/entity_names.hpp): a share of the trained
+  // problems call their products, places, workers ... by invented names or by
+  // names of the other pools, so that answers copy names from the question.
+  // Never a name that an evaluated problem uses.
+  std::deque<DemoItem> renamed_items;  // stable addresses for the lists' pointers
+  if (z.renamed_share > 0) {
+    std::set<std::string> evaluated_names;
+    for (const auto* list : {&test, &val, &ho_template, &ho_family})
+      for (const auto* it : *list)
+        for (const std::string& e : named_elements(it->problem.nl, it->target.model))
+          evaluated_names.insert(name_key(e));
+    for (auto* list : {&train, &cpt_only})
+      for (const DemoItem*& it : *list) {
+        const Problem& p = it->problem;
+        Rng rng(o.seed, {hash_string("demo-renamed-entities"), hash_string(p.id)});
+        if (!rng.bernoulli(z.renamed_share)) continue;
+        NameSource source = rng.bernoulli(0.5) ? NameSource::invented : NameSource::pooled;
+        std::optional<DemoItem> renamed =
+            renamed_item(*it, source, rng, evaluated_names, z.max_chars);
+        if (!renamed) {
+          ++summary.renamed_skipped;
+          continue;
+        }
+        renamed_items.push_back(std::move(*renamed));
+        it = &renamed_items.back();
+        ++summary.renamed[to_string(source)];
+      }
+  }
+
   // Decontamination: no evaluated instance's question or target may appear in
   // anything trained on (SFT train and the CPT corpus).
   {
@@ -954,12 +1019,15 @@ DemoDataSummary build_demo_data(const DemoDataOptions& o) {
                       {{"kind", "formulation"},
                        {"problem_id", it->problem.id},
                        {"family", it->problem.family}}}});
+      // Drills keep the names as generated: on renamed drills the copy did not
+      // form within the default warm-up (docs/demo.md "Renamed entities").
+      const DemoItem& drilled = it->before_renaming ? *it->before_renaming : *it;
       constexpr std::string_view data_marker = "\ndata;";
-      const std::string& target = it->target.text;
+      const std::string& target = drilled.target.text;
       const size_t data_at = target.find(data_marker);
       if (o.sizes.copy_drills > 0 && data_at != std::string::npos) {
         for (std::string& drill :
-             copy_drills(it->problem.nl, target.substr(data_at + data_marker.size()),
+             copy_drills(drilled.problem.nl, target.substr(data_at + data_marker.size()),
                          o.sizes.copy_drills, hash_combine(o.seed, hash_string(it->problem.id))))
           cpt.push_back({{"text", std::move(drill)},
                          {"meta",

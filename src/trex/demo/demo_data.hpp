@@ -30,6 +30,9 @@ struct DemoSizes {
   double side_constraint_rate = 0.0;
   size_t max_chars = 0;  // prompt + target chars of trained items (held-out: 2x); 0: any
   int copy_drills = 0;   // CPT copy drills per trained problem (copy_drills())
+  // Share of the trained problems (SFT train, CPT-only) whose named entities
+  // are renamed (or/dataset/entity_names.hpp); evaluated problems never are.
+  double renamed_share = 0.0;
 };
 DemoSizes demo_preset_sizes(std::string_view preset);  // "default" | "full"; throws trex::Error
 
@@ -82,6 +85,8 @@ struct DemoDataSummary {
   std::map<std::string, orlib::TextForms> family_forms;
   std::map<std::string, orlib::NgramDiversity> family_diversity, bench_diversity;
   std::vector<std::string> public_sources;  // "file:id" of the public slice
+  std::map<std::string, int64_t> renamed;   // renamed trained problems per NameSource
+  int64_t renamed_skipped = 0;              // drawn for renaming, not renamable cleanly
   double seconds = 0.0;
   json to_json() const;
 };

@@ -70,6 +70,7 @@ void read_data(const Reader& data, DemoPreset& p) {
       data.number("side_constraint_rate", Range<double>::between(0.0, 1.0));
   p.sizes.max_chars = static_cast<size_t>(at_least(data, "max_chars", 0));
   p.sizes.copy_drills = data.integer<int>("copy_drills", Range<int>::at_least(0));
+  p.sizes.renamed_share = data.number("renamed_share", Range<double>::between(0.0, 1.0));
   p.train_families = words(data, "train_families");
   p.heldout_families = words(data, "heldout_families");
   p.public_files = words(data, "public_files");

@@ -462,6 +462,19 @@ std::string demo_report_markdown(const DemoReportInputs& in) {
             " questions): trained " + figures("families") + "; benchmarks " +
             figures("benchmarks") + "\n";
     }
+    if (auto r = d.find("renamed_entities"); r != d.end() && r->is_object()) {
+      int64_t renamed = 0;
+      std::vector<std::string> parts;
+      if (auto b = r->find("by_source"); b != r->end() && b->is_object())
+        for (auto it = b->begin(); it != b->end(); ++it) {
+          renamed += it->get<int64_t>();
+          parts.push_back(it->dump() + " " + it.key());
+        }
+      md += "- renamed entities (trained problems whose named things carry other names): " +
+            std::to_string(renamed) + (parts.empty() ? "" : " (" + join(parts, ", ") + ")") + ", " +
+            r->value("not_renamed", nlohmann::json(0)).dump() +
+            " drawn but not renamable cleanly\n";
+    }
     if (auto s = d.find("split_sizes"); s != d.end() && s->is_object()) {
       md += "\n| split | items |\n|---|---|\n";
       for (auto it = s->begin(); it != s->end(); ++it)
