@@ -424,27 +424,6 @@ std::vector<std::pair<size_t, size_t>> text_segments(const std::string& text) {
   return out;
 }
 
-bool word_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-// Where `phrase` occurs in `text` as a whole word, ignoring case.
-std::vector<size_t> word_occurrences(const std::string& text, const std::string& phrase) {
-  std::vector<size_t> out;
-  if (phrase.empty() || phrase.size() > text.size()) return out;
-  for (size_t i = 0; i + phrase.size() <= text.size(); ++i) {
-    if (i > 0 && word_char(text[i - 1])) continue;
-    const size_t end = i + phrase.size();
-    if (end < text.size() && word_char(text[end])) continue;
-    bool same = true;
-    for (size_t k = 0; k < phrase.size() && same; ++k)
-      same = std::tolower(static_cast<unsigned char>(text[i + k])) ==
-             std::tolower(static_cast<unsigned char>(phrase[k]));
-    if (same) out.push_back(i);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<std::string> copy_drills(const std::string& question, const std::string& data_section,

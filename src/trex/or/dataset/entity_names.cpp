@@ -176,6 +176,10 @@ std::vector<std::string> named_elements(const std::string& question, const std::
   return out;
 }
 
+std::vector<size_t> word_occurrences(const std::string& text, const std::string& phrase) {
+  return whole_word_at(lower(text), lower(phrase));
+}
+
 std::string name_key(const std::string& element) {
   return lower(spaced(element));
 }

@@ -60,6 +60,10 @@ std::optional<EntityRenaming> plan_renaming(
     const std::string& question, const std::string& model,
     const std::vector<std::pair<std::string, Written>>& others, NameSource source, Rng& rng,
     const std::set<std::string>& excluded = {});
+// Where `phrase` occurs in `text` as a whole word (not next to a letter,
+// digit or '_'), ignoring case.
+std::vector<size_t> word_occurrences(const std::string& text, const std::string& phrase);
+
 // The lower-case spaced form of an element: "Dining_chair" -> "dining chair".
 std::string name_key(const std::string& element);
 
