@@ -5,6 +5,7 @@
 #include <cctype>
 #include <set>
 
+#include "trex/core/strings.hpp"
 #include "trex/or/dataset/gmpl_edit.hpp"
 #include "trex/or/families/text.hpp"
 
@@ -13,11 +14,6 @@ namespace {
 
 bool word_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 std::string spaced(std::string s) {
@@ -46,16 +42,12 @@ std::vector<size_t> whole_word_at(const std::string& lower_text, const std::stri
 }
 
 bool mentions(const std::string& text, const std::string& phrase) {
-  return !whole_word_at(lower(text), lower(phrase)).empty();
+  return !whole_word_at(to_lower(text), to_lower(phrase)).empty();
 }
 
+// As alg_writer writes a symbol inside \text{}: "dining\_chair".
 std::string latex(const std::string& element) {
-  std::string out;
-  for (char c : element) {
-    if (c == '_') out += '\\';
-    out += c;
-  }
-  return out;
+  return replace_all(element, "_", "\\_");
 }
 
 // The old -> new written forms of a renamed element, the text's own first
@@ -150,7 +142,7 @@ std::vector<std::string> named_elements(const std::string& question, const std::
   if (data_at == std::string::npos) return {};
   std::vector<std::string> out;
   std::set<std::string> seen;
-  const std::string lower_question = lower(question);
+  const std::string lower_question = to_lower(question);
   for (const DataStatement& s : parse_data_section(model.substr(data_at + 5))) {
     if (s.kind != DataStatement::set) continue;
     const std::vector<std::string> tokens = statement_tokens(s.raw);
@@ -166,7 +158,7 @@ std::vector<std::string> named_elements(const std::string& question, const std::
                                                 text::plural(spaced(e))};
       const bool mentioned =
           std::any_of(written.begin(), written.end(), [&](const std::string& form) {
-            return !whole_word_at(lower_question, lower(form)).empty();
+            return !whole_word_at(lower_question, to_lower(form)).empty();
           });
       if (!mentioned) continue;
       seen.insert(e);
@@ -177,11 +169,11 @@ std::vector<std::string> named_elements(const std::string& question, const std::
 }
 
 std::vector<size_t> word_occurrences(const std::string& text, const std::string& phrase) {
-  return whole_word_at(lower(text), lower(phrase));
+  return whole_word_at(to_lower(text), to_lower(phrase));
 }
 
 std::string name_key(const std::string& element) {
-  return lower(spaced(element));
+  return to_lower(spaced(element));
 }
 
 std::string EntityRenaming::apply(const std::string& text, Written as) const {
@@ -190,10 +182,10 @@ std::string EntityRenaming::apply(const std::string& text, Written as) const {
     std::string replacement;
   };
   std::vector<Match> matches;
-  const std::string lower_text = lower(text);
+  const std::string lower_text = to_lower(text);
   for (const auto& [from, to] : names)
     for (const auto& [old_form, new_form] : form_pairs(from, to, as))
-      for (size_t at : whole_word_at(lower_text, lower(old_form))) {
+      for (size_t at : whole_word_at(lower_text, to_lower(old_form))) {
         // "Dining chairs" at the start of a sentence stays capitalised.
         const bool upper = std::isupper(static_cast<unsigned char>(text[at]));
         matches.push_back(
@@ -228,9 +220,9 @@ std::optional<EntityRenaming> plan_renaming(
 
   // The model must write each old element in one case only: "Labour" and
   // "labour" would both become the same capitalised new name.
-  const std::string lower_model = lower(model);
+  const std::string lower_model = to_lower(model);
   for (const std::string& e : old_names)
-    for (size_t at : whole_word_at(lower_model, lower(e)))
+    for (size_t at : whole_word_at(lower_model, to_lower(e)))
       if (model.compare(at, e.size(), e) != 0) return std::nullopt;
 
   std::set<std::string> taken = excluded;  // name_key()s of old, excluded and chosen names
