@@ -12,6 +12,8 @@
 #include "cli_run.hpp"
 #include "test_paths.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/model/config.hpp"
+#include "trex/model/params.hpp"
 
 namespace {
 
@@ -153,7 +155,15 @@ TEST(BenchStepCli, ReportsThroughputMemoryAndACoveringProfile) {
             mem["peak_rss_bytes"].get<int64_t>() - mem["baseline_rss_bytes"].get<int64_t>());
   EXPECT_GT(mem["param_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(mem["grad_bytes"], mem["param_bytes"]);
-  EXPECT_EQ(mem["optimizer_state_bytes"].get<int64_t>(), 2 * mem["param_bytes"].get<int64_t>());
+  // fp32 moments: a first moment for every parameter, a second only for AdamW's tensors.
+  int64_t adamw_values = 0;
+  for (const trex::model::ParamSpec& spec :
+       trex::model::parameter_specs(trex::model::ModelConfig::load(trex::test::source_dir() +
+                                                                   "/configs/models/tiny-v4.json")))
+    if (spec.group == trex::model::OptimizerGroup::kAdamW) adamw_values += spec.numel();
+  EXPECT_GT(adamw_values, 0);
+  EXPECT_EQ(mem["optimizer_state_bytes"].get<int64_t>(),
+            mem["param_bytes"].get<int64_t>() + 4 * adamw_values);
 
   // Profile: the categories sum to at most the step and cover at least 80% of it.
   const auto& p = j["profile"];
@@ -219,11 +229,22 @@ TEST(BenchStepCli, AdamwOnlyRunsNoNewtonSchulz) {
   EXPECT_EQ(run_json(kTiny + "--peak-gflops 50 --json")["optimizer"], "muon");
 }
 
+// --moment-dtype bf16 halves the optimizer state and nothing else.
+TEST(BenchStepCli, Bf16MomentsHalveTheOptimizerState) {
+  const nlohmann::json f32 = run_json(kTiny + "--peak-gflops 50 --json");
+  const nlohmann::json bf16 = run_json(kTiny + "--peak-gflops 50 --moment-dtype bf16 --json");
+  ASSERT_TRUE(f32.is_object() && bf16.is_object());
+  EXPECT_EQ(bf16["moment_dtype"], "bf16");
+  EXPECT_EQ(2 * bf16["memory"]["optimizer_state_bytes"].get<int64_t>(),
+            f32["memory"]["optimizer_state_bytes"].get<int64_t>());
+  EXPECT_EQ(bf16["memory"]["param_bytes"], f32["memory"]["param_bytes"]);
+}
+
 TEST(BenchStepCli, BadOptionsAreNamed) {
   const std::string base = "bench step --config " + trex::test::source_dir() +
                            "/configs/models/tiny-v4.json --peak-gflops 1 ";
-  for (const char* bad :
-       {"--dtype fp8", "--seq 1", "--mtp 2", "--steps 0", "--batch 0", "--optimizer sgd"}) {
+  for (const char* bad : {"--dtype fp8", "--seq 1", "--mtp 2", "--steps 0", "--batch 0",
+                          "--optimizer sgd", "--moment-dtype fp8"}) {
     const auto r = trex::test::run_trex(base + bad);
     EXPECT_NE(r.exit_code, 0) << bad;
     const std::string field = std::string(bad).substr(2, std::string(bad).find(' ') - 2);

@@ -176,6 +176,13 @@ TEST(ExpertShard, OptimizerStateLoadsIntoAShardByName) {
     first[i] = static_cast<float>(i % 1000) * 0.5f;
     second[i] = static_cast<float>(i % 777);
   }
+  // Only AdamW tensors have a second moment (Muon keeps momentum only).
+  int64_t at = 0;
+  for (const trex::model::ParamSpec& spec : whole.params().specs()) {
+    if (spec.group != trex::model::OptimizerGroup::kAdamW)
+      std::fill_n(second.begin() + at, spec.numel(), 0.0f);
+    at += spec.numel();
+  }
   full.set_state(4, first, second);
   trex::test::TempDir dir;
   const std::string path = dir.path() + "/optimizer.safetensors";

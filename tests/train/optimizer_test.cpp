@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "test_paths.hpp"
+#include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/model/config.hpp"
@@ -233,6 +234,10 @@ TEST(TrainMuon, OptimizerStepsMatchNaiveMuonPerMatrixAndAdamWElsewhere) {
   // Nesterov momentum buffer after two steps: 0.95·g1 + g2.
   EXPECT_NEAR(opt.first_moment()[0], 0.95 * 0.1 - 0.2, 1e-7);
   EXPECT_EQ(opt.second_moment()[0], 0.0f);  // Muon keeps no second moment
+  // ... and stores none: only "norm" (2 values) has one; frozen "gate.bias" neither.
+  EXPECT_EQ(opt.state_size(), 18);
+  EXPECT_EQ(opt.second_moment_size(), 2);
+  EXPECT_EQ(opt.state_bytes(), (18 + 2) * 4);
   // AdamW part (default ε 1e-20 ⇒ first update is lr·sign(g) plus decay).
   EXPECT_NEAR(opt.first_moment()[14], 0.9 * 0.001 + 0.1 * -0.03, 1e-8);
   // Frozen: untouched values and state.
@@ -258,6 +263,73 @@ TEST(TrainAdamW, UseMuonFalseSendsMatricesToAdamW) {
   const float expected[4] = {0.99f - 0.1f, 0.99f + 0.1f, 0.99f - 0.1f, 0.99f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(p.values()[i], expected[i], 1e-6) << i;
   EXPECT_GT(opt.second_moment()[0], 0.0f);
+  EXPECT_EQ(opt.second_moment_size(), 4);  // AdamW everywhere: a second moment everywhere
+}
+
+// bf16 moments: the same update computed in fp32 from rounded state. Every
+// stored moment is a bf16 value, the state is half the bytes, the weights
+// stay close to an fp32-moment run, and a save/load continues bitwise.
+TEST(TrainOptimizerState, Bf16MomentsAreRoundedStateOfTheSameUpdate) {
+  ParamStore<float> start(
+      {spec("a", {8, 6}, OptimizerGroup::kMuon), spec("b", {8, 6}, OptimizerGroup::kMuon),
+       spec("v", {40}, OptimizerGroup::kAdamW), spec("bias", {3}, OptimizerGroup::kNotTrained)});
+  for (int64_t i = 0; i < start.size(); ++i)
+    start.values()[i] = 0.05f * std::cos(static_cast<float>(3 * i));
+  // Random (full-rank) gradients: Newton-Schulz would amplify rounding in the
+  // null space of a low-rank one.
+  auto set_grads = [](ParamStore<float>& p, int step) {
+    trex::Rng rng(11, {static_cast<uint64_t>(step)});
+    for (int64_t i = 0; i < p.size(); ++i) p.grads()[i] = static_cast<float>(0.01 * rng.normal());
+  };
+  trex::train::OptimizerOptions bf16_options;
+  bf16_options.moment_dtype = trex::train::MomentDType::kBF16;
+  ParamStore<float> p32 = start, p16 = start;
+  trex::train::Optimizer opt32(p32, {}), opt16(p16, bf16_options);
+  for (int step = 1; step <= 5; ++step) {
+    set_grads(p32, step);
+    set_grads(p16, step);
+    opt32.step(p32, 0.01);
+    opt16.step(p16, 0.01);
+  }
+  EXPECT_EQ(2 * opt16.state_bytes(), opt32.state_bytes());
+  EXPECT_EQ(opt16.second_moment_size(), 40);
+  const std::vector<float> m16 = opt16.first_moment(), m32 = opt32.first_moment();
+  const std::vector<float> v16 = opt16.second_moment(), v32 = opt32.second_moment();
+  double moment_error = 0, moment_scale = 0, weight_error = 0, weight_step = 0;
+  for (size_t i = 0; i < m16.size(); ++i) {
+    EXPECT_EQ(trex::bf16_to_f32(trex::f32_to_bf16(m16[i])), m16[i]) << i;
+    EXPECT_EQ(trex::bf16_to_f32(trex::f32_to_bf16(v16[i])), v16[i]) << i;
+    moment_error = std::max(moment_error, static_cast<double>(std::abs(m16[i] - m32[i])));
+    moment_scale = std::max(moment_scale, static_cast<double>(std::abs(m32[i])));
+    weight_error =
+        std::max(weight_error, static_cast<double>(std::abs(p16.values()[i] - p32.values()[i])));
+    weight_step =
+        std::max(weight_step, static_cast<double>(std::abs(p32.values()[i] - start.values()[i])));
+  }
+  EXPECT_GT(moment_error, 0.0);                  // rounding happened
+  EXPECT_LT(moment_error, 0.01 * moment_scale);  // a few bf16 ulps after 5 steps
+  EXPECT_LT(weight_error, 0.05 * weight_step);
+  EXPECT_GT(v16[100], 0.0f);  // "v" starts at 96
+  EXPECT_EQ(v16[0], 0.0f);    // Muon: no second moment
+
+  trex::test::TempDir dir;
+  opt16.save_state(dir.file("bf16.safetensors"));
+  ParamStore<float> resumed = p16;
+  trex::train::Optimizer opt_resumed(resumed, bf16_options);
+  opt_resumed.load_state(dir.file("bf16.safetensors"));
+  trex::train::Optimizer widened(resumed, {});  // fp32 moments read the same values exactly
+  widened.load_state(dir.file("bf16.safetensors"));
+  EXPECT_EQ(widened.first_moment(), m16);
+  EXPECT_EQ(widened.second_moment(), v16);
+  for (int step = 6; step <= 7; ++step) {
+    set_grads(p16, step);
+    set_grads(resumed, step);
+    opt16.step(p16, 0.01);
+    opt_resumed.step(resumed, 0.01);
+  }
+  EXPECT_EQ(p16.values(), resumed.values());
+  EXPECT_EQ(opt16.first_moment(), opt_resumed.first_moment());
+  EXPECT_EQ(opt16.second_moment(), opt_resumed.second_moment());
 }
 
 TEST(TrainOptimizerState, SaveLoadContinuesBitwise) {

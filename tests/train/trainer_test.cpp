@@ -33,7 +33,7 @@ nlohmann::json full_example() {
     "data": {"mode": "sft", "train": "data/train.jsonl", "validation": "data/val.jsonl",
              "seed": "18446744073709551615", "shuffle": false},
     "seq_len": 128, "micro_batch": 2, "global_batch": 8, "steps": 50,
-    "optimizer": {"use_muon": true,
+    "optimizer": {"use_muon": true, "moment_dtype": "bf16",
                   "adamw": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-20, "weight_decay": 0.1},
                   "muon": {"momentum": 0.95, "nesterov": true, "ns_iterations": 10,
                            "ns_tail_iterations": 2, "rms_scale": 0.18, "weight_decay": 0.1}},
@@ -68,6 +68,7 @@ TEST(TrainRunConfig, ParsesEveryKeyAndResolvesPaths) {
   EXPECT_EQ(c.accumulation_steps(), 4);
   EXPECT_EQ(c.precision, trex::train::TrainPrecision::kBf16);
   EXPECT_DOUBLE_EQ(c.optimizer.muon.rms_scale, 0.18);
+  EXPECT_EQ(c.optimizer.moment_dtype, trex::train::MomentDType::kBF16);
   EXPECT_DOUBLE_EQ(c.min_lr, 2e-4);
   EXPECT_EQ(c.keep_checkpoints, 2);
   EXPECT_EQ(c.spike_window, 10);
@@ -98,6 +99,9 @@ TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   j = full_example();
   j["optimizer"]["muon"]["momentum"] = 1.5;
   EXPECT_NE(error_of(j).find("optimizer.muon.momentum"), std::string::npos);
+  j = full_example();
+  j["optimizer"]["moment_dtype"] = "fp8";
+  EXPECT_NE(error_of(j).find("field 'optimizer.moment_dtype'"), std::string::npos);
   j = full_example();
   j["steps"] = 0;
   EXPECT_NE(error_of(j).find("field 'steps'"), std::string::npos);
@@ -151,6 +155,7 @@ shuffle = false
 
 [optimizer]
 use_muon = true
+moment_dtype = "bf16"
 adamw = { beta1 = 0.9, beta2 = 0.95, eps = 1e-20, weight_decay = 0.1 }
 muon = { momentum = 0.95, nesterov = true, ns_iterations = 10, ns_tail_iterations = 2, rms_scale = 0.18, weight_decay = 0.1 }
 
@@ -357,10 +362,12 @@ TEST(TrainGuard, NaNParameterGivesNonFiniteLossAndNoUpdate) {
 }
 
 // A run interrupted after step k and resumed equals an uninterrupted one, bitwise.
-void expect_bitwise_resume(DataMode mode) {
+void expect_bitwise_resume(DataMode mode,
+                           trex::train::MomentDType moments = trex::train::MomentDType::kF32) {
   TempDir dir;
   trex::test::write_tiny_training_data(dir.path());
   RunConfig c = trex::test::tiny_run_config(dir.path(), mode);
+  c.optimizer.moment_dtype = moments;
   c.validation_file = c.train_file;
   c.eval_interval = 2;
   c.eval_batches = 1;
@@ -413,6 +420,38 @@ TEST(TrainResume, InterruptedCptRunContinuesBitwise) {
 }
 TEST(TrainResume, InterruptedSftRunContinuesBitwise) {
   expect_bitwise_resume(DataMode::kSft);
+}
+// The checkpoint holds bf16 moments widened to fp32, which round back exactly.
+TEST(TrainResume, InterruptedRunWithBf16MomentsContinuesBitwise) {
+  expect_bitwise_resume(DataMode::kCpt, trex::train::MomentDType::kBF16);
+}
+
+// bf16 optimizer moments (DeepSeek-V3's recipe) train like fp32 ones: the
+// validation loss after the same steps agrees within 1%, yet the runs differ.
+TEST(TrainTrainer, Bf16MomentsReachTheFp32ValidationLoss) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.validation_file = c.train_file;
+  c.steps = 12;
+  c.eval_interval = 12;
+  c.eval_batches = 2;
+  auto final_validation_loss = [&](trex::train::MomentDType moments, const std::string& name) {
+    RunConfig run = c;
+    run.optimizer.moment_dtype = moments;
+    run.out_dir = dir.path() + "/" + name;
+    Trainer trainer(run, {.quiet = true});
+    trainer.run();
+    const auto lines = trex::read_jsonl(run.out_dir + "/metrics.jsonl");
+    EXPECT_TRUE(lines.back().contains("val_loss"));
+    return std::pair(lines.back()["val_loss"].get<double>(), trainer.optimizer().state_bytes());
+  };
+  const auto [fp32_loss, fp32_bytes] = final_validation_loss(trex::train::MomentDType::kF32, "f32");
+  const auto [bf16_loss, bf16_bytes] =
+      final_validation_loss(trex::train::MomentDType::kBF16, "bf16");
+  EXPECT_NEAR(bf16_loss, fp32_loss, 0.01 * fp32_loss);
+  EXPECT_NE(bf16_loss, fp32_loss);
+  EXPECT_EQ(2 * bf16_bytes, fp32_bytes);
 }
 
 TEST(TrainCheckpoint, KeepsTheLastKAndRefusesMissingResume) {

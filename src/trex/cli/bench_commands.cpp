@@ -73,7 +73,8 @@ struct StepBenchOptions {
   int64_t warmup = 1;
   std::string dtype = "fp32";
   int mtp = 1;
-  std::string optimizer = "muon";  // muon: the trainer's AdamW+Muon split; adamw: AdamW only
+  std::string optimizer = "muon";    // muon: the trainer's AdamW+Muon split; adamw: AdamW only
+  std::string moment_dtype = "f32";  // storage of the optimizer moments
   uint64_t seed = 1;
   double peak_gflops = 0.0;  // > 0: given; otherwise measured after the steps
   bool profile = false;
@@ -114,6 +115,8 @@ int run_step(const StepBenchOptions& o) {
   if (o.optimizer != "muon" && o.optimizer != "adamw")
     throw Error("--optimizer must be muon or adamw").field("optimizer");
   if (o.peak_gflops < 0) throw Error("--peak-gflops must be >= 0").field("peak-gflops");
+  if (o.moment_dtype != "f32" && o.moment_dtype != "bf16")
+    throw Error("--moment-dtype must be f32 or bf16").field("moment-dtype");
   const bool bf16 = o.dtype == "bf16";
   const int64_t baseline_rss = peak_rss_bytes();
 
@@ -126,6 +129,8 @@ int run_step(const StepBenchOptions& o) {
   train::OptimizerOptions optimizer_options = defaults.optimizer;
   // AdamW only is what the transformers baseline runs (reference/bench_hf_train.py).
   optimizer_options.use_muon = o.optimizer == "muon";
+  optimizer_options.moment_dtype =
+      o.moment_dtype == "bf16" ? train::MomentDType::kBF16 : train::MomentDType::kF32;
   const kernels::Precision precision = bf16 ? kernels::Precision::kBF16 : kernels::Precision::kF32;
   optimizer_options.muon.precision = precision;
   train::Optimizer optimizer(params, optimizer_options);
@@ -193,8 +198,7 @@ int run_step(const StepBenchOptions& o) {
   const double model_mfu = step_flops / model_median / (peak_gflops * 1e9);
   const int64_t param_bytes = params.size() * static_cast<int64_t>(sizeof(float));
   const int64_t grad_bytes = static_cast<int64_t>(params.grads().size() * sizeof(float));
-  const int64_t optimizer_bytes = static_cast<int64_t>(
-      (optimizer.first_moment().size() + optimizer.second_moment().size()) * sizeof(float));
+  const int64_t optimizer_bytes = optimizer.state_bytes();
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads();
@@ -235,6 +239,7 @@ int run_step(const StepBenchOptions& o) {
         {"dtype", bf16 ? "bf16" : "fp32"},
         {"mtp", o.mtp},
         {"optimizer", o.optimizer},
+        {"moment_dtype", o.moment_dtype},
         {"threads", threads},
         {"step_seconds",
          {{"median", median},
@@ -365,6 +370,9 @@ void add_bench_commands(CLI::App& app) {
   step->add_option("--optimizer", step_options->optimizer,
                    "muon: the trainer's AdamW+Muon split; adamw: AdamW for every parameter (the "
                    "transformers baseline's optimizer)")
+      ->capture_default_str();
+  step->add_option("--moment-dtype", step_options->moment_dtype,
+                   "f32 or bf16 storage of the optimizer moments (updates compute in fp32)")
       ->capture_default_str();
   step->add_option("--seed", step_options->seed, "Seed of the random init and tokens")
       ->capture_default_str();

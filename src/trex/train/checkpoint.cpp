@@ -297,16 +297,16 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
     for (const parallel::OptimizerShard& r : mine.values)
       values.insert(values.end(), own_values.begin() + r.begin, own_values.begin() + r.end);
     // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
+    const std::vector<float> own_first = optimizer.first_moment();
+    const std::vector<float> own_second = optimizer.second_moment();
     std::vector<float> first, second;
     if (!zero)
       for (const parallel::OptimizerShard& r : mine.state) {
-        first.insert(first.end(), optimizer.first_moment().begin() + r.begin,
-                     optimizer.first_moment().begin() + r.end);
-        second.insert(second.end(), optimizer.second_moment().begin() + r.begin,
-                      optimizer.second_moment().begin() + r.end);
+        first.insert(first.end(), own_first.begin() + r.begin, own_first.begin() + r.end);
+        second.insert(second.end(), own_second.begin() + r.begin, own_second.begin() + r.end);
       }
-    const float* first_data = zero ? optimizer.first_moment().data() : first.data();
-    const float* second_data = zero ? optimizer.second_moment().data() : second.data();
+    const float* first_data = zero ? own_first.data() : first.data();
+    const float* second_data = zero ? own_second.data() : second.data();
     std::vector<parallel::Request> sends;
     if (!values.empty())
       sends.push_back(data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32, 0,

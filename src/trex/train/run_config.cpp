@@ -46,6 +46,8 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
     const config::Reader o = root.section("optimizer");
     OptimizerOptions& opt = c.optimizer;
     opt.use_muon = o.boolean("use_muon", opt.use_muon);
+    opt.moment_dtype = o.choice("moment_dtype", opt.moment_dtype,
+                                {{"f32", MomentDType::kF32}, {"bf16", MomentDType::kBF16}});
     const config::Reader a = o.section("adamw");
     opt.adamw.beta1 = a.number("beta1", opt.adamw.beta1);
     opt.adamw.beta2 = a.number("beta2", opt.adamw.beta2);
@@ -372,6 +374,7 @@ nlohmann::json RunConfig::to_json() const {
       {"epochs", epochs},
       {"optimizer",
        {{"use_muon", optimizer.use_muon},
+        {"moment_dtype", moment_dtype_name(optimizer.moment_dtype)},
         {"adamw",
          {{"beta1", optimizer.adamw.beta1},
           {"beta2", optimizer.adamw.beta2},

@@ -88,12 +88,80 @@ Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions op
     if (r.size() > 0) previous_end = r.end;
     state += r.size();
   }
-  first_moment_.assign(static_cast<size_t>(state), 0.0f);
-  second_moment_.assign(static_cast<size_t>(state), 0.0f);
   for (const model::ParamSpec& spec : specs_)
     if (options_.use_muon && spec.group == model::OptimizerGroup::kMuon && spec.shape.size() < 2)
       throw Error("Muon needs a matrix, got a tensor of rank " + std::to_string(spec.shape.size()))
           .field(spec.name);
+  int64_t second = 0, local = 0;
+  for (const parallel::OptimizerShard& range : ranges_)
+    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+      const model::ParamSpec& spec = specs_[i];
+      Slot slot;
+      slot.spec = i;
+      slot.param_offset = offset[i];
+      slot.state_offset = local;
+      if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
+        slot.update = Update::kMuon;
+      } else if (spec.group != model::OptimizerGroup::kNotTrained) {
+        slot.update = Update::kAdamW;
+        slot.second_offset = second;
+        second += spec.numel();
+      }
+      slots_.push_back(slot);
+      local += spec.numel();
+    }
+  first_moment_ = MomentBuffer(options_.moment_dtype, state);
+  second_moment_ = MomentBuffer(options_.moment_dtype, second);
+}
+
+void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads, double lr) {
+  TREX_PROFILE(profile::Op::kAdamW);
+  const int64_t n = specs_[slot.spec].numel();
+  float* w = weights + slot.param_offset;
+  const float* g = grads + slot.param_offset;
+  if (options_.moment_dtype == MomentDType::kF32) {
+    adamw_update(w, g, first_moment_.f32() + slot.state_offset,
+                 second_moment_.f32() + slot.second_offset, n, lr, step_, options_.adamw);
+    return;
+  }
+  // AdamW is elementwise: bf16 moments go through fp32 scratch in chunks.
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t count = std::min(kChunk, n - at);
+    first_scratch_.resize(static_cast<size_t>(count));
+    second_scratch_.resize(static_cast<size_t>(count));
+    first_moment_.read(slot.state_offset + at, first_scratch_);
+    second_moment_.read(slot.second_offset + at, second_scratch_);
+    adamw_update(w + at, g + at, first_scratch_.data(), second_scratch_.data(), count, lr, step_,
+                 options_.adamw);
+    first_moment_.write(slot.state_offset + at, first_scratch_);
+    second_moment_.write(slot.second_offset + at, second_scratch_);
+  }
+}
+
+void Optimizer::muon_step(std::span<const Slot* const> slots, float* weights, const float* grads,
+                          double lr) {
+  TREX_PROFILE(profile::Op::kMuonOther);
+  const model::ParamSpec& first = specs_[slots.front()->spec];
+  const int64_t rows = first.shape[0], cols = first.numel() / rows;
+  const bool f32 = options_.moment_dtype == MomentDType::kF32;
+  if (!f32) first_scratch_.resize(slots.size() * static_cast<size_t>(rows * cols));
+  std::vector<MuonMatrixRef> matrices;
+  matrices.reserve(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const Slot& slot = *slots[k];
+    float* momentum = f32 ? first_moment_.f32() + slot.state_offset
+                          : first_scratch_.data() + k * static_cast<size_t>(rows * cols);
+    if (!f32)
+      first_moment_.read(slot.state_offset, std::span(momentum, static_cast<size_t>(rows * cols)));
+    matrices.push_back({weights + slot.param_offset, grads + slot.param_offset, momentum});
+  }
+  muon_update(matrices, rows, cols, lr, options_.muon, workspace_);
+  if (!f32)
+    for (size_t k = 0; k < slots.size(); ++k)
+      first_moment_.write(
+          slots[k]->state_offset,
+          std::span<const float>(matrices[k].momentum, static_cast<size_t>(rows * cols)));
 }
 
 void Optimizer::step(model::ParamStore<float>& params, double lr) {
@@ -107,41 +175,36 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   // Muon matrices of one shape are updated together (one batched op per shape);
   // each matrix's update is independent of the others, so the grouping does
   // not change results.
-  std::map<std::pair<int64_t, int64_t>, std::vector<MuonMatrixRef>> muon_by_shape;
-  int64_t local = 0;  // index into the ranges' state
-  for (const parallel::OptimizerShard& range : ranges_) {
-    int64_t offset = range.begin;
-    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
-      const model::ParamSpec& spec = specs_[i];
-      const int64_t n = spec.numel();
-      if (spec.group == model::OptimizerGroup::kMuon && options_.use_muon) {
-        // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
-        const int64_t rows = spec.shape[0];
-        muon_by_shape[{rows, n / rows}].push_back(
-            {w + offset, g + offset, first_moment_.data() + local});
-      } else if (spec.group != model::OptimizerGroup::kNotTrained) {
-        TREX_PROFILE(profile::Op::kAdamW);
-        adamw_update(w + offset, g + offset, first_moment_.data() + local,
-                     second_moment_.data() + local, n, lr, step_, options_.adamw);
-      }
-      offset += n;
-      local += n;
-    }
+  std::map<std::pair<int64_t, int64_t>, std::vector<const Slot*>> muon_by_shape;
+  for (const Slot& slot : slots_) {
+    if (slot.update == Update::kAdamW) adamw_step(slot, w, g, lr);
+    if (slot.update != Update::kMuon) continue;
+    // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
+    const model::ParamSpec& spec = specs_[slot.spec];
+    muon_by_shape[{spec.shape[0], spec.numel() / spec.shape[0]}].push_back(&slot);
   }
   // The batch's scratch (count·rows·cols floats) stays under this many values
   // unless one matrix alone is larger.
   constexpr int64_t kMuonBatchValues = int64_t{1} << 24;
-  for (const auto& [shape, matrices] : muon_by_shape) {
+  for (const auto& [shape, slots] : muon_by_shape) {
     const auto [rows, cols] = shape;
     const size_t per_batch =
         static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
-    for (size_t first = 0; first < matrices.size(); first += per_batch) {
-      TREX_PROFILE(profile::Op::kMuonOther);
-      const size_t count = std::min(per_batch, matrices.size() - first);
-      muon_update(std::span(matrices).subspan(first, count), rows, cols, lr, options_.muon,
-                  workspace_);
+    for (size_t first = 0; first < slots.size(); first += per_batch) {
+      const size_t count = std::min(per_batch, slots.size() - first);
+      muon_step(std::span(slots).subspan(first, count), w, g, lr);
     }
   }
+}
+
+std::vector<float> Optimizer::second_moment() const {
+  std::vector<float> out(static_cast<size_t>(state_size()), 0.0f);
+  for (const Slot& slot : slots_)
+    if (slot.update == Update::kAdamW)
+      second_moment_.read(slot.second_offset,
+                          std::span(out.data() + slot.state_offset,
+                                    static_cast<size_t>(specs_[slot.spec].numel())));
+  return out;
 }
 
 std::vector<float> Optimizer::gather_ranges(const void* whole) const {
@@ -172,14 +235,18 @@ void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
                 std::to_string(size_) +
                 (sharded() ? " (or the shard's " + std::to_string(state_size()) + ")" : ""));
   step_ = step;
-  first_moment_ = std::move(first_moment);
-  second_moment_ = std::move(second_moment);
+  first_moment_.assign(first_moment);
+  for (const Slot& slot : slots_)
+    if (slot.update == Update::kAdamW)
+      second_moment_.write(slot.second_offset,
+                           std::span<const float>(second_moment.data() + slot.state_offset,
+                                                  static_cast<size_t>(specs_[slot.spec].numel())));
 }
 
 void Optimizer::save_state(const std::string& path) const {
   if (sharded())
     throw Error("a sharded (ZeRO) optimizer saves the state gathered from every shard").file(path);
-  save_state(path, first_moment_, second_moment_);
+  save_state(path, first_moment(), second_moment());
 }
 
 void Optimizer::save_state(const std::string& path, std::span<const float> whole_first_moment,
@@ -200,6 +267,9 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
       {"step", std::to_string(step_)},
       {"param_count", std::to_string(size_)},
       {"layout_hash", std::to_string(layout_hash_)},
+      // Informational: the file always holds fp32 (bf16 widens exactly), so
+      // a run may resume with either moment dtype.
+      {"moment_dtype", moment_dtype_name(options_.moment_dtype)},
   };
   ensure_parent_dir(path);
   write_safetensors(path, tensors, metadata);

@@ -2,8 +2,11 @@
 // The training optimizer over a model::ParamStore<float>: the spec §6 split
 // (Muon for OptimizerGroup::kMuon matrices, one logical matrix per ParamSpec —
 // every routed expert's w1/w2/w3 is its own spec; AdamW for kAdamW; kNotTrained
-// such as the router bias is never touched), with flat state buffers aligned
-// with the parameter buffer so a checkpoint saves them as two tensors.
+// such as the router bias is never touched). The first moment is a flat buffer
+// aligned with the parameter ranges the optimizer owns (AdamW's m, Muon's
+// momentum); the second moment (AdamW's v) is stored only for the tensors
+// AdamW updates — Muon keeps momentum only. Moments are fp32 or bf16
+// (OptimizerOptions::moment_dtype); updates compute in fp32.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -12,6 +15,7 @@
 #include "trex/model/params.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/adamw.hpp"
+#include "trex/train/optim/moment_buffer.hpp"
 #include "trex/train/optim/muon.hpp"
 
 namespace trex::train {
@@ -21,6 +25,9 @@ struct OptimizerOptions {
   MuonOptions muon;
   // false: the kMuon group is updated by AdamW as well (plain-AdamW baseline).
   bool use_muon = true;
+  // Storage of both moments; kBF16 halves the optimizer state (updates still
+  // compute in fp32, so an fp32 run is unchanged by this option's existence).
+  MomentDType moment_dtype = MomentDType::kF32;
 };
 
 class Optimizer {
@@ -45,15 +52,20 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   const OptimizerOptions& options() const { return options_; }
 
-  // State of the ranges, concatenated in range order (unsharded: indexed
-  // exactly like values()): first_moment holds AdamW's m and Muon's momentum
-  // buffer; second_moment holds AdamW's v (zero elsewhere).
-  const std::vector<float>& first_moment() const { return first_moment_; }
-  const std::vector<float>& second_moment() const { return second_moment_; }
+  // State of the ranges as fp32, concatenated in range order (unsharded:
+  // indexed exactly like values()): first_moment holds AdamW's m and Muon's
+  // momentum buffer; second_moment holds AdamW's v and zero where AdamW does
+  // not update (that zero is not stored). Both are copies (bf16 decoded).
+  std::vector<float> first_moment() const { return first_moment_.to_f32(); }
+  std::vector<float> second_moment() const;
   const std::vector<parallel::OptimizerShard>& ranges() const { return ranges_; }
-  int64_t state_size() const { return static_cast<int64_t>(first_moment_.size()); }
+  int64_t state_size() const { return first_moment_.size(); }
   bool sharded() const { return state_size() != size_; }
   int64_t param_count() const { return size_; }
+  // Elements of the second moment actually stored (AdamW-updated elements of
+  // the ranges) and the bytes both moments occupy.
+  int64_t second_moment_size() const { return second_moment_.size(); }
+  int64_t state_bytes() const { return first_moment_.bytes() + second_moment_.bytes(); }
 
   // safetensors file with tensors "first_moment" and "second_moment" (F32, [N])
   // and metadata {"trex_optimizer": "adamw+muon"|"adamw", "step", "param_count",
@@ -71,18 +83,32 @@ class Optimizer {
   void set_state(int64_t step, std::vector<float> first_moment, std::vector<float> second_moment);
 
  private:
+  enum class Update { kAdamW, kMuon, kNone };
+  // One parameter tensor inside the ranges: where its values, its first
+  // moment and (AdamW only) its stored second moment start.
+  struct Slot {
+    size_t spec = 0;
+    Update update = Update::kNone;
+    int64_t param_offset = 0, state_offset = 0, second_offset = -1;
+  };
+
   // This optimizer's ranges of a whole-model buffer, concatenated.
   std::vector<float> gather_ranges(const void* whole) const;  // F32 values
+  void adamw_step(const Slot& slot, float* weights, const float* grads, double lr);
+  void muon_step(std::span<const Slot* const> slots, float* weights, const float* grads, double lr);
 
   OptimizerOptions options_;
   std::vector<model::ParamSpec> specs_;
   uint64_t layout_hash_ = 0;
   int64_t size_ = 0;
   std::vector<parallel::OptimizerShard> ranges_;
+  std::vector<Slot> slots_;
   int64_t step_ = 0;
-  std::vector<float> first_moment_;
-  std::vector<float> second_moment_;
+  MomentBuffer first_moment_;
+  MomentBuffer second_moment_;
   std::vector<float> workspace_;
+  // fp32 scratch of bf16 moments during an update.
+  std::vector<float> first_scratch_, second_scratch_;
 };
 
 }  // namespace trex::train
