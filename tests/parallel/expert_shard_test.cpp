@@ -4,13 +4,17 @@
 // buffers re-lay out by name, and the local MoE path refuses a sharded model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "model/expert_maps.hpp"
 #include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/io/safetensors.hpp"
 #include "trex/model/model.hpp"
 #include "trex/model/weights.hpp"
 #include "trex/parallel/expert_shard.hpp"
@@ -161,6 +165,99 @@ TEST(ExpertShard, CheckpointLoadsOnlyTheOwnedExperts) {
     FAIL() << "expected an error";
   } catch (const trex::Error& e) {
     EXPECT_NE(e.field_name().find("ffn.experts."), std::string::npos) << e.what();
+  }
+}
+
+// A released checkpoint in DeepSeek's quantised form (every routed expert's w1
+// MXFP4 with E8M0 row-block scales, a dense projection FP8 with a block scale)
+// read per rank: the same values as loading it whole and sharding, but only
+// this rank's tensors are dequantised; another rank's missing scale is still
+// an error (the file is checked whole).
+TEST(ExpertShard, QuantisedReleasedCheckpointDequantisesOnlyTheOwnedTensors) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(8);
+  const auto tensors = trex::model::export_tensors(
+      c, whole.params(), false, trex::model::NamingScheme::kReleased, &whole.hash_tables());
+  std::vector<std::vector<uint8_t>> payloads;  // alive until written
+  payloads.reserve(2 * tensors.size());
+  auto bytes = [&](std::vector<uint8_t> b) -> const std::vector<uint8_t>& {
+    payloads.push_back(std::move(b));
+    return payloads.back();
+  };
+  auto write = [&](const std::string& path, const std::string& drop_scale) {
+    std::vector<trex::TensorToWrite> w;
+    int quantised = 0;
+    for (const auto& t : tensors) {
+      const bool expert_w1 =
+          t.name.find(".ffn.experts.") != std::string::npos && t.name.ends_with(".w1.weight");
+      if (expert_w1) {
+        const int64_t rows = t.shape[0], cols = t.shape[1];
+        std::vector<uint8_t> fp4(static_cast<size_t>(rows * cols / 2));
+        for (size_t i = 0; i < fp4.size(); ++i)
+          fp4[i] = static_cast<uint8_t>((i * 7 + static_cast<size_t>(quantised) * 13) % 256);
+        const auto& data = bytes(std::move(fp4));
+        w.push_back({t.name, trex::DType::kI8, {rows, cols / 2}, data.data(), data.size()});
+        const std::string scale = t.name.substr(0, t.name.size() - 7) + ".scale";
+        const auto& scales = bytes(std::vector<uint8_t>(static_cast<size_t>(rows * cols / 32),
+                                                        static_cast<uint8_t>(120 + quantised % 8)));
+        if (scale != drop_scale)
+          w.push_back(
+              {scale, trex::DType::kF8E8M0, {rows, cols / 32}, scales.data(), scales.size()});
+        ++quantised;
+      } else if (t.name == "layers.0.attn.wq_a.weight") {
+        std::vector<uint8_t> fp8(t.f32.size());
+        for (size_t i = 0; i < fp8.size(); ++i) fp8[i] = static_cast<uint8_t>(0x30 + i % 16);
+        const auto& data = bytes(std::move(fp8));
+        w.push_back({t.name, trex::DType::kF8E4M3, t.shape, data.data(), data.size()});
+        const auto& scale = bytes({126});
+        w.push_back({"layers.0.attn.wq_a.scale", trex::DType::kF8E8M0, {1, 1}, scale.data(), 1});
+      } else if (!t.i64.empty()) {
+        w.push_back({t.name, trex::DType::kI64, t.shape, t.i64.data(), t.i64.size() * 8});
+      } else {
+        w.push_back({t.name, trex::DType::kF32, t.shape, t.f32.data(), t.f32.size() * 4});
+      }
+    }
+    EXPECT_GT(quantised, 4);
+    std::filesystem::create_directories(path);
+    trex::write_checkpoint(path, w, {});
+    trex::write_file_atomic(path + "/config.json", c.to_json().dump());
+  };
+  trex::test::TempDir dir;
+  write(dir.path() + "/q", "");
+  const trex::model::LoadedCheckpoint<float> all =
+      trex::model::load_checkpoint<float>(dir.path() + "/q");
+  EXPECT_EQ(all.values_read, all.params.size());
+  const auto owner = trex::test::rotating_expert_owner(c, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const ExpertOwnership mine = ExpertOwnership::of_rank(owner, rank);
+    const auto loaded = trex::parallel::load_checkpoint_shard<float>(dir.path() + "/q", mine);
+    ParamStore<float> expected = all.params;
+    trex::parallel::shard_expert_params(expected, mine);
+    EXPECT_EQ(loaded.params.specs().size(), expected.specs().size());
+    EXPECT_EQ(loaded.params.values(), expected.values()) << "rank " << rank;
+    EXPECT_EQ(loaded.hash_tables, all.hash_tables);
+    EXPECT_EQ(loaded.values_read, expected.size());
+    EXPECT_LT(loaded.values_read, all.values_read);
+  }
+  // A scale of an expert rank 0 does not own, missing: still refused on rank 0.
+  std::string foreign;
+  const ExpertOwnership rank0 = ExpertOwnership::of_rank(owner, 0);
+  const std::vector<ParamSpec> kept = trex::parallel::filter_specs(whole.params().specs(), rank0);
+  for (const ParamSpec& spec : whole.params().specs())
+    if (spec.name.ends_with(".w1.weight") && spec.role == ParamRole::kExpert &&
+        std::none_of(kept.begin(), kept.end(),
+                     [&](const ParamSpec& k) { return k.name == spec.name; })) {
+      foreign = spec.name.substr(0, spec.name.size() - 7) + ".scale";
+      break;
+    }
+  ASSERT_FALSE(foreign.empty());
+  write(dir.path() + "/missing", foreign);
+  try {
+    trex::parallel::load_checkpoint_shard<float>(dir.path() + "/missing", rank0);
+    FAIL() << "expected an error";
+  } catch (const trex::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(foreign), std::string::npos) << e.what();
   }
 }
 

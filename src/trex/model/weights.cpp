@@ -99,37 +99,17 @@ std::string scale_name_for(const std::string& weight_name) {
   return weight_name + ".scale";
 }
 
-// Reads one tensor as float with shape validation, dequantising FP8/FP4 when a
-// .scale sibling exists. Records the consumed names.
+// Reads one tensor as float with shape validation (dequantising FP8/FP4 with
+// its .scale sibling). Records the consumed names.
 std::vector<float> read_tensor(const CheckpointReader& reader, const std::string& name,
                                const std::vector<int64_t>& expected_shape,
                                std::set<std::string>& consumed) {
-  const TensorView* view = reader.find(name);
-  if (!view)
-    throw Error("checkpoint " + reader.source() + " has no tensor '" + name + "' (expected shape " +
-                shape_string(expected_shape) + ")")
-        .field(name);
+  const LocatedTensor tensor = locate_tensor(reader, name, expected_shape);
   consumed.insert(name);
-  if (is_quantized(view->dtype)) {
-    const std::string scale = scale_name_for(name);
-    const TensorView* scale_view = reader.find(scale);
-    if (!scale_view)
-      throw Error("quantised tensor '" + name + "' in " + reader.source() +
-                  " has no scale tensor '" + scale + "'")
-          .field(name);
-    consumed.insert(scale);
-    const std::vector<int64_t> shape = dequantized_shape(*view, *scale_view);
-    if (shape != expected_shape)
-      throw Error("tensor '" + name + "' in " + reader.source() + " dequantises to shape " +
-                  shape_string(shape) + ", expected " + shape_string(expected_shape))
-          .field(name);
-    return dequantize_to_f32(*view, *scale_view);
-  }
-  if (view->shape != expected_shape)
-    throw Error("tensor '" + name + "' in " + view->file + " has shape " +
-                shape_string(view->shape) + ", expected " + shape_string(expected_shape))
-        .field(name);
-  return reader.read_f32(name);
+  if (tensor.scale) consumed.insert(scale_name_for(name));
+  std::vector<float> values(static_cast<size_t>(tensor.numel));
+  read_located_tensor(reader, tensor, values.data());
+  return values;
 }
 
 template <class T>
@@ -138,6 +118,45 @@ void copy_into(const std::vector<float>& src, T* dst) {
 }
 
 }  // namespace
+
+LocatedTensor locate_tensor(const CheckpointReader& reader, const std::string& name,
+                            const std::vector<int64_t>& expected_shape) {
+  LocatedTensor out;
+  out.name = name;
+  out.view = reader.find(name);
+  if (!out.view)
+    throw Error("checkpoint " + reader.source() + " has no tensor '" + name + "' (expected shape " +
+                shape_string(expected_shape) + ")")
+        .field(name);
+  std::vector<int64_t> shape = out.view->shape;
+  if (is_quantized(out.view->dtype)) {
+    const std::string scale = scale_name_for(name);
+    out.scale = reader.find(scale);
+    if (!out.scale)
+      throw Error("quantised tensor '" + name + "' in " + reader.source() +
+                  " has no scale tensor '" + scale + "'")
+          .field(name);
+    shape = dequantized_shape(*out.view, *out.scale);
+    if (shape != expected_shape)
+      throw Error("tensor '" + name + "' in " + reader.source() + " dequantises to shape " +
+                  shape_string(shape) + ", expected " + shape_string(expected_shape))
+          .field(name);
+  } else if (shape != expected_shape) {
+    throw Error("tensor '" + name + "' in " + out.view->file + " has shape " + shape_string(shape) +
+                ", expected " + shape_string(expected_shape))
+        .field(name);
+  }
+  out.numel = 1;
+  for (int64_t d : shape) out.numel *= d;
+  return out;
+}
+
+void read_located_tensor(const CheckpointReader& reader, const LocatedTensor& tensor, float* out) {
+  if (tensor.scale)
+    dequantize_to_f32(*tensor.view, *tensor.scale, out, tensor.numel);
+  else
+    reader.read_f32(tensor.name, out, tensor.numel);
+}
 
 const char* naming_scheme_name(NamingScheme scheme) {
   switch (scheme) {
@@ -378,6 +397,7 @@ LoadedCheckpoint<T> load_checkpoint(const std::string& dir) {
   out.params = ParamStore<T>(parameter_specs(out.config));
   const CheckpointReader reader = CheckpointReader::open(dir);
   out.scheme = load_weights(reader, out.config, out.params, out.hash_tables);
+  out.values_read = out.params.size();
   return out;
 }
 

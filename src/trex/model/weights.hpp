@@ -48,6 +48,21 @@ std::string hybrid_name(const std::string& released);
 // Hash-routing tables of layers 0..num_hash_layers-1, each [vocab, top_k].
 using HashTables = std::vector<std::vector<int64_t>>;
 
+// One released-scheme tensor located and validated without reading its data:
+// present, with its `.scale` sibling when quantised (FP8 e4m3 / packed FP4),
+// and of `expected_shape` once dequantised. Errors name the tensor and the
+// checkpoint. `scale` is null for a plain float tensor.
+struct LocatedTensor {
+  std::string name;
+  const TensorView* view = nullptr;
+  const TensorView* scale = nullptr;
+  int64_t numel = 0;
+};
+LocatedTensor locate_tensor(const CheckpointReader& reader, const std::string& name,
+                            const std::vector<int64_t>& expected_shape);
+// Its values as fp32 (dequantised when quantised) into `out` (numel values).
+void read_located_tensor(const CheckpointReader& reader, const LocatedTensor& tensor, float* out);
+
 // Loads every parameter and hash table. Rejects missing, unexpected and
 // mis-shaped tensors and invalid tid2eid entries with errors naming the tensor
 // and the checkpoint. Returns the scheme the checkpoint used.
@@ -87,6 +102,9 @@ struct LoadedCheckpoint {
   ParamStore<T> params;
   HashTables hash_tables;
   NamingScheme scheme = NamingScheme::kReleased;
+  // Parameter values read (and dequantised) from the files: the whole model
+  // for load_checkpoint, this rank's tensors for a per-rank load.
+  int64_t values_read = 0;
 };
 template <class T>
 LoadedCheckpoint<T> load_checkpoint(const std::string& dir);

@@ -97,10 +97,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool plain_float(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kF64;
-}
-
 }  // namespace
 
 template <class T>
@@ -113,34 +109,26 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
   out.config = ModelConfig::load(config_path.string());
   const CheckpointReader reader = CheckpointReader::open(dir);
   const std::vector<ParamSpec> whole = model::parameter_specs(out.config);
-  bool direct = detect_naming_scheme(reader.names()) == NamingScheme::kReleased;
-  for (const ParamSpec& spec : whole) {
-    const TensorView* view = reader.find(spec.name);
-    if (view && !plain_float(view->dtype)) direct = false;  // quantised: load_weights dequantises
-  }
-  if (!direct) {
+  if (detect_naming_scheme(reader.names()) != NamingScheme::kReleased) {
+    // The transformers schemes fuse every expert into one tensor per layer.
     out = load_checkpoint<T>(dir);
     shard_expert_params(out.params, ownership);
     return out;
   }
   out.scheme = NamingScheme::kReleased;
   out.params = ParamStore<T>(filter_specs(whole, ownership));
+  // Every tensor is located and checked (names, shapes, scales); only this
+  // rank's are read, so FP8/FP4 experts of other ranks are never dequantised.
   std::set<std::string> expected;
   std::vector<float> buffer;
   for (const ParamSpec& spec : whole) {
-    const TensorView* view = reader.find(spec.name);
-    if (!view)
-      throw Error("checkpoint " + reader.source() + " has no tensor '" + spec.name +
-                  "' (expected shape " + shape_text(spec.shape) + ")")
-          .field(spec.name);
-    if (view->shape != spec.shape)
-      throw Error("tensor '" + spec.name + "' in " + view->file + " has shape " +
-                  shape_text(view->shape) + ", expected " + shape_text(spec.shape))
-          .field(spec.name);
+    const model::LocatedTensor tensor = model::locate_tensor(reader, spec.name, spec.shape);
     expected.insert(spec.name);
+    if (tensor.scale) expected.insert(tensor.scale->name);
     if (!out.params.contains(spec.name)) continue;  // another EP rank's expert
     buffer.resize(static_cast<size_t>(spec.numel()));
-    reader.read_f32(spec.name, buffer.data(), spec.numel());
+    model::read_located_tensor(reader, tensor, buffer.data());
+    out.values_read += spec.numel();
     std::copy(buffer.begin(), buffer.end(), out.params.value(spec.name));
   }
   const int64_t V = out.config.vocab_size, K = out.config.num_experts_per_tok;

@@ -47,10 +47,11 @@ std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from,
                                 std::span<const T> values, const std::vector<model::ParamSpec>& to);
 
 // Loads a checkpoint directory keeping only `ownership`'s routed experts. A
-// released-scheme checkpoint of unquantised tensors (what the trainer writes)
-// is checked whole (every tensor present with its shape, nothing unexpected,
-// valid hash tables) but only the kept tensors are read; any other checkpoint
-// is loaded whole and then sharded.
+// released-scheme checkpoint (what the trainer writes, and DeepSeek's FP8 /
+// MXFP4 releases) is checked whole (every tensor present with its shape and
+// scale, nothing unexpected, valid hash tables) but only the kept tensors are
+// read and dequantised (`values_read` counts them); a transformers-scheme
+// checkpoint (experts fused per layer) is loaded whole and then sharded.
 template <class T>
 model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
                                                  const ExpertOwnership& ownership);
