@@ -869,5 +869,31 @@ TEST(BackendBuffers, ComeZeroFilledFromTheBackendAndViewWithinTheirSize) {
   EXPECT_EQ(ops.allocate(DType::kF32, 0).numel(), 0);
 }
 
+// The backend counts the bytes of its live buffers and their peak (moves and
+// releases included): what `trex bench step` reports as activation memory.
+TEST(BackendBuffers, LiveAndPeakBytesAreCounted) {
+  const Backend& ops = cpu_backend();
+  const int64_t base = ops.live_buffer_bytes();
+  ops.reset_peak_buffer_bytes();
+  EXPECT_EQ(ops.peak_buffer_bytes(), base);
+  {
+    Buffer a = ops.allocate(DType::kF32, 1000);
+    EXPECT_EQ(ops.live_buffer_bytes(), base + 4000);
+    {
+      Buffer b = ops.allocate(DType::kF64, 500);
+      EXPECT_EQ(ops.live_buffer_bytes(), base + 8000);
+      Buffer moved = std::move(b);  // a move is not an allocation
+      EXPECT_EQ(ops.live_buffer_bytes(), base + 8000);
+    }
+    EXPECT_EQ(ops.live_buffer_bytes(), base + 4000);
+    a = ops.allocate(DType::kF32, 10);  // the old one is freed
+    EXPECT_EQ(ops.live_buffer_bytes(), base + 40);
+  }
+  EXPECT_EQ(ops.live_buffer_bytes(), base);
+  EXPECT_EQ(ops.peak_buffer_bytes(), base + 8000);
+  ops.reset_peak_buffer_bytes();
+  EXPECT_EQ(ops.peak_buffer_bytes(), base);
+}
+
 }  // namespace
 }  // namespace trex::kernels

@@ -229,6 +229,24 @@ TEST(BenchStepCli, AdamwOnlyRunsNoNewtonSchulz) {
   EXPECT_EQ(run_json(kTiny + "--peak-gflops 50 --json")["optimizer"], "muon");
 }
 
+// --recompute full: the same losses with fewer activation bytes alive at the peak.
+TEST(BenchStepCli, FullRecomputeKeepsTheLossAndLowersPeakBuffers) {
+  const std::string args = "bench step --config " + trex::test::source_dir() +
+                           "/configs/models/tiny-v4.json --seq 64 --batch 2 --steps 1 --warmup 1 "
+                           "--peak-gflops 50 --json ";
+  const nlohmann::json none = run_json(args);
+  const nlohmann::json full = run_json(args + "--recompute full");
+  ASSERT_TRUE(none.is_object() && full.is_object());
+  EXPECT_EQ(full["recompute"], "full");
+  EXPECT_EQ(full["final_loss"], none["final_loss"]);
+  const int64_t none_peak = none["memory"]["peak_buffer_bytes"];
+  const int64_t full_peak = full["memory"]["peak_buffer_bytes"];
+  EXPECT_GT(full_peak, 0);
+  EXPECT_LT(full_peak, none_peak);
+  EXPECT_DOUBLE_EQ(none["memory"]["peak_buffer_bytes_per_token"].get<double>(),
+                   static_cast<double>(none_peak) / 128.0);
+}
+
 // --moment-dtype bf16 halves the optimizer state and nothing else.
 TEST(BenchStepCli, Bf16MomentsHalveTheOptimizerState) {
   const nlohmann::json f32 = run_json(kTiny + "--peak-gflops 50 --json");

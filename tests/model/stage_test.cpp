@@ -104,6 +104,41 @@ TEST(StageApi, SequentialStagesEqualForwardBackwardInFloat) {
   expect_stages_equal_forward_backward<float>();
 }
 
+// Full activation recomputation keeps only each block's input and re-runs the
+// block in its backward: the same losses and bitwise the same gradients, on
+// the whole model and stage by stage, packed batches included; a recomputed
+// forward keeps no selections, so fixed_selection after it is refused.
+TEST(StageApi, FullRecomputeGivesBitwiseTheSameGradients) {
+  Model<float> m = trex::test::pipeline_model<float>();
+  const LossOptions loss = all_losses();
+  for (const Batch& batch : trex::test::pipeline_micro_batches(m.config(), 3)) {
+    m.set_activation_recompute(trex::model::ActivationRecompute::kNone);
+    m.params().zero_grads();
+    const LossBreakdown want = m.forward_backward(batch, loss);
+    const std::vector<float> want_grads = m.params().grads();
+
+    m.set_activation_recompute(trex::model::ActivationRecompute::kFull);
+    m.params().zero_grads();
+    const LossBreakdown got = m.forward_backward(batch, loss);
+    EXPECT_EQ(got.total, want.total);
+    EXPECT_EQ(got.expert_load, want.expert_load);
+    EXPECT_EQ(m.params().grads(), want_grads);
+    EXPECT_THROW(m.forward_backward(batch, loss, {.fixed_selection = true}), trex::Error);
+
+    m.params().zero_grads();
+    const LossBreakdown staged = run_stages(m, four_stages(), batch, loss, 1.0);
+    m.set_activation_recompute(trex::model::ActivationRecompute::kNone);
+    m.params().zero_grads();
+    const LossBreakdown staged_want = run_stages(m, four_stages(), batch, loss, 1.0);
+    const std::vector<float> staged_want_grads = m.params().grads();
+    m.set_activation_recompute(trex::model::ActivationRecompute::kFull);
+    m.params().zero_grads();
+    run_stages(m, four_stages(), batch, loss, 1.0);
+    EXPECT_EQ(staged.total, staged_want.total);
+    EXPECT_EQ(m.params().grads(), staged_want_grads);
+  }
+}
+
 TEST(StageApi, OneStageWithEverythingIsForwardBackward) {
   Model<double> m = trex::test::pipeline_model<double>();
   const Batch batch = trex::test::pipeline_micro_batches(m.config(), 1)[0];

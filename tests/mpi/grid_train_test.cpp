@@ -1,8 +1,8 @@
 // The trainer on expert- and pipeline-parallel grids under mpirun (registered
 // in tests/mpi/mpi_tests.cmake): fp32 losses of 20 steps equal the 1-rank run
 // within 1e-5 relative for EP=2, EP=4, PP=2 and PP=4 (1F1B and DualPipeV) and
-// DP x EP x PP combinations up to 8 ranks; every rank ends with identical
-// parameters; a checkpoint saved on one layout resumes on another.
+// DP x EP x PP combinations up to 8 ranks (one with full activation recompute); every rank ends
+// with identical parameters; a checkpoint saved on one layout resumes on another.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,6 +26,7 @@ struct Layout {
   int64_t global_batch = 4;   // micro-batches of 1 x 32 per step
   bool eight_layers = false;  // DualPipeV with pp = 4 needs 2 x 4 chunks
   int zero = 0;
+  bool full_recompute = false;  // recompute = "full": EP all-to-alls run again in backward
 
   int ranks() const { return dp * ep * pp; }
   std::string name() const {
@@ -33,6 +34,7 @@ struct Layout {
         "DP=" + std::to_string(dp) + " EP=" + std::to_string(ep) + " PP=" + std::to_string(pp);
     if (pp > 1) n += schedule == PipelineSchedule::k1F1B ? " 1F1B" : " DualPipeV";
     if (zero > 0) n += " ZeRO-" + std::to_string(zero);
+    if (full_recompute) n += " recompute=full";
     return n;
   }
 };
@@ -47,9 +49,10 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.pp = l.pp;
   c.parallel.pipeline_schedule = l.schedule;
   c.parallel.zero = l.zero;
+  if (l.full_recompute) c.recompute = trex::model::ActivationRecompute::kFull;
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
               std::to_string(l.pp) + "-" + trex::parallel::pipeline_schedule_name(l.schedule) +
-              "-zero" + std::to_string(l.zero);
+              "-zero" + std::to_string(l.zero) + (l.full_recompute ? "-recompute" : "");
   return c;
 }
 
@@ -112,6 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
                                            // (2 micro-batches per rank: GridResume.Zero2*)
                                            Layout{.dp = 2, .ep = 2, .zero = 2},
                                            Layout{.ep = 2, .pp = 2},
+                                           Layout{.ep = 2, .pp = 2, .full_recompute = true},
                                            Layout{.dp = 2,
                                                   .pp = 2,
                                                   .schedule = PipelineSchedule::kDualPipeV,

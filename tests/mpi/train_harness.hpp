@@ -88,11 +88,12 @@ struct OneRankRun {
   double final_validation_loss = 0;
 };
 
-// The 1-rank run of `c` (same data, seeds and batch geometry), computed once
-// per process and configuration.
+// The 1-rank run of `c` (same data, seeds and batch geometry; no activation
+// recompute), computed once per process and configuration.
 inline const OneRankRun& one_rank_run(RunConfig c) {
   static std::map<std::string, OneRankRun> cache;
   c.parallel = {};
+  c.recompute = trex::model::ActivationRecompute::kNone;
   c.out_dir = shared_dir() + "/reference-" + std::to_string(trex::parallel::world()->rank());
   const std::string key = c.to_json().dump();
   auto it = cache.find(key);

@@ -91,12 +91,14 @@ TEST(PlanJob, MfuBandDividesByOnePlusAndMinusTheErrors) {
 }
 
 TEST(PlanJob, PlannerOnlyFeaturesAreNamedAndTheEnginesLayoutsPass) {
-  Layout engine;  // DP + EP + PP 1F1B / DualPipeV, ZeRO <= 2, no recompute
+  Layout engine;  // DP + EP + PP 1F1B / DualPipeV, ZeRO <= 2, recompute none or full
   engine.recompute = Recompute::kNone;
   engine.pp = 2;
   engine.ep = 8;
   engine.zero = 2;
   engine.schedule = Schedule::kDualPipeV;
+  EXPECT_TRUE(planner_only_features(engine).empty());
+  engine.recompute = Recompute::kFull;  // recompute = "full" in the run config
   EXPECT_TRUE(planner_only_features(engine).empty());
   Layout l = engine;
   l.tp = 2, l.cp = 2, l.zero = 3, l.offload_optimizer = true, l.fp8 = true;

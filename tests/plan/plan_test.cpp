@@ -284,6 +284,41 @@ TEST(PlanMemory, HandComputedShardingOverDpEpTp) {
   EXPECT_DOUBLE_EQ(e.memory.activations, 512.0 * 2 * 40000);
 }
 
+// bf16 moments shrink the optimizer state to master + 2-byte moments; FP8 /
+// MXFP4 expert weights shrink the routed experts' weight bytes only (scales
+// included), also on the ZeRO-3 shard.
+TEST(PlanMemory, HandComputedBf16MomentsAndQuantisedExperts) {
+  ModelShape m = synthetic_model();
+  ClusterSpec c = synthetic_cluster(1000);
+  Layout l;
+  l.recompute = Recompute::kNone;
+  l.ep = 4;  // 8 devices: DP 8, EP 4 -> expert-DP 2
+  l.zero = 1;
+  const double dense = 2 * 10e6 + 2e6, expert = 2 * 160e6 / 4;
+  const double shard = dense / 8 + expert / 2;
+  Job j = job(8, 8, 1024);
+  j.moment_bytes = 2;
+  Estimate e = evaluate(m, c, j, l);
+  ASSERT_TRUE(e.valid) << e.invalid_reason;
+  EXPECT_NEAR(e.memory.optimizer, (4 + 2 * 2) * shard, 1);  // AdamW: master + m + v
+  j.optimizer = Optimizer::kMuon;
+  EXPECT_NEAR(evaluate(m, c, j, l).memory.optimizer, (4 + 2) * shard, 1);  // + momentum
+  EXPECT_NEAR(evaluate(m, c, j, l).memory.weights, 2 * (dense + expert), 1);
+
+  EXPECT_DOUBLE_EQ(expert_weight_bytes("fp8"), 1 + 1.0 / 16384);
+  EXPECT_DOUBLE_EQ(expert_weight_bytes("mxfp4"), 0.53125);
+  EXPECT_THROW(expert_weight_bytes("int4"), Error);
+  j.expert_weight_bytes = expert_weight_bytes("mxfp8");  // 1.03125
+  e = evaluate(m, c, j, l);
+  EXPECT_NEAR(e.memory.weights, 2 * dense + 1.03125 * expert, 1);
+  EXPECT_NEAR(e.memory.gradients, 4 * (dense + expert), 1);  // gradients stay bf16/fp32
+  j.expert_weight_bytes = expert_weight_bytes("mxfp4");
+  l.zero = 3;
+  e = evaluate(m, c, j, l);
+  ASSERT_TRUE(e.valid) << e.invalid_reason;
+  EXPECT_NEAR(e.memory.weights, 2 * dense / 8 + 0.53125 * expert / 2, 1);
+}
+
 TEST(PlanMemory, PipelineInFlightMicroBatches) {
   ModelShape m = synthetic_model();
   m.layers.push_back(m.layers[0]);
@@ -776,6 +811,28 @@ TEST(PlanCli, SearchExplainSvgAndErrors) {
                " --devices 2048 --global-batch 15360 --seq 4096 --goodput 0 --layout pp16");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--goodput"), std::string::npos);
+
+  // bf16 moments and MXFP4 experts: the same layout needs less memory; bad names are refused.
+  const std::string v4 = "plan --model " + model_path("deepseek-v4-flash") + " --cluster " +
+                         cluster_path("h200-nvlink") +
+                         " --devices 64 --global-batch 256 --seq 4096 --layout pp4,ep16,zero1 ";
+  auto total_gib = [](const std::string& out) {  // layout #1's row: memory, time, MFU
+    const size_t at = out.find("\n1 ");
+    EXPECT_NE(at, std::string::npos) << out;
+    return out.substr(at, 100);
+  };
+  const CliRun plain = run_trex(v4);
+  const CliRun lean = run_trex(v4 + "--moment-dtype bf16 --expert-weights mxfp4");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(lean.exit_code, 0) << lean.output;
+  EXPECT_NE(lean.output.find("routed-expert weights mxfp4"), std::string::npos) << lean.output;
+  EXPECT_NE(total_gib(plain.output), total_gib(lean.output));
+  r = run_trex(v4 + "--expert-weights int4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("expert-weights"), std::string::npos) << r.output;
+  r = run_trex(v4 + "--moment-dtype fp8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--moment-dtype"), std::string::npos) << r.output;
 
   r = run_trex("plan validate --root " + test::source_dir());
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -38,7 +38,7 @@ nlohmann::json full_example() {
                   "muon": {"momentum": 0.95, "nesterov": true, "ns_iterations": 10,
                            "ns_tail_iterations": 2, "rms_scale": 0.18, "weight_decay": 0.1}},
     "schedule": {"peak_lr": 2e-3, "min_lr": 2e-4, "warmup_steps": 5},
-    "clip": 1.0, "precision": "bf16",
+    "clip": 1.0, "precision": "bf16", "recompute": "full",
     "loss": {"mtp_weight": 0.3, "balance_weight": 0.0001},
     "router_bias_speed": 0.001,
     "eval_interval": 10, "eval_batches": 2, "checkpoint_interval": 25, "keep_checkpoints": 2,
@@ -69,6 +69,7 @@ TEST(TrainRunConfig, ParsesEveryKeyAndResolvesPaths) {
   EXPECT_EQ(c.precision, trex::train::TrainPrecision::kBf16);
   EXPECT_DOUBLE_EQ(c.optimizer.muon.rms_scale, 0.18);
   EXPECT_EQ(c.optimizer.moment_dtype, trex::train::MomentDType::kBF16);
+  EXPECT_EQ(c.recompute, trex::model::ActivationRecompute::kFull);
   EXPECT_DOUBLE_EQ(c.min_lr, 2e-4);
   EXPECT_EQ(c.keep_checkpoints, 2);
   EXPECT_EQ(c.spike_window, 10);
@@ -99,6 +100,9 @@ TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   j = full_example();
   j["optimizer"]["muon"]["momentum"] = 1.5;
   EXPECT_NE(error_of(j).find("optimizer.muon.momentum"), std::string::npos);
+  j = full_example();
+  j["recompute"] = "selective";
+  EXPECT_NE(error_of(j).find("field 'recompute'"), std::string::npos);
   j = full_example();
   j["optimizer"]["moment_dtype"] = "fp8";
   EXPECT_NE(error_of(j).find("field 'optimizer.moment_dtype'"), std::string::npos);
@@ -133,6 +137,7 @@ global_batch = 8
 steps = 50
 clip = 1.0
 precision = "bf16"
+recompute = "full"
 router_bias_speed = 0.001
 eval_interval = 10
 eval_batches = 2
@@ -424,6 +429,31 @@ TEST(TrainResume, InterruptedSftRunContinuesBitwise) {
 // The checkpoint holds bf16 moments widened to fp32, which round back exactly.
 TEST(TrainResume, InterruptedRunWithBf16MomentsContinuesBitwise) {
   expect_bitwise_resume(DataMode::kCpt, trex::train::MomentDType::kBF16);
+}
+
+// recompute = "full": the same run bit for bit (the loss curve and the weights).
+TEST(TrainTrainer, FullRecomputeTrainsBitwiseLikeNone) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kSft);
+  c.steps = 3;
+  auto run = [&](trex::model::ActivationRecompute recompute, const std::string& name) {
+    RunConfig r = c;
+    r.recompute = recompute;
+    r.out_dir = dir.path() + "/" + name;
+    Trainer trainer(r, {.quiet = true, .write_metrics = false});
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) {
+      const auto record = trainer.train_step();
+      losses.push_back(record.get("loss_lm", -1.0));
+      losses.push_back(record.get("grad_norm", -1.0));
+    }
+    return std::pair(losses, trainer.model().params().values());
+  };
+  const auto none = run(trex::model::ActivationRecompute::kNone, "none");
+  const auto full = run(trex::model::ActivationRecompute::kFull, "full");
+  EXPECT_EQ(none.first, full.first);
+  EXPECT_EQ(none.second, full.second);
 }
 
 // bf16 optimizer moments (DeepSeek-V3's recipe) train like fp32 ones: the

@@ -75,6 +75,7 @@ struct StepBenchOptions {
   int mtp = 1;
   std::string optimizer = "muon";    // muon: the trainer's AdamW+Muon split; adamw: AdamW only
   std::string moment_dtype = "f32";  // storage of the optimizer moments
+  std::string recompute = "none";    // activation recomputation
   uint64_t seed = 1;
   double peak_gflops = 0.0;  // > 0: given; otherwise measured after the steps
   bool profile = false;
@@ -117,6 +118,8 @@ int run_step(const StepBenchOptions& o) {
   if (o.peak_gflops < 0) throw Error("--peak-gflops must be >= 0").field("peak-gflops");
   if (o.moment_dtype != "f32" && o.moment_dtype != "bf16")
     throw Error("--moment-dtype must be f32 or bf16").field("moment-dtype");
+  if (o.recompute != "none" && o.recompute != "full")
+    throw Error("--recompute must be none or full").field("recompute");
   const bool bf16 = o.dtype == "bf16";
   const int64_t baseline_rss = peak_rss_bytes();
 
@@ -149,13 +152,17 @@ int run_step(const StepBenchOptions& o) {
   // The trainer's step (train::run_step) on one process: zero, forward +
   // backward, clip, AdamW/Muon, router-bias rule, zero.
   m.set_compute_precision(precision);
+  m.set_activation_recompute(o.recompute == "full" ? model::ActivationRecompute::kFull
+                                                   : model::ActivationRecompute::kNone);
   train::SingleProcessGradients gradients(m);
   train::StepSettings settings = train::StepSettings::of(defaults, defaults.peak_lr);
   if (!o.mtp) settings.loss.mtp_weight = 0.0;
   std::vector<double> seconds, model_seconds;  // whole steps; forward_backward alone
   double last_loss = 0.0;
+  const kernels::Backend& backend = m.op_context().ops();
   for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
     const bool timed = i >= o.warmup;
+    if (timed && i == o.warmup) backend.reset_peak_buffer_bytes();
     if (timed && i == o.warmup && o.profile) {
       profile::reset();
       profile::set_enabled(true);
@@ -178,6 +185,8 @@ int run_step(const StepBenchOptions& o) {
   }
   profile::set_enabled(false);
   const int64_t peak_rss = peak_rss_bytes();
+  // Activations and work buffers: the most backend memory alive at once during the timed steps.
+  const int64_t peak_buffers = backend.peak_buffer_bytes();
 
   double peak_gflops = o.peak_gflops;
   const bool peak_given = peak_gflops > 0;
@@ -240,6 +249,7 @@ int run_step(const StepBenchOptions& o) {
         {"mtp", o.mtp},
         {"optimizer", o.optimizer},
         {"moment_dtype", o.moment_dtype},
+        {"recompute", o.recompute},
         {"threads", threads},
         {"step_seconds",
          {{"median", median},
@@ -263,7 +273,9 @@ int run_step(const StepBenchOptions& o) {
           {"delta_rss_bytes", peak_rss - baseline_rss},
           {"param_bytes", param_bytes},
           {"grad_bytes", grad_bytes},
-          {"optimizer_state_bytes", optimizer_bytes}}}};
+          {"optimizer_state_bytes", optimizer_bytes},
+          {"peak_buffer_bytes", peak_buffers},
+          {"peak_buffer_bytes_per_token", static_cast<double>(peak_buffers) / tokens}}}};
     if (o.profile) {
       nlohmann::json ops = nlohmann::json::array();
       for (const ProfileRow& row : rows) {
@@ -303,9 +315,11 @@ int run_step(const StepBenchOptions& o) {
               model_median * 1e3, 100.0 * model_median / median, 100.0 * model_mfu);
   std::printf(
       "memory: peak RSS %.1f MiB (baseline %.1f MiB, +%.1f MiB); parameters %.1f MiB, "
-      "gradients %.1f MiB, optimizer state %.1f MiB\n",
+      "gradients %.1f MiB, optimizer state %.1f MiB; activations and work buffers at peak "
+      "%.1f MiB (%.1f KiB per token, recompute %s)\n",
       mib(peak_rss), mib(baseline_rss), mib(peak_rss - baseline_rss), mib(param_bytes),
-      mib(grad_bytes), mib(optimizer_bytes));
+      mib(grad_bytes), mib(optimizer_bytes), mib(peak_buffers),
+      static_cast<double>(peak_buffers) / tokens / 1024.0, o.recompute.c_str());
   std::printf("final loss: %.4f\n", last_loss);
   if (o.profile) {
     std::printf("\nprofile (exclusive time per timed step; %% of the mean step %.1f ms)\n",
@@ -373,6 +387,10 @@ void add_bench_commands(CLI::App& app) {
       ->capture_default_str();
   step->add_option("--moment-dtype", step_options->moment_dtype,
                    "f32 or bf16 storage of the optimizer moments (updates compute in fp32)")
+      ->capture_default_str();
+  step->add_option("--recompute", step_options->recompute,
+                   "Activation recomputation: none, or full (each block's forward again in its "
+                   "backward)")
       ->capture_default_str();
   step->add_option("--seed", step_options->seed, "Seed of the random init and tokens")
       ->capture_default_str();

@@ -30,6 +30,7 @@ using namespace trex::parallel;
 
 struct PlanOptions {
   std::string model, cluster, svg, json_out, layout, optimizer = "adamw";
+  std::string moment_dtype = "f32", expert_weights = "bf16";
   int64_t devices = 0, global_batch = 0, seq = 0, top = 5;
   double imbalance = 1.1;
   double goodput = 1.0;
@@ -162,6 +163,10 @@ void run_plan(const PlanOptions& o) {
   job.global_batch = o.global_batch;
   job.seq_len = o.seq;
   job.optimizer = parse_optimizer(o.optimizer);
+  if (o.moment_dtype != "f32" && o.moment_dtype != "bf16")
+    throw Error("must be f32 or bf16, got '" + o.moment_dtype + "'").field("--moment-dtype");
+  job.moment_bytes = o.moment_dtype == "bf16" ? 2 : 4;
+  job.expert_weight_bytes = expert_weight_bytes(o.expert_weights);
   if (!(o.imbalance >= 1)) throw Error("must be >= 1").field("--expert-imbalance");
   job.expert_imbalance = o.imbalance;
   if (!(o.goodput > 0 && o.goodput <= 1)) throw Error("must be in (0, 1]").field("--goodput");
@@ -174,6 +179,9 @@ void run_plan(const PlanOptions& o) {
               cluster.name.c_str(), static_cast<long long>(o.devices),
               static_cast<long long>(o.global_batch), static_cast<long long>(o.seq),
               to_string(job.optimizer).c_str());
+  if (o.moment_dtype != "f32" || o.expert_weights != "bf16")
+    std::printf("state: %s optimizer moments, routed-expert weights %s (%.4g bytes each)\n",
+                o.moment_dtype.c_str(), o.expert_weights.c_str(), job.expert_weight_bytes);
   if (job.goodput < 1)
     std::printf("goodput %.2f: tokens/s, TFLOP/s and MFU are wall-clock averages\n", job.goodput);
 
@@ -348,6 +356,13 @@ void add_plan_commands(CLI::App& app) {
                    "Evaluate one layout instead of searching, e.g. "
                    "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8");
   plan->add_option("--optimizer", options->optimizer, "adamw or muon")->capture_default_str();
+  plan->add_option("--moment-dtype", options->moment_dtype,
+                   "Optimizer moments: f32, or bf16 (DeepSeek-V3); the fp32 master stays")
+      ->capture_default_str();
+  plan->add_option("--expert-weights", options->expert_weights,
+                   "Routed-expert weights held on the device: bf16, fp8 (128x128 block scales), "
+                   "mxfp8 or mxfp4 (scales per 32)")
+      ->capture_default_str();
   plan->add_flag("--allow-fp8", options->allow_fp8, "Let the search use FP8 GEMMs");
   plan->add_option("--expert-imbalance", options->imbalance,
                    "Max/mean tokens per EP rank before rebalancing")

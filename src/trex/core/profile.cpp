@@ -50,6 +50,8 @@ const char* phase_name(Phase phase) {
       return "bwd";
     case Phase::kOptimizer:
       return "optim";
+    case Phase::kRecompute:
+      return "recompute";
     case Phase::kCount:
       break;
   }

@@ -56,7 +56,8 @@ enum class Op : uint8_t {
   kCount
 };
 
-enum class Phase : uint8_t { kForward, kBackward, kOptimizer, kCount };
+// kRecompute: a block's forward run again during backward (activation recomputation).
+enum class Phase : uint8_t { kForward, kBackward, kOptimizer, kRecompute, kCount };
 
 const char* op_name(Op op);
 const char* phase_name(Phase phase);

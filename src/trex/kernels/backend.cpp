@@ -13,8 +13,18 @@ Buffer Backend::allocate(DType dtype, int64_t numel) const {
   buffer.dtype_ = dtype;
   buffer.numel_ = numel;
   buffer.device_ = device();
-  if (numel > 0) buffer.data_ = allocate_bytes(buffer.bytes());
+  if (numel > 0) {
+    buffer.data_ = allocate_bytes(buffer.bytes());
+    count_allocated(static_cast<int64_t>(buffer.bytes()));
+  }
   return buffer;
+}
+
+void Backend::count_allocated(int64_t bytes) const {
+  const int64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = peak_bytes_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_bytes_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
 }
 
 void Backend::fill(const Tensor& x, double value) const {

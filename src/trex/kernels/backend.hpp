@@ -19,6 +19,7 @@
 // - An undefined Tensor (Tensor()) is an absent optional operand (marked "?").
 // - "written" outputs are overwritten; "+=" outputs accumulate.
 // - Ops run in the order they are called on the backend's stream.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -94,6 +95,14 @@ class Backend {
   // ---- Memory ---------------------------------------------------------------
   // numel zero-filled elements of dtype in this backend's memory.
   Buffer allocate(DType dtype, int64_t numel) const;
+  // Bytes of this backend's buffers alive now, and the most alive at once since
+  // the last reset_peak_buffer_bytes(): the engine's own count of what its
+  // activations and work buffers occupy (model weights live in ParamStore).
+  int64_t live_buffer_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
+  int64_t peak_buffer_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
+  void reset_peak_buffer_bytes() const {
+    peak_bytes_.store(live_buffer_bytes(), std::memory_order_relaxed);
+  }
   // Every element of x (F32, F64, I64 or I32) = value (converted to x's dtype).
   void fill(const Tensor& x, double value) const;
   // dst (this backend's memory) = dst.numel() elements of dst's dtype read from
@@ -391,6 +400,11 @@ class Backend {
   friend class Buffer;
   virtual void* allocate_bytes(size_t bytes) const = 0;  // zero-filled
   virtual void free_bytes(void* data, size_t bytes) const = 0;
+
+ private:
+  void count_allocated(int64_t bytes) const;
+  void count_freed(int64_t bytes) const { live_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
+  mutable std::atomic<int64_t> live_bytes_{0}, peak_bytes_{0};
 
  private:
   // The ops, in the order above (checked operands).

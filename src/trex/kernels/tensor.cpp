@@ -117,7 +117,10 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 void Buffer::release() {
-  if (backend_ && data_) backend_->free_bytes(data_, bytes());
+  if (backend_ && data_) {
+    backend_->free_bytes(data_, bytes());
+    backend_->count_freed(static_cast<int64_t>(bytes()));
+  }
   backend_ = nullptr;
   data_ = nullptr;
   numel_ = 0;

@@ -105,8 +105,12 @@ struct StageCache<T>::Impl {
   double gradient_weight = 1.0;
   int64_t B = 0, S = 0;
   std::vector<BlockCache<T>> blocks;  // layers first_layer .. last_layer−1
-  kernels::Array<int64_t> ids;        // the batch's token ids [N]
-  std::vector<Segment> segments;      // empty: unpacked batch
+  // ActivationRecompute::kFull: `blocks` hold only their x_in; each block's
+  // forward runs again into `recomputed` at the start of its backward.
+  bool recompute = false;
+  BlockCache<T> recomputed;
+  kernels::Array<int64_t> ids;    // the batch's token ids [N]
+  std::vector<Segment> segments;  // empty: unpacked batch
   // Head stage.
   kernels::Buffer x_final;  // X^L [N, n, d]
   HcHeadCache<T> head;
@@ -117,6 +121,10 @@ struct StageCache<T>::Impl {
   kernels::Array<T> d_mfinal;  // the MTP head's, [M, d] (when mtp_backward)
   bool mtp_backward = false;
 };
+
+const char* activation_recompute_name(ActivationRecompute recompute) {
+  return recompute == ActivationRecompute::kFull ? "full" : "none";
+}
 
 template <class T>
 StageCache<T>::StageCache() = default;
@@ -392,6 +400,14 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   TREX_PROFILE(profile::Op::kMhcPre);
   mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in,
                    ctx);
+}
+
+// Frees everything of a block's cache but its input streams (full recompute).
+template <class T>
+void keep_only_block_input(BlockCache<T>& bc) {
+  kernels::Array<T> x_in = std::move(bc.x_in);
+  bc = BlockCache<T>{};
+  bc.x_in = std::move(x_in);
 }
 
 void check_batch(const ModelConfig& c, const Batch& b) {
@@ -701,6 +717,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   const bool run_mtp = stage.has_head && c.num_nextn_predict_layers > 0 &&
                        (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection)
+    require(recompute_ == ActivationRecompute::kNone && (!cache.impl_ || !cache.impl_->recompute),
+            "fixed_selection needs activation recompute none (recomputation keeps no selections)");
+  if (step.fixed_selection)
     require(cache.impl_ && cache.impl_->stage == stage &&
                 cache.impl_->blocks.size() == static_cast<size_t>(layers) && cache.impl_->B == B &&
                 cache.impl_->S == S && cache.impl_->segments == segments,
@@ -715,6 +734,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   st.B = B;
   st.S = S;
   st.blocks.resize(static_cast<size_t>(layers));
+  st.recompute = recompute_ == ActivationRecompute::kFull && step.backward;
   const kernels::Backend& ops = ops_.ops();
   st.ids.assign_from_host(batch.input_ids.data(), N, ops);
   st.segments = segments;
@@ -742,6 +762,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     std::swap(x, x_next);
     out.expert_load[l] = bc.moe.expert_load;
     if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
+    if (st.recompute) keep_only_block_input(bc);
   }
   if (!stage.has_head) {
     ops.copy(x.view({N, n, d}), Tensor::of(x_out, {N, n, d}));
@@ -986,13 +1007,26 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     ops.add(dxh.view({N, n, d}), dx.view({N, n, d}));
   }
   kernels::Buffer dx_prev = ops.allocate(kernels::dtype_of<T>(), N * n * d);
+  // Full recompute: the block's forward again, from its kept input, with the
+  // forward's arguments (its output is not needed).
+  kernels::Buffer recomputed_out;
+  if (st.recompute) recomputed_out = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {
     BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
-    block_backward(c, binding, l, st.loss, st.blocks[static_cast<size_t>(l - stage.first_layer)],
-                   dx.data<T>(), dx_prev.data<T>(), ops_, token_dispatchers_);
+    const BlockCache<T>* bc = &st.blocks[static_cast<size_t>(l - stage.first_layer)];
+    if (st.recompute) {
+      const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
+      block_forward(c, binding, l, SeqShape{B, S}, st.segments, st.segments, bc->x_in.data(),
+                    st.ids.data(), st.loss, st.step, st.gradient_weight, st.recomputed,
+                    recomputed_out.data<T>(), ops_, token_dispatchers_);
+      bc = &st.recomputed;
+    }
+    block_backward(c, binding, l, st.loss, *bc, dx.data<T>(), dx_prev.data<T>(), ops_,
+                   token_dispatchers_);
     std::swap(dx, dx_prev);
     if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
   }
+  st.recomputed = BlockCache<T>{};
   if (!stage.has_embedding) {
     ops.copy(dx.view({N, n, d}), Tensor::of(d_in, {N, n, d}));
     return;

@@ -94,6 +94,16 @@ struct StageSpec {
   bool operator==(const StageSpec&) const = default;
 };
 
+// Activation recomputation (Megatron's recompute granularity). kNone: every
+// block keeps its activations from forward to backward. kFull: a forward that
+// prepares a backward keeps only each main block's input streams [N, n, d] and
+// the block's forward runs again at the start of its backward, into one
+// scratch cache reused block after block; the kernels are deterministic, so
+// gradients are bitwise those of kNone. The MTP block and the heads keep their
+// activations.
+enum class ActivationRecompute { kNone, kFull };
+const char* activation_recompute_name(ActivationRecompute recompute);  // "none", "full"
+
 // The whole model as one stage (what forward_backward runs).
 StageSpec whole_model_stage(const ModelConfig& config);
 
@@ -205,6 +215,10 @@ class Model {
   void set_backend(const kernels::Backend& backend) { ops_.backend = &backend; }
   void set_compute_precision(kernels::Precision precision) { ops_.precision = precision; }
   kernels::Precision compute_precision() const { return ops_.precision; }
+  // Activation recomputation of forwards that prepare a backward (default kNone).
+  // kFull cannot serve StepOptions::fixed_selection (the selections are not kept).
+  void set_activation_recompute(ActivationRecompute recompute) { recompute_ = recompute; }
+  ActivationRecompute activation_recompute() const { return recompute_; }
   const kernels::OpContext& op_context() const { return ops_; }
 
  private:
@@ -216,6 +230,7 @@ class Model {
   std::unique_ptr<State> state_;
   TokenDispatchers<T>* token_dispatchers_ = nullptr;
   kernels::OpContext ops_;
+  ActivationRecompute recompute_ = ActivationRecompute::kNone;
 };
 
 }  // namespace trex::model

@@ -91,7 +91,7 @@ std::vector<std::string> planner_only_features(const Layout& l) {
   if (l.zero > 2) out.push_back("ZeRO-" + std::to_string(l.zero));
   if (l.offload_optimizer) out.push_back("optimizer offload");
   if (l.fp8) out.push_back("FP8 GEMMs");
-  if (l.recompute != Recompute::kNone) out.push_back(to_string(l.recompute) + " recompute");
+  if (l.recompute == Recompute::kSelective) out.push_back("selective recompute");
   if (l.pp > 1 && l.schedule != Schedule::k1F1B && l.schedule != Schedule::kDualPipeV)
     out.push_back(to_string(l.schedule) + " schedule");
   return out;

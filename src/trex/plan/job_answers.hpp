@@ -53,8 +53,8 @@ std::string format_job_answers(const JobAnswers& answers, const JobQuestions& qu
                                const Job& job);
 
 // The layout features the engine's `trex train` cannot run (TP, CP, ZeRO-3,
-// optimizer offload, FP8 GEMMs, activation recompute, interleaved or
-// DualPipe schedules): empty when it runs the layout.
+// optimizer offload, FP8 GEMMs, selective recompute — full recompute it runs —,
+// interleaved or DualPipe schedules): empty when it runs the layout.
 std::vector<std::string> planner_only_features(const Layout& layout);
 
 // The region the validation covers: each layout feature's range over the

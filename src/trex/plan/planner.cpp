@@ -98,6 +98,16 @@ double ring_seconds(const ClusterSpec& c, double bytes, int64_t n, const LinkTim
 
 // ---- names ----
 
+double expert_weight_bytes(const std::string& format) {
+  std::string names;
+  for (const ExpertWeightFormat& f : kExpertWeightFormats) {
+    if (format == f.name) return f.bytes;
+    names += std::string(names.empty() ? "" : ", ") + f.name;
+  }
+  throw Error("unknown expert weight format '" + format + "' (one of: " + names + ")")
+      .field("expert-weights");
+}
+
 std::string to_string(Recompute r) {
   switch (r) {
     case Recompute::kNone:
@@ -345,7 +355,9 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   };
 
   const double in_flight = in_flight_stages(l, m);
-  const double opt_state_bytes = job.optimizer == Optimizer::kAdamW ? 12.0 : 8.0;
+  // fp32 master + AdamW m, v or Muon momentum, in Job::moment_bytes each.
+  const double opt_state_bytes =
+      4.0 + (job.optimizer == Optimizer::kAdamW ? 2.0 : 1.0) * job.moment_bytes;
   const double dense_group = static_cast<double>(dp) * cp;             // dense-param DP group
   const double expert_group = static_cast<double>(dp) * cp * tp / ep;  // expert-DP group
   const LinkTime tp_link = group_link(cluster, l.tp, l.topology_aware);
@@ -404,9 +416,12 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     const double params_dev = dense_dev + expert_dev;
     const double shard =
         (l.zero >= 1) ? dense_dev / dense_group + expert_dev / expert_group : params_dev;
-    mem.weights = 2 * ((l.zero >= 3) ? shard : params_dev);
+    // bf16 dense weights; routed experts in Job::expert_weight_bytes.
+    mem.weights = (l.zero >= 3) ? 2 * dense_dev / dense_group +
+                                      job.expert_weight_bytes * expert_dev / expert_group
+                                : 2 * dense_dev + job.expert_weight_bytes * expert_dev;
     mem.gradients = job.grad_bytes * ((l.zero >= 2) ? shard : params_dev);
-    // fp32 master + AdamW m, v (12 bytes) or Muon momentum (8 bytes), on the ZeRO shard.
+    // Master weights and moments on the ZeRO shard.
     mem.optimizer = l.offload_optimizer ? 0 : opt_state_bytes * shard;
     // Activations: stored per micro-batch per layer, × in-flight stage copies.
     mem.activations = act_layer_bytes * tokens_dev * in_flight;

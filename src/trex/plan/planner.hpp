@@ -55,6 +55,12 @@ struct Job {
   int64_t seq_len = 0;
   Optimizer optimizer = Optimizer::kAdamW;
   double grad_bytes = 4;  // main-gradient buffer element size (fp32 accumulation)
+  // Bytes per optimizer moment element: 4 (fp32) or 2 (bf16, as DeepSeek-V3's
+  // AdamW moments). The fp32 master copy (4 bytes) is kept either way.
+  double moment_bytes = 4;
+  // Bytes per routed-expert weight held on the device between steps: 2 (bf16),
+  // or FP8/FP4 primary weights with their scales (kExpertWeightBytes).
+  double expert_weight_bytes = 2;
   // Tokens received by the most loaded EP rank / the average (expert GEMMs and
   // A2A run at the pace of that rank), before any expert rebalancing.
   // 1 = forced-balanced routing.
@@ -67,6 +73,22 @@ struct Job {
   // Throughput, TFLOP/s and MFU are multiplied by it; the step time is not.
   double goodput = 1.0;
 };
+
+// Bytes per routed-expert weight, scales included: bf16; FP8 e4m3 with one
+// E8M0 scale per 128x128 block (DeepSeek's release); MXFP8 and MXFP4 with one
+// E8M0 scale per 32 values (OCP MX formats, Blackwell).
+struct ExpertWeightFormat {
+  const char* name;
+  double bytes;
+};
+inline constexpr ExpertWeightFormat kExpertWeightFormats[] = {
+    {"bf16", 2.0},
+    {"fp8", 1.0 + 1.0 / (128.0 * 128.0)},
+    {"mxfp8", 1.0 + 1.0 / 32.0},
+    {"mxfp4", 0.5 + 1.0 / 32.0},
+};
+// Bytes of a format name above; throws trex::Error listing the names.
+double expert_weight_bytes(const std::string& format);
 
 // Effective training time of published large runs: Llama 3 405B, 16K H100,
 // 54-day snapshot with 466 interruptions: "higher than 90%" (arXiv 2407.21783

@@ -75,6 +75,9 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.clip = root.number("clip", c.clip);
   c.precision = root.choice("precision", c.precision,
                             {{"fp32", TrainPrecision::kFp32}, {"bf16", TrainPrecision::kBf16}});
+  c.recompute = root.choice(
+      "recompute", c.recompute,
+      {{"none", model::ActivationRecompute::kNone}, {"full", model::ActivationRecompute::kFull}});
   {
     const config::Reader l = root.section("loss");
     c.mtp_weight = l.number("mtp_weight", c.mtp_weight);
@@ -390,6 +393,7 @@ nlohmann::json RunConfig::to_json() const {
       {"schedule", {{"peak_lr", peak_lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps}}},
       {"clip", clip},
       {"precision", precision == TrainPrecision::kFp32 ? "fp32" : "bf16"},
+      {"recompute", model::activation_recompute_name(recompute)},
       {"loss", {{"mtp_weight", mtp_weight}, {"balance_weight", balance_weight}}},
       {"router_bias_speed", router_bias_speed},
       {"eval_interval", eval_interval},

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/kernels/precision.hpp"
+#include "trex/model/model.hpp"
 #include "trex/parallel/pipeline.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/optim/schedule.hpp"
@@ -118,6 +119,11 @@ struct RunConfig {
     return precision == TrainPrecision::kBf16 ? kernels::Precision::kBF16
                                               : kernels::Precision::kF32;
   }
+
+  // Activation recomputation of the training forward (model.hpp): "none" keeps
+  // every block's activations; "full" keeps each block's input only and re-runs
+  // the block in its backward (bitwise the same gradients, one more forward).
+  model::ActivationRecompute recompute = model::ActivationRecompute::kNone;
 
   double mtp_weight = 0.3;
   double balance_weight = 1e-4;

@@ -148,6 +148,7 @@ struct Trainer::Impl {
 
   MetricsRecord train_step_on(const StepBatches& batches, Clock::time_point start) {
     model.set_compute_precision(config.compute_precision());
+    model.set_activation_recompute(config.recompute);
     const double exposed_before = setup.exposed_seconds();
     step += 1;
     const double lr = learning_rate(config.schedule(total_steps), step);
