@@ -51,8 +51,10 @@ TEST(PlanJob, TokenBudgetGivesStepsHoursDeviceHoursAndCost) {
 TEST(PlanJob, CheckpointHoldsMasterWeightsAndOptimizerState) {
   const ModelShape model = load_model_shape(repo("configs/models/deepseek-v3.json"), 4096);
   const double params = model.all_params();
-  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kAdamW), 12 * params);  // 4 + 2 x 4
-  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kMuon), 8 * params);    // 4 + 4
+  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kAdamW), 12 * params);    // 4 + 2 x 4
+  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kMuon), 8 * params);      // 4 + 4
+  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kAdamW, 2), 8 * params);  // bf16 moments
+  EXPECT_DOUBLE_EQ(checkpoint_bytes(model, Optimizer::kMuon, 2), 6 * params);
   Estimate e;
   e.time.step = 1;
   JobQuestions q;

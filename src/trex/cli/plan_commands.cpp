@@ -180,8 +180,10 @@ void run_plan(const PlanOptions& o) {
               static_cast<long long>(o.global_batch), static_cast<long long>(o.seq),
               to_string(job.optimizer).c_str());
   if (o.moment_dtype != "f32" || o.expert_weights != "bf16")
-    std::printf("state: %s optimizer moments, routed-expert weights %s (%.4g bytes each)\n",
-                o.moment_dtype.c_str(), o.expert_weights.c_str(), job.expert_weight_bytes);
+    std::printf(
+        "state: %s optimizer moments, routed-expert weights %s (%.5g bytes per weight, scales "
+        "included)\n",
+        o.moment_dtype.c_str(), o.expert_weights.c_str(), job.expert_weight_bytes);
   if (job.goodput < 1)
     std::printf("goodput %.2f: tokens/s, TFLOP/s and MFU are wall-clock averages\n", job.goodput);
 

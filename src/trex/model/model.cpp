@@ -888,6 +888,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                                  mc.x_out.data(), ops_, token_dispatchers_);
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
+    if (st.recompute) keep_only_block_input(mc.block);
     const MhcDims mmd = mhc_dims(c, M);
     const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
                                params_.value(p + "hc_head_scale")};
@@ -965,8 +966,16 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
         TREX_PROFILE(profile::Op::kMhcHead);
         hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data(), ops_);
       }
-      block_backward(c, bw, layer, st.loss, mc.block, dxo.data(), dxm.data(), ops_,
-                     token_dispatchers_);
+      const BlockCache<T>* mbc = &mc.block;
+      if (st.recompute) {
+        const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
+        const MtpSegments mseg = mtp_segments(st.segments, S);
+        block_forward(c, bw, layer, SeqShape{B, S - 1}, mseg.attention, mseg.documents,
+                      mc.block.x_in.data(), mc.next_ids.data(), st.loss, st.step,
+                      st.gradient_weight, st.recomputed, dxm.data(), ops_, token_dispatchers_);
+        mbc = &st.recomputed;  // dxm held the recomputed output; block_backward overwrites it
+      }
+      block_backward(c, bw, layer, st.loss, *mbc, dxo.data(), dxm.data(), ops_, token_dispatchers_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       kernels::Array<T> de_proj(M * d, ops), dh_norm(M * n * d, ops), dh(M * n * d, ops),
           de_norm(M * d, ops), de(M * d, ops);

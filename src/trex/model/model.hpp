@@ -96,11 +96,11 @@ struct StageSpec {
 
 // Activation recomputation (Megatron's recompute granularity). kNone: every
 // block keeps its activations from forward to backward. kFull: a forward that
-// prepares a backward keeps only each main block's input streams [N, n, d] and
+// prepares a backward keeps only each block's input streams [N, n, d] and
 // the block's forward runs again at the start of its backward, into one
-// scratch cache reused block after block; the kernels are deterministic, so
-// gradients are bitwise those of kNone. The MTP block and the heads keep their
-// activations.
+// scratch cache reused block after block (the MTP block likewise); the
+// kernels are deterministic, so gradients are bitwise those of kNone. The
+// heads and the MTP block's embedding/projection inputs keep their activations.
 enum class ActivationRecompute { kNone, kFull };
 const char* activation_recompute_name(ActivationRecompute recompute);  // "none", "full"
 

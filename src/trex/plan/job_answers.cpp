@@ -15,9 +15,9 @@ namespace trex::plan {
 
 namespace {}  // namespace
 
-double checkpoint_bytes(const ModelShape& model, Optimizer optimizer) {
-  const double state_per_param = optimizer == Optimizer::kMuon ? 4.0 : 8.0;
-  return model.all_params() * (4.0 + state_per_param);
+double checkpoint_bytes(const ModelShape& model, Optimizer optimizer, double moment_bytes) {
+  const double moments = optimizer == Optimizer::kMuon ? 1.0 : 2.0;
+  return model.all_params() * (4.0 + moments * moment_bytes);
 }
 
 double failure_goodput(double save_s, double mtbf_s, double restart_s, double& interval_s) {
@@ -39,7 +39,7 @@ JobAnswers answer_job(const Estimate& e, const ModelShape& model, const Job& job
       static_cast<double>(job.global_batch) * static_cast<double>(job.seq_len);
   a.steps = q.tokens > 0 ? std::ceil(q.tokens / tokens_per_step) : 0;
   a.steady_hours = a.steps * e.time.step / 3600;
-  a.checkpoint_bytes = checkpoint_bytes(model, job.optimizer);
+  a.checkpoint_bytes = checkpoint_bytes(model, job.optimizer, job.moment_bytes);
   a.checkpoint_save_s = q.storage_gbps > 0 ? a.checkpoint_bytes / (q.storage_gbps * 1e9) : 0;
   a.checkpoint_interval_s = q.checkpoint_minutes * 60;
   if (q.mtbf_hours > 0) {

@@ -39,7 +39,9 @@ struct JobAnswers {
 
 // Bytes of a resumable checkpoint: FP32 master weights and the optimizer's
 // FP32 state (AdamW: two moments; Muon: momentum) for every parameter.
-double checkpoint_bytes(const ModelShape& model, Optimizer optimizer);
+// FP32 master weights plus the moments (AdamW m, v or Muon momentum) in
+// `moment_bytes` each (Job::moment_bytes), for every parameter.
+double checkpoint_bytes(const ModelShape& model, Optimizer optimizer, double moment_bytes = 4);
 
 // Young/Daly: with a save time δ and a mean time between failures M, the
 // interval τ = sqrt(2·δ·M) minimises the lost share δ/τ + (τ/2 + R)/M
