@@ -27,6 +27,7 @@ struct Layout {
   bool eight_layers = false;  // DualPipeV with pp = 4 needs 2 x 4 chunks
   int zero = 0;
   bool full_recompute = false;  // recompute = "full": EP all-to-alls run again in backward
+  bool bf16_moments = false;    // optimizer.moment_dtype = "bf16"
 
   int ranks() const { return dp * ep * pp; }
   std::string name() const {
@@ -35,6 +36,7 @@ struct Layout {
     if (pp > 1) n += schedule == PipelineSchedule::k1F1B ? " 1F1B" : " DualPipeV";
     if (zero > 0) n += " ZeRO-" + std::to_string(zero);
     if (full_recompute) n += " recompute=full";
+    if (bf16_moments) n += " bf16 moments";
     return n;
   }
 };
@@ -50,6 +52,7 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.pipeline_schedule = l.schedule;
   c.parallel.zero = l.zero;
   if (l.full_recompute) c.recompute = trex::model::ActivationRecompute::kFull;
+  if (l.bf16_moments) c.optimizer.moment_dtype = trex::train::MomentDType::kBF16;
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
               std::to_string(l.pp) + "-" + trex::parallel::pipeline_schedule_name(l.schedule) +
               "-zero" + std::to_string(l.zero) + (l.full_recompute ? "-recompute" : "");
@@ -194,6 +197,16 @@ TEST(GridResume, Zero2ExpertShardedResumesAcrossLayouts) {
   check_layout_change_resume(Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 2},
                              Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 5, 2,
                              "-resume-zero2");
+}
+
+// bf16 optimizer moments, ZeRO-sharded over DP=2 x EP=2: the shards are
+// gathered widened to fp32 and rounded back on load, so the run resumes on
+// 1 rank and on EP=2 x PP=2 like the uninterrupted 1-rank bf16-moment run.
+TEST(GridResume, Bf16MomentShardsResumeAcrossLayouts) {
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  check_layout_change_resume(
+      Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1, .bf16_moments = true},
+      Layout{.ep = 2, .pp = 2, .global_batch = 8, .bf16_moments = true}, 5, 2, "-resume-bf16");
 }
 
 }  // namespace
