@@ -716,14 +716,14 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                 layers = stage.last_layer - stage.first_layer;
   const bool run_mtp = stage.has_head && c.num_nextn_predict_layers > 0 &&
                        (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
-  if (step.fixed_selection)
+  if (step.fixed_selection) {
     require(recompute_ == ActivationRecompute::kNone && (!cache.impl_ || !cache.impl_->recompute),
             "fixed_selection needs activation recompute none (recomputation keeps no selections)");
-  if (step.fixed_selection)
     require(cache.impl_ && cache.impl_->stage == stage &&
                 cache.impl_->blocks.size() == static_cast<size_t>(layers) && cache.impl_->B == B &&
                 cache.impl_->S == S && cache.impl_->segments == segments,
             "fixed_selection needs a previous forward of the same stage, batch shape and segments");
+  }
   if (!cache.impl_) cache.impl_ = std::make_unique<typename StageCache<T>::Impl>();
   typename StageCache<T>::Impl& st = *cache.impl_;
   st.stage = stage;
@@ -941,6 +941,21 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   const int64_t B = st.B, S = st.S, N = B * S, d = c.hidden_size, n = c.hc_mult;
   const int64_t L = c.num_hidden_layers;
   const kernels::Backend& ops = ops_.ops();
+  // Full recompute: a block's forward again from its kept input with the
+  // forward's arguments, into the scratch cache the backward then reads (the
+  // block's output is not needed; `out` receives it).
+  auto cache_for_backward = [&](const BlockBinding<T>& w, int64_t layer, const SeqShape& shape,
+                                const std::vector<Segment>& attention_segments,
+                                const std::vector<Segment>& balance_segments,
+                                const BlockCache<T>& kept, const int64_t* ids,
+                                T* out) -> const BlockCache<T>& {
+    if (!st.recompute) return kept;
+    const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
+    block_forward(c, w, layer, shape, attention_segments, balance_segments, kept.x_in.data(), ids,
+                  st.loss, st.step, st.gradient_weight, st.recomputed, out, ops_,
+                  token_dispatchers_);
+    return st.recomputed;
+  };
   // dLoss/d(streams) between blocks [N, n, d].
   kernels::Buffer dx = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   if (!stage.has_head) {
@@ -966,16 +981,12 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
         TREX_PROFILE(profile::Op::kMhcHead);
         hc_head_backward(mmd, mhw, mc.head, mc.x_out.data(), dhc.data(), mhg, dxo.data(), ops_);
       }
-      const BlockCache<T>* mbc = &mc.block;
-      if (st.recompute) {
-        const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
-        const MtpSegments mseg = mtp_segments(st.segments, S);
-        block_forward(c, bw, layer, SeqShape{B, S - 1}, mseg.attention, mseg.documents,
-                      mc.block.x_in.data(), mc.next_ids.data(), st.loss, st.step,
-                      st.gradient_weight, st.recomputed, dxm.data(), ops_, token_dispatchers_);
-        mbc = &st.recomputed;  // dxm held the recomputed output; block_backward overwrites it
-      }
-      block_backward(c, bw, layer, st.loss, *mbc, dxo.data(), dxm.data(), ops_, token_dispatchers_);
+      const MtpSegments mseg = mtp_segments(st.segments, S);
+      // dxm takes the recomputed output; block_backward then overwrites it.
+      const BlockCache<T>& mbc =
+          cache_for_backward(bw, layer, SeqShape{B, S - 1}, mseg.attention, mseg.documents,
+                             mc.block, mc.next_ids.data(), dxm.data());
+      block_backward(c, bw, layer, st.loss, mbc, dxo.data(), dxm.data(), ops_, token_dispatchers_);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       kernels::Array<T> de_proj(M * d, ops), dh_norm(M * n * d, ops), dh(M * n * d, ops),
           de_norm(M * d, ops), de(M * d, ops);
@@ -1016,21 +1027,15 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     ops.add(dxh.view({N, n, d}), dx.view({N, n, d}));
   }
   kernels::Buffer dx_prev = ops.allocate(kernels::dtype_of<T>(), N * n * d);
-  // Full recompute: the block's forward again, from its kept input, with the
-  // forward's arguments (its output is not needed).
-  kernels::Buffer recomputed_out;
+  kernels::Buffer recomputed_out;  // full recompute: the (unused) output of a re-run block
   if (st.recompute) recomputed_out = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   for (int64_t l = stage.last_layer - 1; l >= stage.first_layer; --l) {
     BlockBinding<T> binding = bind_block(c, params_, hash_tables_, l);
-    const BlockCache<T>* bc = &st.blocks[static_cast<size_t>(l - stage.first_layer)];
-    if (st.recompute) {
-      const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
-      block_forward(c, binding, l, SeqShape{B, S}, st.segments, st.segments, bc->x_in.data(),
-                    st.ids.data(), st.loss, st.step, st.gradient_weight, st.recomputed,
-                    recomputed_out.data<T>(), ops_, token_dispatchers_);
-      bc = &st.recomputed;
-    }
-    block_backward(c, binding, l, st.loss, *bc, dx.data<T>(), dx_prev.data<T>(), ops_,
+    const BlockCache<T>& bc =
+        cache_for_backward(binding, l, SeqShape{B, S}, st.segments, st.segments,
+                           st.blocks[static_cast<size_t>(l - stage.first_layer)], st.ids.data(),
+                           st.recompute ? recomputed_out.data<T>() : nullptr);
+    block_backward(c, binding, l, st.loss, bc, dx.data<T>(), dx_prev.data<T>(), ops_,
                    token_dispatchers_);
     std::swap(dx, dx_prev);
     if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
