@@ -74,8 +74,9 @@ double relative_state_difference(const std::string& a_dir, const std::string& b_
                                  const trex::train::OptimizerOptions& options) {
   const auto model = trex::model::Model<float>::from_checkpoint(b_dir);
   trex::train::Optimizer a(model.params(), options), b(model.params(), options);
-  a.load_state(a_dir + "/optimizer.safetensors");
-  b.load_state(b_dir + "/optimizer.safetensors");
+  // Either format (a multi-rank run writes sharded files by default).
+  trex::train::load_checkpoint_optimizer_state(a_dir, model.params(), model.config(), a);
+  trex::train::load_checkpoint_optimizer_state(b_dir, model.params(), model.config(), b);
   EXPECT_EQ(a.step_count(), b.step_count());
   double diff = 0, scale = 0;
   const std::vector<float> a_first = a.first_moment(), b_first = b.first_moment();
@@ -107,6 +108,14 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
     EXPECT_TRUE(s.interrupted);
     EXPECT_EQ(s.steps, kSaveAt);
   }
+  // The same k steps saved in the whole format (rank 0 gathers).
+  RunConfig dp2_whole = dp2;
+  dp2_whole.checkpoint_format = trex::train::CheckpointFormat::kWhole;
+  dp2_whole.out_dir = shared_dir() + "/resume-from-dp2-whole";
+  {
+    Trainer t(dp2_whole, {.quiet = true, .stop_after_step = kSaveAt, .write_metrics = false});
+    EXPECT_EQ(t.run().steps, kSaveAt);
+  }
   // 1 rank for k steps, then DP=2 ZeRO-1 from its checkpoint.
   one.out_dir = shared_dir() + "/resume-from-one";
   save_one_rank_checkpoint(one, kSaveAt);
@@ -117,6 +126,27 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
   const std::string saved_one =
       one.out_dir + "/checkpoints/" + trex::train::checkpoint_name(kSaveAt);
   EXPECT_LT(relative_state_difference(saved_dp2, saved_one, c.optimizer), 1e-4);
+  // Sharded (each rank its files) and whole (gathered on rank 0) hold the
+  // same bits: weights and both moments.
+  const std::string saved_whole =
+      dp2_whole.out_dir + "/checkpoints/" + trex::train::checkpoint_name(kSaveAt);
+  if (world.rank() == 0) {
+    EXPECT_TRUE(trex::train::is_sharded_checkpoint(saved_dp2));
+    EXPECT_FALSE(trex::train::is_sharded_checkpoint(saved_whole));
+    for (const char* file :
+         {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+          "optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"})
+      EXPECT_TRUE(std::filesystem::exists(saved_dp2 + "/" + file)) << file;
+    const auto sharded = trex::model::Model<float>::from_checkpoint(saved_dp2);
+    const auto whole = trex::model::Model<float>::from_checkpoint(saved_whole);
+    EXPECT_EQ(sharded.params().values(), whole.params().values());
+    trex::train::Optimizer a(sharded.params(), c.optimizer), b(whole.params(), c.optimizer);
+    trex::train::load_checkpoint_optimizer_state(saved_dp2, sharded.params(), sharded.config(), a);
+    trex::train::load_checkpoint_optimizer_state(saved_whole, whole.params(), whole.config(), b);
+    EXPECT_EQ(a.step_count(), b.step_count());
+    EXPECT_EQ(a.first_moment(), b.first_moment());
+    EXPECT_EQ(a.second_moment(), b.second_moment());
+  }
 
   if (world.rank() == 0) {
     RunConfig resume = one;
@@ -140,9 +170,12 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
     while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
     expect_losses_match(losses, reference, kSaveAt, "1 rank -> DP=2 ZeRO-1");
     expect_replicas_identical(t);
-    // Its final checkpoint, written by rank 0 with the gathered state, loads on 1 rank.
+    // Its final checkpoint, each rank writing its part, loads on 1 rank.
     const std::string final_dir = t.save_checkpoint();
-    EXPECT_TRUE(std::filesystem::exists(final_dir + "/optimizer.safetensors"));
+    EXPECT_TRUE(trex::train::is_sharded_checkpoint(final_dir));
+    EXPECT_FALSE(std::filesystem::exists(final_dir + "/optimizer.safetensors"));
+    EXPECT_EQ(trex::model::Model<float>::from_checkpoint(final_dir).params().values(),
+              t.model().params().values());
   }
   world.barrier();
 }

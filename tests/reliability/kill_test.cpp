@@ -467,7 +467,9 @@ TEST(KillEval, EveryFileIsOldOrNewAndRerunsComplete) {
 
 // ---------------------------------------------------------------- training
 
-TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
+// `format`: the run's checkpoint_format ("whole" or "sharded": the files a
+// multi-rank run writes, here from its one writer; the commit protocol is the same).
+void kill_training(const std::string& format, size_t kill_points) {
   TempDir tmp;
   trex::test::write_tiny_training_data(tmp.path());
   const int steps = 3;
@@ -475,6 +477,7 @@ TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
   run["schedule"] = {{"peak_lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 1}};
   run["checkpoint_interval"] = 1;
   run["keep_checkpoints"] = 2;
+  run["checkpoint_format"] = format;
   trex::write_file_atomic(tmp.file("run.json"), run.dump(2));
   const std::string out = tmp.file("out");
   const std::string ckpts = out + "/checkpoints";
@@ -487,7 +490,13 @@ TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double reference_seconds = r.seconds;
   const Snapshot reference = snapshot(ckpts + "/" + final_name);
-  ASSERT_TRUE(reference.count("model.safetensors"));
+  if (format == "sharded") {
+    ASSERT_TRUE(reference.count("model-00001-of-00001.safetensors"));
+    ASSERT_TRUE(reference.count("optimizer-00001-of-00001.safetensors"));
+    ASSERT_TRUE(reference.count("optimizer.safetensors.index.json"));
+  } else {
+    ASSERT_TRUE(reference.count("model.safetensors"));
+  }
   ASSERT_TRUE(reference.count("manifest.json"));
   std::vector<double> reference_loss;
   for (const auto& m : trex::read_jsonl(out + "/metrics.jsonl"))
@@ -498,7 +507,7 @@ TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
   const std::vector<Event> events = read_trace(trace);
   fig.events = events.size();
   fig.classes = event_classes(events).size();
-  const std::vector<long> points = choose_points(events, kill_point_cap(30), kSeed);
+  const std::vector<long> points = choose_points(events, kill_point_cap(kill_points), kSeed);
   std::mt19937_64 rng(kSeed + 2);
   std::uniform_real_distribution<double> delay(0.0, reference_seconds);
   std::vector<std::pair<long, double>> trials;
@@ -597,8 +606,16 @@ TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
       }
     if (equal) fig.reruns_equal += 1;
   }
-  fig.print("train");
+  fig.print("train (" + format + " checkpoints)");
   expect_clean(fig);
+}
+
+TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
+  kill_training("whole", 30);
+}
+
+TEST(KillTrain, ShardedCheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
+  kill_training("sharded", 30);
 }
 
 }  // namespace

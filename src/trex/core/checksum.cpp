@@ -144,12 +144,18 @@ FileChecksum checksum_file(const std::string& path) {
 }
 
 void write_checksum_manifest(const std::string& dir, const std::vector<std::string>& files) {
+  std::map<std::string, FileChecksum> checksums;
+  for (const std::string& name : files)
+    checksums[name] = checksum_file((std::filesystem::path(dir) / name).string());
+  write_checksum_manifest(dir, checksums);
+}
+
+void write_checksum_manifest(const std::string& dir,
+                             const std::map<std::string, FileChecksum>& checksums) {
   nlohmann::json m = {
       {"format", "trex-checksums-1"}, {"algorithm", "crc32c"}, {"files", nlohmann::json::object()}};
-  for (const std::string& name : files) {
-    const FileChecksum c = checksum_file((std::filesystem::path(dir) / name).string());
+  for (const auto& [name, c] : checksums)
     m["files"][name] = {{"size", c.size}, {"crc32c", hex32(c.crc32c)}};
-  }
   write_file_atomic((std::filesystem::path(dir) / kManifestName).string(), m.dump(2) + "\n");
 }
 

@@ -9,6 +9,7 @@
 // CRC-32C; it is written last, so a directory with a manifest is complete.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,10 @@ constexpr const char* kManifestName = "manifest.json";
 
 // Writes DIR/manifest.json (atomically) for `files` (names relative to dir).
 void write_checksum_manifest(const std::string& dir, const std::vector<std::string>& files);
+// The same with checksums computed elsewhere (e.g. by the ranks that wrote
+// the files of a sharded checkpoint): name relative to dir -> checksum.
+void write_checksum_manifest(const std::string& dir,
+                             const std::map<std::string, FileChecksum>& checksums);
 
 // What verify_checksum_manifest found.
 struct ManifestCheck {

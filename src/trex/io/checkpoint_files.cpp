@@ -95,13 +95,25 @@ void write_safetensors_unchecked(const std::string& path, const std::vector<Tens
   out.commit();
 }
 
-std::string shard_name(size_t index, size_t count) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index + 1, count);
-  return name;
+}  // namespace
+
+std::string checkpoint_shard_name(const std::string& stem, size_t index, size_t count) {
+  char digits[32];
+  std::snprintf(digits, sizeof(digits), "-%05zu-of-%05zu", index + 1, count);
+  return stem + digits + ".safetensors";
 }
 
-}  // namespace
+void write_checkpoint_index(const std::string& path,
+                            const std::map<std::string, std::string>& weight_map,
+                            const std::map<std::string, std::string>& metadata,
+                            int64_t total_size) {
+  nlohmann::json index = {{"metadata", nlohmann::json::object()},
+                          {"weight_map", nlohmann::json::object()}};
+  for (const auto& [key, value] : metadata) index["metadata"][key] = value;
+  if (total_size >= 0) index["metadata"]["total_size"] = total_size;
+  for (const auto& [tensor, file] : weight_map) index["weight_map"][tensor] = file;
+  write_file_atomic(path, index.dump(2) + "\n");
+}
 
 // ----------------------------------------------------------- CheckpointReader
 
@@ -338,18 +350,16 @@ void write_checkpoint(const std::string& dir, const std::vector<TensorToWrite>& 
     write_safetensors_unchecked((root / kSingleName).string(), shards.front(), metadata);
     written.insert(kSingleName);
   } else {
-    nlohmann::json index = {{"metadata", nlohmann::json::object()},
-                            {"weight_map", nlohmann::json::object()}};
-    for (const auto& [key, value] : metadata) index["metadata"][key] = value;
-    index["metadata"]["total_size"] = total_bytes;
+    std::map<std::string, std::string> weight_map;
     for (size_t s = 0; s < shards.size(); ++s) {
-      const std::string name = shard_name(s, shards.size());
+      const std::string name = checkpoint_shard_name("model", s, shards.size());
       write_safetensors_unchecked((root / name).string(), shards[s], metadata);
       written.insert(name);
-      for (const auto& t : shards[s]) index["weight_map"][t.name] = name;
+      for (const auto& t : shards[s]) weight_map[t.name] = name;
     }
     // Last, so a reader never finds an index naming shards not yet in place.
-    write_file_atomic((root / kIndexName).string(), index.dump(2) + "\n");
+    write_checkpoint_index((root / kIndexName).string(), weight_map, metadata,
+                           static_cast<int64_t>(total_bytes));
     written.insert(kIndexName);
   }
 

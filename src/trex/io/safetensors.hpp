@@ -147,6 +147,17 @@ struct TensorToWrite {
 void write_checkpoint(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                       const std::map<std::string, std::string>& metadata,
                       size_t max_shard_bytes = 5ull << 30);
+// "<stem>-0000i-of-0000n.safetensors" (index from 0, printed from 1): the
+// shard names of a multi-file checkpoint, e.g. stem "model".
+std::string checkpoint_shard_name(const std::string& stem, size_t index, size_t count);
+// "<stem>.safetensors.index.json" mapping each tensor to its file, with
+// `metadata` (plus "total_size" when given, >= 0), written atomically: what
+// CheckpointReader::open reads for a multi-file checkpoint.
+void write_checkpoint_index(const std::string& path,
+                            const std::map<std::string, std::string>& weight_map,
+                            const std::map<std::string, std::string>& metadata,
+                            int64_t total_size = -1);
+
 // One file. Data in the given order, header keys sorted, header padded with
 // spaces to a multiple of 8 bytes. Throws (before writing) on duplicate names,
 // nbytes != numel * dtype_size, or null data with nonzero nbytes.

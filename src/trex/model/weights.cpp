@@ -362,9 +362,6 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
   require(scheme != NamingScheme::kTransformersHybrid,
           "the hybrid naming is read-only; write the released or the transformers scheme");
   std::filesystem::create_directories(dir);
-  ModelConfig written = config;
-  written.transformers_scheme = scheme == NamingScheme::kTransformers;
-  written.torch_dtype = float_dtype == DType::kF32 ? "float32" : "bfloat16";
   const std::vector<NamedTensor> tensors =
       export_tensors(config, params, false, scheme, &hash_tables);
   std::vector<std::vector<uint16_t>> bf16(tensors.size());
@@ -383,6 +380,14 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
     }
   }
   write_checkpoint(dir, writes, {{"format", "pt"}, {"writer", "trex"}}, max_shard_bytes);
+  save_checkpoint_config(dir, config, scheme, float_dtype);
+}
+
+void save_checkpoint_config(const std::string& dir, const ModelConfig& config, NamingScheme scheme,
+                            DType float_dtype) {
+  ModelConfig written = config;
+  written.transformers_scheme = scheme == NamingScheme::kTransformers;
+  written.torch_dtype = float_dtype == DType::kF32 ? "float32" : "bfloat16";
   write_file_atomic((std::filesystem::path(dir) / "config.json").string(),
                     written.to_json().dump(2) + "\n");
 }

@@ -95,6 +95,11 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
                      const HashTables& hash_tables, NamingScheme scheme, DType float_dtype,
                      size_t max_shard_bytes = 5ull << 30);
 
+// Writes only dir/config.json as save_checkpoint does (for writers that put
+// the tensors into the files themselves, e.g. the ranks of a sharded save).
+void save_checkpoint_config(const std::string& dir, const ModelConfig& config, NamingScheme scheme,
+                            DType float_dtype);
+
 // Loads config.json + the weights of a checkpoint directory.
 template <class T>
 struct LoadedCheckpoint {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "trex/core/checksum.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/log.hpp"
+#include "trex/io/safetensors.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/train/optim/optimizer_relayout.hpp"
 #include "trex/train/parallel_setup.hpp"
@@ -76,6 +78,36 @@ void remove_checkpoint_dir(const fs::path& root, const std::string& name) {
   fs::remove_all(ec ? root / name : doomed, ec);
 }
 
+// Creates OUT/checkpoints and removes the temporary directories of
+// interrupted writes or deletions (this or an earlier process): incomplete.
+void prepare_checkpoints_root(const fs::path& root) {
+  fs::create_directories(root);
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(entry.path());
+}
+
+// After the complete `temp_dir` (manifest written) was published as step
+// `step` (publish_directory): `latest` (replaced atomically) names it — the
+// commit point — and all but the newest `keep` checkpoints are removed.
+void commit_checkpoint(const fs::path& root, int64_t step, int64_t keep) {
+  const fs::path final_dir = root / checkpoint_name(step);
+  fsync_directory(root.string());
+  fault_point("checkpoint_published", final_dir.string());
+  write_file_atomic((root / "latest").string(), checkpoint_name(step) + "\n");
+
+  std::vector<std::string> steps;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("step-", 0) == 0) steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());  // zero-padded: lexical = numeric order
+  const int64_t excess = static_cast<int64_t>(steps.size()) - std::max<int64_t>(keep, 1);
+  for (int64_t i = 0; i < excess; ++i)
+    if (steps[static_cast<size_t>(i)] != checkpoint_name(step))
+      remove_checkpoint_dir(root, steps[static_cast<size_t>(i)]);
+  fsync_directory(root.string());
+}
+
 }  // namespace
 
 void remove_interrupted_checkpoint_writes(const std::string& out_dir) {
@@ -115,14 +147,10 @@ std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
                                       const nlohmann::json& trainer_state, int64_t keep,
                                       const GatheredOptimizerState* gathered) {
   const fs::path root = checkpoints_dir(out_dir);
-  fs::create_directories(root);
+  prepare_checkpoints_root(root);
   const fs::path final_dir = root / checkpoint_name(step);
   const fs::path temp_dir =
       root / (std::string(kTempPrefix) + checkpoint_name(step) + "." + std::to_string(getpid()));
-  // Temporary directories of interrupted writes or deletions (this or an
-  // earlier process) are incomplete.
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(entry.path());
   // A failure (a full disk) removes the partial directory and names what
   // failed; `latest` keeps naming the previous checkpoint.
   auto failed = [&](const std::string& why) {
@@ -153,22 +181,7 @@ std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
   } catch (const fs::filesystem_error& e) {
     throw failed(e.what());
   }
-  fsync_directory(root.string());
-  fault_point("checkpoint_published", final_dir.string());
-  // The commit point: `latest` names the new checkpoint (replaced atomically).
-  write_file_atomic((root / "latest").string(), checkpoint_name(step) + "\n");
-
-  std::vector<std::string> steps;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step-", 0) == 0) steps.push_back(name);
-  }
-  std::sort(steps.begin(), steps.end());  // zero-padded: lexical = numeric order
-  const int64_t excess = static_cast<int64_t>(steps.size()) - std::max<int64_t>(keep, 1);
-  for (int64_t i = 0; i < excess; ++i)
-    if (steps[static_cast<size_t>(i)] != checkpoint_name(step))
-      remove_checkpoint_dir(root, steps[static_cast<size_t>(i)]);
-  fsync_directory(root.string());
+  commit_checkpoint(root, step, keep);
   return final_dir.string();
 }
 
@@ -377,12 +390,221 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   return out;
 }
 
+// ---- Sharded checkpoints: every writer its own files, no gather ----
+
+constexpr const char* kModelIndex = "model.safetensors.index.json";
+constexpr const char* kOptimizerIndex = "optimizer.safetensors.index.json";
+
+// What data rank `r` of the first stage writes: its part of the ZeRO
+// partition of its layout (dense tensors split over the data ranks, experts
+// over the ranks holding the same experts) at every ZeRO level, so writers
+// share the model evenly and under ZeRO each writes exactly the state it holds.
+std::vector<parallel::OptimizerShard> written_ranges(const ParallelSetup& setup, int r,
+                                                     const std::vector<model::ParamSpec>& layout) {
+  const int ep = setup.grid->shape().ep;
+  return setup.zero_partition(layout).ranges(r, setup.ownership ? r / ep : r);
+}
+
+// Every rank learns whether all succeeded; the ones that did not say why.
+void agree_or_throw(parallel::Communicator& world, const std::string& failure,
+                    const std::string& what) {
+  int64_t failed = failure.empty() ? 0 : 1;
+  if (world.size() > 1)
+    world.all_reduce(&failed, 1, parallel::DType::kI64, parallel::ReduceOp::kMax);
+  if (failed == 0) return;
+  throw Error(what + ": " + (failure.empty() ? "another rank failed (see its log)" : failure));
+}
+
+template <class F>
+std::string attempt(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const fs::filesystem_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// Collective over the world. Into one temporary directory every data rank d
+// of the first stage writes model-{d}-of-{D}.safetensors (the weights of
+// written_ranges, fp32, released names) and optimizer-{d}-of-{D}.safetensors
+// (their moments); rank 0 then writes the small files, the two indexes and
+// the manifest (the shards' checksums come from their writers), publishes the
+// directory and moves `latest` — the same commit protocol as one rank's.
+std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
+                                    const ParallelSetup& setup, const model::Model<float>& model,
+                                    const Optimizer& optimizer, const io::Tokenizer& tokenizer,
+                                    const nlohmann::json& trainer_state) {
+  parallel::Communicator& world = setup.grid->world();
+  const fs::path root = checkpoints_dir(config.out_dir);
+  const fs::path final_dir = root / checkpoint_name(step);
+  // One name every rank knows (only one trainer may use an OUT at a time).
+  const fs::path temp_dir = root / (std::string(kTempPrefix) + checkpoint_name(step) + ".sharded");
+  const std::string not_written =
+      "checkpoint not written (" + (root / "latest").string() + " still names the previous one)";
+  auto clean_up = [&] {
+    std::error_code ec;
+    if (setup.is_root()) fs::remove_all(temp_dir, ec);
+  };
+  std::string failure;
+  if (setup.is_root())
+    failure = attempt([&] {
+      prepare_checkpoints_root(root);
+      fs::create_directories(temp_dir);
+    });
+  agree_or_throw(world, failure, not_written);
+
+  const std::vector<model::ParamSpec>& own = model.params().specs();
+  const std::vector<model::ParamSpec> whole =
+      setup.ownership ? model::parameter_specs(model.config()) : own;
+  const int writers = setup.grid->data().size();
+  const bool writer = setup.grid->is_first_stage();
+  const int d = setup.grid->data_rank();
+  // {writer, data rank, model file size, crc, optimizer file size, crc}
+  std::array<int64_t, 6> mine{};
+  if (writer)
+    failure = attempt([&] {
+      const std::vector<parallel::OptimizerShard> ranges = written_ranges(setup, d, own);
+      std::vector<TensorToWrite> tensors;
+      const std::vector<float>& values = model.params().values();
+      for (const parallel::OptimizerShard& r : ranges)
+        for (size_t i = r.first_spec; i < r.end_spec; ++i) {
+          const model::ParamSpec& spec = own[i];
+          tensors.push_back({spec.name, DType::kF32, spec.shape,
+                             values.data() + model.params().offset(spec.name),
+                             static_cast<size_t>(spec.numel()) * sizeof(float)});
+        }
+      if (d == 0) {
+        const std::vector<std::string> names = model::hash_table_names(model.config());
+        for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i)
+          tensors.push_back({names[i],
+                             DType::kI64,
+                             {model.config().vocab_size, model.config().num_experts_per_tok},
+                             model.hash_tables()[i].data(),
+                             model.hash_tables()[i].size() * sizeof(int64_t)});
+      }
+      const fs::path model_file = temp_dir / checkpoint_shard_name("model", d, writers);
+      const fs::path optimizer_file = temp_dir / checkpoint_shard_name("optimizer", d, writers);
+      write_safetensors(model_file.string(), tensors, {{"format", "pt"}, {"writer", "trex"}});
+      optimizer.save_state_shard(optimizer_file.string(), ranges, whole);
+      const FileChecksum m = checksum_file(model_file.string());
+      const FileChecksum o = checksum_file(optimizer_file.string());
+      mine = {1,
+              d,
+              static_cast<int64_t>(m.size),
+              static_cast<int64_t>(m.crc32c),
+              static_cast<int64_t>(o.size),
+              static_cast<int64_t>(o.crc32c)};
+    });
+  try {
+    agree_or_throw(world, failure, not_written);
+  } catch (const Error&) {
+    clean_up();
+    throw;
+  }
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(world.size()));
+  if (world.size() > 1) {
+    const std::vector<int64_t> counts(static_cast<size_t>(world.size()),
+                                      static_cast<int64_t>(mine.size()));
+    world.all_gather(mine.data(), all.data(), counts, parallel::DType::kI64);
+  } else {
+    std::copy(mine.begin(), mine.end(), all.begin());
+  }
+
+  if (setup.is_root())
+    failure = attempt([&] {
+      // The indexes follow from the layouts: data rank r's file holds its
+      // written ranges (and rank 0's the hash tables).
+      std::map<std::string, std::string> model_map, optimizer_map;
+      int64_t model_bytes = 0;
+      for (int r = 0; r < writers; ++r) {
+        const std::vector<model::ParamSpec> layout =
+            setup.layout_of_data_rank(r, model.config(), own);
+        const std::string model_file = checkpoint_shard_name("model", r, writers);
+        const std::string optimizer_file = checkpoint_shard_name("optimizer", r, writers);
+        for (const parallel::OptimizerShard& range : written_ranges(setup, r, layout))
+          for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+            model_map[layout[i].name] = model_file;
+            model_bytes += layout[i].numel() * static_cast<int64_t>(sizeof(float));
+            for (const std::string& name :
+                 Optimizer::state_tensor_names(layout[i], optimizer.options()))
+              optimizer_map[name] = optimizer_file;
+          }
+      }
+      for (const std::string& name : model::hash_table_names(model.config())) {
+        model_map[name] = checkpoint_shard_name("model", 0, writers);
+        model_bytes += model.config().vocab_size * model.config().num_experts_per_tok *
+                       static_cast<int64_t>(sizeof(int64_t));
+      }
+      std::map<std::string, std::string> optimizer_metadata;
+      const SafetensorsFile first_state = SafetensorsFile::open(
+          (temp_dir / checkpoint_shard_name("optimizer", 0, writers)).string());
+      for (const auto& [key, value] : first_state.metadata().items())
+        optimizer_metadata[key] = value.get<std::string>();
+      write_checkpoint_index((temp_dir / kModelIndex).string(), model_map,
+                             {{"format", "pt"}, {"writer", "trex"}}, model_bytes);
+      write_checkpoint_index((temp_dir / kOptimizerIndex).string(), optimizer_map,
+                             optimizer_metadata);
+      model::save_checkpoint_config(temp_dir.string(), model.config(),
+                                    model::NamingScheme::kReleased, DType::kF32);
+      tokenizer.save((temp_dir / "tokenizer.json").string());
+      write_file_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+      std::map<std::string, FileChecksum> checksums;
+      for (const char* name :
+           {"config.json", "tokenizer.json", "trainer_state.json", kModelIndex, kOptimizerIndex})
+        checksums[name] = checksum_file((temp_dir / name).string());
+      for (size_t k = 0; k < all.size(); k += mine.size()) {
+        if (all[k] == 0) continue;
+        const size_t r = static_cast<size_t>(all[k + 1]);
+        checksums[checkpoint_shard_name("model", r, writers)] = {static_cast<uint64_t>(all[k + 2]),
+                                                                 static_cast<uint32_t>(all[k + 3])};
+        checksums[checkpoint_shard_name("optimizer", r, writers)] = {
+            static_cast<uint64_t>(all[k + 4]), static_cast<uint32_t>(all[k + 5])};
+      }
+      // Last: a directory with a manifest is complete.
+      write_checksum_manifest(temp_dir.string(), checksums);
+      fsync_directory(temp_dir.string());
+      publish_directory(temp_dir, final_dir);
+    });
+  try {
+    agree_or_throw(world, failure, not_written);
+  } catch (const Error&) {
+    clean_up();
+    throw;
+  }
+  if (setup.is_root())
+    failure = attempt([&] { commit_checkpoint(root, step, config.keep_checkpoints); });
+  agree_or_throw(world, failure,
+                 "checkpoint " + final_dir.string() + " written, but not committed");
+  return final_dir.string();
+}
+
+bool use_sharded_format(const RunConfig& config, const ParallelSetup& setup) {
+  switch (config.checkpoint_format) {
+    case CheckpointFormat::kSharded:
+      return true;
+    case CheckpointFormat::kWhole:
+      return false;
+    case CheckpointFormat::kAuto:
+      break;
+  }
+  return setup.grid->world().size() > 1;
+}
+
 }  // namespace
+
+bool is_sharded_checkpoint(const std::string& dir) {
+  return fs::exists(fs::path(dir) / kOptimizerIndex);
+}
 
 std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
                                        const ParallelSetup& setup, const model::Model<float>& model,
                                        const Optimizer& optimizer, const io::Tokenizer& tokenizer,
                                        const nlohmann::json& trainer_state) {
+  if (use_sharded_format(config, setup))
+    return save_sharded_checkpoint(config, step, setup, model, optimizer, tokenizer, trainer_state);
   std::unique_ptr<WholeState> gathered =
       gather_whole_state(setup, static_cast<int>(config.parallel.zero), model, optimizer);
   std::string dir = (fs::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
@@ -404,6 +626,25 @@ std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
   return dir;
 }
 
+void load_checkpoint_optimizer_state(const std::string& dir, const model::ParamStore<float>& params,
+                                     const model::ModelConfig& config, Optimizer& optimizer) {
+  const std::vector<model::ParamSpec> whole = model::parameter_specs(config);
+  if (is_sharded_checkpoint(dir)) {
+    // Only the tensors of the optimizer's ranges are read, from the shards holding them.
+    optimizer.load_state_shards(CheckpointReader::open((fs::path(dir) / kOptimizerIndex).string()),
+                                whole);
+    return;
+  }
+  const std::string file = (fs::path(dir) / "optimizer.safetensors").string();
+  const bool whole_store = std::equal(
+      params.specs().begin(), params.specs().end(), whole.begin(), whole.end(),
+      [](const model::ParamSpec& a, const model::ParamSpec& b) { return a.name == b.name; });
+  if (whole_store)
+    optimizer.load_state(file);
+  else  // a store of some routed experts (EP): by tensor name
+    load_optimizer_state_by_name(optimizer, params, file, whole);
+}
+
 void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
                              const ParallelSetup& setup,
                              const std::vector<parallel::OptimizerShard>& zero_ranges,
@@ -411,21 +652,18 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
   // Every file against the manifest's checksums before anything is read: a
   // corrupt checkpoint is refused naming the file (never a silent fresh start).
   verify_checkpoint(dir);
-  const std::string optimizer_file = (fs::path(dir) / "optimizer.safetensors").string();
+  // The model's files are one file or an HF multi-file checkpoint (the
+  // sharded format); either way read by name, with EP only this rank's experts.
   if (setup.ownership) {
-    // Only this rank's experts are read (weights and optimizer state).
     model::LoadedCheckpoint<float> loaded =
         parallel::load_checkpoint_shard<float>(dir, *setup.ownership);
     model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                 std::move(loaded.hash_tables));
-    optimizer = make_optimizer(config, model.params(), zero_ranges);
-    load_optimizer_state_by_name(optimizer, model.params(), optimizer_file,
-                                 model::parameter_specs(model.config()));
   } else {
     model = model::Model<float>::from_checkpoint(dir);
-    optimizer = make_optimizer(config, model.params(), zero_ranges);
-    optimizer.load_state(optimizer_file);
   }
+  optimizer = make_optimizer(config, model.params(), zero_ranges);
+  load_checkpoint_optimizer_state(dir, model.params(), model.config(), optimizer);
 }
 
 std::vector<float> gather_full_parameters(const ParallelSetup& setup,

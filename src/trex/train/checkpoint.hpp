@@ -87,16 +87,34 @@ struct TrainerState {
 
 struct ParallelSetup;  // train/parallel_setup.hpp
 
-// Collective: world rank 0 writes the checkpoint of `step` under
-// config.out_dir, the files of a 1-rank run whatever the layout, and every rank
-// returns its directory once the files exist. The other data ranks of the
-// first stage send rank 0, point to point, what it lacks (their ZeRO ranges of
-// the optimizer state; with expert weights sharded over EP their experts'
-// weights and state): only rank 0 ever holds the whole model.
+// Collective: writes the checkpoint of `step` under config.out_dir and every
+// rank returns its directory once it is committed. Both formats are
+// layout-free (any DP / EP / PP / ZeRO layout resumes from either).
+//  * sharded (config.checkpoint_format, default on more than one rank): each
+//    data rank of the first stage writes its part of the weights and of the
+//    optimizer state (its ZeRO ranges) into model-/optimizer-{r}-of-{N}
+//    .safetensors; rank 0 adds the small files, the two indexes and the
+//    manifest. Nothing is gathered; a failure on any rank fails the save on
+//    every rank and leaves `latest` on the previous checkpoint.
+//  * whole: world rank 0 writes the files of a 1-rank run; the other data
+//    ranks of the first stage send it, point to point, what it lacks (their
+//    ZeRO ranges of the optimizer state; with expert weights sharded over EP
+//    their experts' weights and state): only rank 0 holds the whole model.
 std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
                                        const ParallelSetup& setup, const model::Model<float>& model,
                                        const Optimizer& optimizer, const io::Tokenizer& tokenizer,
                                        const nlohmann::json& trainer_state);
+
+// Whether `dir` is a sharded training checkpoint (written by the ranks of a
+// parallel run, docs/checkpoints.md): the model as an HF multi-file
+// checkpoint and the optimizer state as shards with an index.
+bool is_sharded_checkpoint(const std::string& dir);
+
+// The optimizer state of training checkpoint `dir` (either format) into
+// `optimizer`, built over `params`: a store of the whole model `config` or,
+// with EP, of some of its routed experts. Errors name the file and tensor.
+void load_checkpoint_optimizer_state(const std::string& dir, const model::ParamStore<float>& params,
+                                     const model::ModelConfig& config, Optimizer& optimizer);
 
 // Every rank reads the (layout-free) checkpoint `dir`, verified against its
 // manifest first: its model replaces `model` (with EP only this rank's routed

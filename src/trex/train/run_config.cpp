@@ -8,6 +8,18 @@
 #include "trex/core/error.hpp"
 
 namespace trex::train {
+
+const char* checkpoint_format_name(CheckpointFormat format) {
+  switch (format) {
+    case CheckpointFormat::kWhole:
+      return "whole";
+    case CheckpointFormat::kSharded:
+      return "sharded";
+    case CheckpointFormat::kAuto:
+      break;
+  }
+  return "auto";
+}
 namespace {
 
 std::string resolve(const std::string& base_dir, const std::string& path) {
@@ -90,6 +102,10 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.eval_batches = root.integer("eval_batches", c.eval_batches);
   c.checkpoint_interval = root.integer("checkpoint_interval", c.checkpoint_interval);
   c.keep_checkpoints = root.integer("keep_checkpoints", c.keep_checkpoints);
+  c.checkpoint_format = root.choice("checkpoint_format", c.checkpoint_format,
+                                    {{"auto", CheckpointFormat::kAuto},
+                                     {"whole", CheckpointFormat::kWhole},
+                                     {"sharded", CheckpointFormat::kSharded}});
   c.log_interval = root.integer("log_interval", c.log_interval);
   c.out_dir = root.string("out_dir", c.out_dir);
   c.peak_gflops = root.number("peak_gflops", c.peak_gflops);
@@ -400,6 +416,7 @@ nlohmann::json RunConfig::to_json() const {
       {"eval_batches", eval_batches},
       {"checkpoint_interval", checkpoint_interval},
       {"keep_checkpoints", keep_checkpoints},
+      {"checkpoint_format", checkpoint_format_name(checkpoint_format)},
       {"log_interval", log_interval},
       {"out_dir", out_dir},
       {"peak_gflops", peak_gflops},

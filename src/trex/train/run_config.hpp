@@ -20,6 +20,8 @@ namespace trex::train {
 
 enum class DataMode { kCpt, kSft, kGrpo };
 enum class TrainPrecision { kFp32, kBf16 };
+enum class CheckpointFormat { kAuto, kWhole, kSharded };
+const char* checkpoint_format_name(CheckpointFormat format);  // "auto", "whole", "sharded"
 
 // The `parallel` section (docs/distributed.md): the DP × EP × PP process grid
 // (world size = dp · ep · pp, launched with `mpirun -np N trex train ...`) and
@@ -133,6 +135,10 @@ struct RunConfig {
   int64_t eval_batches = 4;
   int64_t checkpoint_interval = 0;  // steps; 0 = only at the end
   int64_t keep_checkpoints = 3;
+  // kSharded: every data rank of the first stage writes its part (no gather;
+  // docs/checkpoints.md); kWhole: rank 0 gathers and writes single files;
+  // kAuto: whole on one rank, sharded on more.
+  CheckpointFormat checkpoint_format = CheckpointFormat::kAuto;
   int64_t log_interval = 1;  // progress-bar / log cadence (JSONL and TensorBoard get every step)
   std::string out_dir = "runs/train";
 

@@ -26,6 +26,7 @@ class MomentBuffer {
 
   // The fp32 storage itself (updates run in place), or null for bf16.
   float* f32() { return dtype_ == MomentDType::kF32 ? f32_.data() : nullptr; }
+  const float* f32() const { return dtype_ == MomentDType::kF32 ? f32_.data() : nullptr; }
   // Values [at, at + out.size()) as fp32 (exact for either dtype).
   void read(int64_t at, std::span<float> out) const;
   // Stores `values` at [at, at + values.size()) (rounded for bf16).

@@ -32,10 +32,9 @@ const char* kind_of(const OptimizerOptions& options) {
 
 // Checks a state file's metadata against this run (optimizer kind, the layout
 // the file was written for) and returns its step; errors name the file and key.
-int64_t check_state_metadata(const SafetensorsFile& file, const std::string& path,
+int64_t check_state_metadata(const nlohmann::json& meta, const std::string& path,
                              const OptimizerOptions& options, uint64_t layout_hash,
                              int64_t param_count) {
-  const nlohmann::json& meta = file.metadata();
   auto text = [&](const char* key) -> std::string {
     if (!meta.contains(key) || !meta[key].is_string())
       throw Error("optimizer state: missing metadata").file(path).field(key);
@@ -277,7 +276,7 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
 
 void Optimizer::load_state(const std::string& path) {
   SafetensorsFile file = SafetensorsFile::open(path);
-  const int64_t step = check_state_metadata(file, path, options_, layout_hash_, size_);
+  const int64_t step = check_state_metadata(file.metadata(), path, options_, layout_hash_, size_);
   auto read = [&](const char* name) {
     const TensorView* view = file.find(name);
     if (!view) throw Error("optimizer state: missing tensor").file(path).field(name);
@@ -289,6 +288,84 @@ void Optimizer::load_state(const std::string& path) {
     return gather_ranges(view->data);
   };
   set_state(step, read("first_moment"), read("second_moment"));
+}
+
+std::vector<std::string> Optimizer::state_tensor_names(const model::ParamSpec& spec,
+                                                       const OptimizerOptions& options) {
+  if (spec.group == model::OptimizerGroup::kNotTrained) return {};
+  if (spec.group == model::OptimizerGroup::kMuon && options.use_muon)
+    return {"first_moment." + spec.name};  // Muon: momentum only
+  return {"first_moment." + spec.name, "second_moment." + spec.name};
+}
+
+void Optimizer::save_state_shard(const std::string& path,
+                                 const std::vector<parallel::OptimizerShard>& ranges,
+                                 const std::vector<model::ParamSpec>& whole_layout) const {
+  std::vector<const Slot*> slot_of(specs_.size(), nullptr);
+  for (const Slot& slot : slots_) slot_of[slot.spec] = &slot;
+  // fp32 moments are written from the buffers; bf16 ones decoded per tensor.
+  std::vector<std::vector<float>> decoded;
+  std::vector<TensorToWrite> tensors;
+  auto add = [&](const std::string& name, const model::ParamSpec& spec, const MomentBuffer& buffer,
+                 int64_t at) {
+    const size_t n = static_cast<size_t>(spec.numel());
+    const float* data = nullptr;
+    if (buffer.dtype() == MomentDType::kF32) {
+      data = buffer.f32() + at;
+    } else {
+      decoded.emplace_back(n);
+      buffer.read(at, decoded.back());
+      data = decoded.back().data();
+    }
+    tensors.push_back({name, DType::kF32, spec.shape, data, n * sizeof(float)});
+  };
+  decoded.reserve(2 * specs_.size());  // pointers into it must stay valid
+  for (const parallel::OptimizerShard& range : ranges)
+    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+      const Slot* slot = i < slot_of.size() ? slot_of[i] : nullptr;
+      if (!slot)
+        throw Error("optimizer state: tensor '" + (i < specs_.size() ? specs_[i].name : "?") +
+                    "' is outside this optimizer's shard")
+            .file(path);
+      if (slot->update == Update::kNone) continue;
+      const model::ParamSpec& spec = specs_[i];
+      add("first_moment." + spec.name, spec, first_moment_, slot->state_offset);
+      if (slot->update == Update::kAdamW)
+        add("second_moment." + spec.name, spec, second_moment_, slot->second_offset);
+    }
+  int64_t whole_size = 0;
+  for (const model::ParamSpec& spec : whole_layout) whole_size += spec.numel();
+  const std::map<std::string, std::string> metadata = {
+      {"trex_optimizer", kind_of(options_)},
+      {"step", std::to_string(step_)},
+      {"param_count", std::to_string(whole_size)},
+      {"layout_hash", std::to_string(layout_hash_of(whole_layout))},
+      {"moment_dtype", moment_dtype_name(options_.moment_dtype)},
+  };
+  ensure_parent_dir(path);
+  write_safetensors(path, tensors, metadata);
+}
+
+void Optimizer::load_state_shards(const CheckpointReader& shards,
+                                  const std::vector<model::ParamSpec>& whole_layout) {
+  const std::string& where = shards.source();
+  int64_t whole_size = 0;
+  for (const model::ParamSpec& spec : whole_layout) whole_size += spec.numel();
+  const int64_t step = check_state_metadata(shards.metadata(), where, options_,
+                                            layout_hash_of(whole_layout), whole_size);
+  std::vector<float> first(static_cast<size_t>(state_size()), 0.0f);
+  std::vector<float> second(first.size(), 0.0f);
+  for (const Slot& slot : slots_) {
+    if (slot.update == Update::kNone) continue;
+    const model::ParamSpec& spec = specs_[slot.spec];
+    for (const std::string& name : state_tensor_names(spec, options_)) {
+      const TensorView* view = shards.find(name);
+      if (!view) throw Error("optimizer state: missing tensor").file(where).field(name);
+      std::vector<float>& out = name.rfind("first_moment.", 0) == 0 ? first : second;
+      shards.read_f32(name, out.data() + slot.state_offset, spec.numel());
+    }
+  }
+  set_state(step, std::move(first), std::move(second));
 }
 
 void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<float>& params,
@@ -303,8 +380,8 @@ void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<
     file_size += spec.numel();
   }
   SafetensorsFile file = SafetensorsFile::open(path);
-  const int64_t step =
-      check_state_metadata(file, path, optimizer.options(), layout_hash_of(file_layout), file_size);
+  const int64_t step = check_state_metadata(file.metadata(), path, optimizer.options(),
+                                            layout_hash_of(file_layout), file_size);
   auto read = [&](const char* name) {
     const TensorView* view = file.find(name);
     if (!view) throw Error("optimizer state: missing tensor").file(path).field(name);

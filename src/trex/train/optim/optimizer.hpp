@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "trex/io/safetensors.hpp"
 #include "trex/model/params.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/adamw.hpp"
@@ -78,6 +79,24 @@ class Optimizer {
   void save_state(const std::string& path, std::span<const float> whole_first_moment,
                   std::span<const float> whole_second_moment) const;
   void load_state(const std::string& path);
+  // Sharded checkpoints (train/checkpoint.hpp), written without gathering: the
+  // state of the tensors in `ranges` (ranges of this optimizer's layout, each
+  // inside its own ranges) as fp32 tensors "first_moment.<name>" (every
+  // trained tensor) and "second_moment.<name>" (those AdamW updates), with
+  // metadata naming the optimizer, its step, its moment dtype and the whole
+  // model's layout `whole_layout` (what a rank of another layout checks).
+  void save_state_shard(const std::string& path,
+                        const std::vector<parallel::OptimizerShard>& ranges,
+                        const std::vector<model::ParamSpec>& whole_layout) const;
+  // This optimizer's ranges read tensor by tensor from such shards (a reader
+  // over their index, whose metadata holds the same keys); only the tensors
+  // of its ranges are read. Errors name the index and the tensor or key.
+  void load_state_shards(const CheckpointReader& shards,
+                         const std::vector<model::ParamSpec>& whole_layout);
+  // The tensor names save_state_shard gives `spec`'s state under `options`.
+  static std::vector<std::string> state_tensor_names(const model::ParamSpec& spec,
+                                                     const OptimizerOptions& options);
+
   // The same state in memory (for tests / in-process resume): buffers of the
   // whole model (a sharded optimizer keeps its ranges) or of the ranges.
   void set_state(int64_t step, std::vector<float> first_moment, std::vector<float> second_moment);
