@@ -15,6 +15,7 @@
 
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
+#include "trex/model/checkpoint_export.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
@@ -176,6 +177,15 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
     EXPECT_FALSE(std::filesystem::exists(final_dir + "/optimizer.safetensors"));
     EXPECT_EQ(trex::model::Model<float>::from_checkpoint(final_dir).params().values(),
               t.model().params().values());
+    // `trex export` streams it into one HF (transformers-scheme) checkpoint.
+    if (world.rank() == 0) {
+      const std::string exported = shared_dir() + "/resume-exported";
+      const trex::model::ExportSummary summary = trex::model::export_checkpoint(
+          final_dir, exported, trex::model::NamingScheme::kTransformers, trex::DType::kF32);
+      EXPECT_EQ(summary.values, t.model().params().size());
+      EXPECT_EQ(trex::model::Model<float>::from_checkpoint(exported).params().values(),
+                t.model().params().values());
+    }
   }
   world.barrier();
 }

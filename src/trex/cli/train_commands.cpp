@@ -6,6 +6,8 @@
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
+#include "trex/core/strings.hpp"
+#include "trex/model/checkpoint_export.hpp"
 #include "trex/model/weights.hpp"
 #include "trex/rl/grpo.hpp"
 #include "trex/train/data/sft.hpp"
@@ -70,6 +72,7 @@ struct ExportOptions {
   std::string out;
   std::string scheme = "transformers";
   std::string dtype = "bf16";
+  double max_shard_gib = 5.0;
 };
 
 int run_export(const ExportOptions& o) {
@@ -80,18 +83,24 @@ int run_export(const ExportOptions& o) {
   namespace fs = std::filesystem;
   if (fs::weakly_canonical(o.checkpoint) == fs::weakly_canonical(o.out))
     throw Error("--out must differ from --checkpoint").field("out");
-  const model::LoadedCheckpoint<float> loaded = model::load_checkpoint<float>(o.checkpoint);
-  model::save_checkpoint(o.out, loaded.config, loaded.params, loaded.hash_tables,
-                         o.scheme == "transformers" ? model::NamingScheme::kTransformers
-                                                    : model::NamingScheme::kReleased,
-                         o.dtype == "bf16" ? DType::kBF16 : DType::kF32);
+  if (!(o.max_shard_gib > 0)) throw Error("--max-shard-gib must be > 0").field("max-shard-gib");
+  // Streamed tensor by tensor: the model is never held whole.
+  const model::ExportSummary summary = model::export_checkpoint(
+      o.checkpoint, o.out,
+      o.scheme == "transformers" ? model::NamingScheme::kTransformers
+                                 : model::NamingScheme::kReleased,
+      o.dtype == "bf16" ? DType::kBF16 : DType::kF32,
+      static_cast<size_t>(o.max_shard_gib * static_cast<double>(1ull << 30)));
   const fs::path tokenizer = fs::path(o.checkpoint) / "tokenizer.json";
   if (fs::exists(tokenizer))
     fs::copy_file(tokenizer, fs::path(o.out) / "tokenizer.json",
                   fs::copy_options::overwrite_existing);
   std::cout << "exported " << o.checkpoint << " -> " << o.out << " (" << o.scheme << " names, "
             << o.dtype << (fs::exists(tokenizer) ? ", with tokenizer.json" : ", no tokenizer.json")
-            << ")\n";
+            << "): " << summary.tensors << " tensors, " << summary.values << " values in "
+            << summary.files << (summary.files == 1 ? " file" : " files")
+            << "; largest buffer held "
+            << format_fixed(static_cast<double>(summary.largest_held) / (1 << 20), 1) << " MiB\n";
   return 0;
 }
 
@@ -121,6 +130,9 @@ void add_train_commands(CLI::App& app) {
   e->add_option("--scheme", exp->scheme, "transformers or released tensor names")
       ->capture_default_str();
   e->add_option("--dtype", exp->dtype, "bf16 or fp32 floating tensors")->capture_default_str();
+  e->add_option("--max-shard-gib", exp->max_shard_gib,
+                "Largest weight file (GiB); more tensors go to further files with an index")
+      ->capture_default_str();
   e->callback([exp] {
     const int rc = run_export(*exp);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -41,8 +41,8 @@ bool is_shard_name(const std::string& file_name) {
   return std::regex_match(file_name, pattern);
 }
 
-void validate_tensors_to_write(const std::vector<TensorToWrite>& tensors,
-                               const std::string& where) {
+template <class Tensor>
+void validate_tensor_headers(const std::vector<Tensor>& tensors, const std::string& where) {
   std::set<std::string> names;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__")
@@ -59,12 +59,34 @@ void validate_tensors_to_write(const std::vector<TensorToWrite>& tensors,
                   safetensors_name(t.dtype) + " with " + std::to_string(numel) +
                   " elements needs " + std::to_string(expected))
           .file(where);
-    if (t.nbytes > 0 && t.data == nullptr)
-      throw Error("tensor '" + t.name + "': null data").file(where);
   }
 }
 
-void write_safetensors_unchecked(const std::string& path, const std::vector<TensorToWrite>& tensors,
+void validate_tensors_to_write(const std::vector<TensorToWrite>& tensors,
+                               const std::string& where) {
+  validate_tensor_headers(tensors, where);
+  for (const auto& t : tensors)
+    if (t.nbytes > 0 && t.data == nullptr)
+      throw Error("tensor '" + t.name + "': null data").file(where);
+}
+
+// Each tensor's bytes, from memory, in chunks so a single huge tensor never
+// needs one giant fwrite.
+std::vector<TensorToStream> as_streams(const std::vector<TensorToWrite>& tensors) {
+  std::vector<TensorToStream> out;
+  out.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors)
+    out.push_back({t.name, t.dtype, t.shape, t.nbytes, [&t](const TensorToStream::Sink& sink) {
+                     const char* bytes = static_cast<const char*>(t.data);
+                     constexpr size_t kChunk = size_t{64} << 20;
+                     for (size_t pos = 0; pos < t.nbytes; pos += kChunk)
+                       sink(std::string_view(bytes + pos, std::min(kChunk, t.nbytes - pos)));
+                   }});
+  return out;
+}
+
+void write_safetensors_unchecked(const std::string& path,
+                                 const std::vector<TensorToStream>& tensors,
                                  const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();  // std::map-backed: keys come out sorted
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -86,11 +108,19 @@ void write_safetensors_unchecked(const std::string& path, const std::vector<Tens
   out.write(std::string_view(length_bytes, 8));
   out.write(header_text);
   for (const auto& t : tensors) {
-    const char* bytes = static_cast<const char*>(t.data);
-    // Chunked so a single huge tensor never needs one giant fwrite.
-    constexpr size_t kChunk = size_t{64} << 20;
-    for (size_t pos = 0; pos < t.nbytes; pos += kChunk)
-      out.write(std::string_view(bytes + pos, std::min(kChunk, t.nbytes - pos)));
+    size_t written = 0;
+    t.produce([&](std::string_view bytes) {
+      written += bytes.size();
+      if (written > t.nbytes)
+        throw Error("tensor '" + t.name + "' produced more than its " + std::to_string(t.nbytes) +
+                    " bytes")
+            .file(path);
+      out.write(bytes);
+    });
+    if (written != t.nbytes)
+      throw Error("tensor '" + t.name + "' produced " + std::to_string(written) + " of its " +
+                  std::to_string(t.nbytes) + " bytes")
+          .file(path);
   }
   out.commit();
 }
@@ -321,18 +351,25 @@ std::vector<float> CheckpointReader::read_dequantized_f32(const std::string& wei
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   validate_tensors_to_write(tensors, path);
-  write_safetensors_unchecked(path, tensors, metadata);
+  write_safetensors_unchecked(path, as_streams(tensors), metadata);
 }
 
 void write_checkpoint(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                       const std::map<std::string, std::string>& metadata, size_t max_shard_bytes) {
   validate_tensors_to_write(tensors, dir);
+  write_checkpoint_streaming(dir, as_streams(tensors), metadata, max_shard_bytes);
+}
+
+void write_checkpoint_streaming(const std::string& dir, const std::vector<TensorToStream>& tensors,
+                                const std::map<std::string, std::string>& metadata,
+                                size_t max_shard_bytes) {
+  validate_tensor_headers(tensors, dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot create directory: " + ec.message()).file(dir);
 
   // Greedy split in the given order; a tensor over the limit gets its own shard.
-  std::vector<std::vector<TensorToWrite>> shards(1);
+  std::vector<std::vector<TensorToStream>> shards(1);
   size_t shard_bytes = 0, total_bytes = 0;
   for (const auto& t : tensors) {
     if (!shards.back().empty() && shard_bytes + t.nbytes > max_shard_bytes) {

@@ -5,9 +5,11 @@
 // Format and error reference: docs/checkpoints.md.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -136,6 +138,25 @@ struct TensorToWrite {
   const void* data = nullptr;
   size_t nbytes = 0;
 };
+
+// A tensor whose bytes are produced while its file is written, so a writer
+// holds one tensor (or one piece of it) at a time: `produce` passes exactly
+// nbytes, in order, to `sink` (in any number of calls).
+struct TensorToStream {
+  using Sink = std::function<void(std::string_view bytes)>;
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  size_t nbytes = 0;
+  std::function<void(const Sink& sink)> produce;
+};
+
+// write_checkpoint for streamed tensors (same files, names, sharding and
+// atomicity). Throws, leaving no partial file, when a tensor produces other
+// than its nbytes.
+void write_checkpoint_streaming(const std::string& dir, const std::vector<TensorToStream>& tensors,
+                                const std::map<std::string, std::string>& metadata,
+                                size_t max_shard_bytes = 5ull << 30);
 
 // Writes dir/model.safetensors, or, when the tensors' total exceeds
 // max_shard_bytes, dir/model-0000i-of-0000n.safetensors plus
