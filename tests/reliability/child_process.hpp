@@ -36,6 +36,8 @@ struct ChildOptions {
   std::vector<std::pair<std::string, std::string>> env = {};
   double kill_after_seconds = -1;  // >= 0: SIGKILL after this long
   long long file_size_limit = -1;  // >= 0: RLIMIT_FSIZE in bytes
+  // Run through this command (e.g. mpiexec -n 2 …): argv = launcher + trex + args.
+  std::vector<std::string> launcher = {};
 };
 
 inline std::vector<std::string> split_args(const std::string& args) {
@@ -48,7 +50,8 @@ inline std::vector<std::string> split_args(const std::string& args) {
 
 inline ChildResult run_child(const std::string& args, const std::string& log_path,
                              const ChildOptions& options = {}) {
-  std::vector<std::string> argv_storage = {trex_binary()};
+  std::vector<std::string> argv_storage = options.launcher;
+  argv_storage.push_back(trex_binary());
   for (auto& a : split_args(args)) argv_storage.push_back(a);
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());

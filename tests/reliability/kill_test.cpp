@@ -190,10 +190,11 @@ struct Figures {
 
   void print(const std::string& writer) const {
     std::printf(
-        "[kill] %-6s %zu traced events in %zu classes; kill points %zu deterministic + %zu "
+        "[kill] %s: %zu traced events in %zu classes; kill points %zu deterministic + %zu "
         "random-delay (%zu killed mid-run); files checked %zu",
         writer.c_str(), events, classes, points, timed, landed, files_checked);
-    if (writer == "train")
+    const bool training = writer.rfind("train", 0) == 0;
+    if (training)
       std::printf(" (%zu complete checkpoint directories)", as_new);
     else
       std::printf(" (old %zu, new %zu)", as_old, as_new);
@@ -201,7 +202,7 @@ struct Figures {
         "; corrupt %zu, lost %zu; temp files left by kills %zu, 0 after the rerun; reruns equal "
         "to the uninterrupted run %zu/%zu",
         corrupt, lost, temps_after_kill, reruns_equal, points + timed);
-    if (writer == "train") std::printf("; steps lost to a kill at most %zu", max_lost_steps);
+    if (training) std::printf("; steps lost to a kill at most %zu", max_lost_steps);
     std::printf("\n");
     for (const auto& p : problems) std::printf("[kill]   problem: %s\n", p.c_str());
     std::fflush(stdout);
@@ -467,9 +468,42 @@ TEST(KillEval, EveryFileIsOldOrNewAndRerunsComplete) {
 
 // ---------------------------------------------------------------- training
 
-// `format`: the run's checkpoint_format ("whole" or "sharded": the files a
-// multi-rank run writes, here from its one writer; the commit protocol is the same).
-void kill_training(const std::string& format, size_t kill_points) {
+// How the training run under test is launched and which process is killed.
+struct TrainLaunch {
+  std::string format = "whole";  // checkpoint_format
+  size_t kill_points = 30;
+  size_t timed_kills = 3;
+  int ranks = 1;        // > 1: mpiexec -n ranks, DP = ranks with ZeRO-1
+  int killed_rank = 0;  // with ranks > 1: the rank the deterministic points kill
+
+  ChildOptions options() const {
+    ChildOptions o;
+    if (ranks == 1) return o;
+    o.launcher = {TREX_MPIEXEC,
+                  "-n",
+                  std::to_string(ranks),
+                  "--oversubscribe",
+                  "--bind-to",
+                  "none",
+                  "--mca",
+                  "btl",
+                  "self,vader",
+                  "--mca",
+                  "btl_vader_single_copy_mechanism",
+                  "none"};
+    o.env = {{"TREX_FAULT_RANK", std::to_string(killed_rank)},
+             {"OMP_NUM_THREADS", "1"},
+             {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+             {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+    return o;
+  }
+};
+
+// The run's checkpoints survive kills: `format` "whole" or "sharded" (the
+// files a multi-rank run writes; on one rank from its one writer, the commit
+// protocol being the same), on one rank or under mpiexec with one rank killed.
+void kill_training(const TrainLaunch& launch) {
+  const std::string& format = launch.format;
   TempDir tmp;
   trex::test::write_tiny_training_data(tmp.path());
   const int steps = 3;
@@ -478,6 +512,10 @@ void kill_training(const std::string& format, size_t kill_points) {
   run["checkpoint_interval"] = 1;
   run["keep_checkpoints"] = 2;
   run["checkpoint_format"] = format;
+  if (launch.ranks > 1) {
+    run["parallel"] = {{"dp", launch.ranks}, {"zero", 1}};
+    run["global_batch"] = launch.ranks;
+  }
   trex::write_file_atomic(tmp.file("run.json"), run.dump(2));
   const std::string out = tmp.file("out");
   const std::string ckpts = out + "/checkpoints";
@@ -486,13 +524,18 @@ void kill_training(const std::string& format, size_t kill_points) {
   const std::string final_name = "step-0000000" + std::to_string(steps);
 
   const std::string trace = tmp.file("train.trace");
-  ChildResult r = run_child(args, log, traced(trace));
+  ChildOptions reference_options = launch.options();
+  reference_options.env.push_back({"TREX_FAULT_TRACE", trace});
+  ChildResult r = run_child(args, log, reference_options);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double reference_seconds = r.seconds;
   const Snapshot reference = snapshot(ckpts + "/" + final_name);
   if (format == "sharded") {
-    ASSERT_TRUE(reference.count("model-00001-of-00001.safetensors"));
-    ASSERT_TRUE(reference.count("optimizer-00001-of-00001.safetensors"));
+    const std::string of = "-of-0000" + std::to_string(launch.ranks) + ".safetensors";
+    for (int rank = 0; rank < launch.ranks; ++rank) {
+      ASSERT_TRUE(reference.count("model-0000" + std::to_string(rank + 1) + of));
+      ASSERT_TRUE(reference.count("optimizer-0000" + std::to_string(rank + 1) + of));
+    }
     ASSERT_TRUE(reference.count("optimizer.safetensors.index.json"));
   } else {
     ASSERT_TRUE(reference.count("model.safetensors"));
@@ -507,30 +550,32 @@ void kill_training(const std::string& format, size_t kill_points) {
   const std::vector<Event> events = read_trace(trace);
   fig.events = events.size();
   fig.classes = event_classes(events).size();
-  const std::vector<long> points = choose_points(events, kill_point_cap(kill_points), kSeed);
+  const std::vector<long> points = choose_points(events, kill_point_cap(launch.kill_points), kSeed);
   std::mt19937_64 rng(kSeed + 2);
   std::uniform_real_distribution<double> delay(0.0, reference_seconds);
   std::vector<std::pair<long, double>> trials;
   for (long k : points) trials.push_back({k, -1.0});
-  for (int i = 0; i < 3; ++i) trials.push_back({0, delay(rng)});
+  for (size_t i = 0; i < launch.timed_kills; ++i) trials.push_back({0, delay(rng)});
 
   for (const auto& [k, after] : trials) {
     const std::string label =
         k > 0 ? "kill at event " + std::to_string(k) : "kill after " + std::to_string(after) + " s";
     fs::remove_all(out);
-    ChildOptions o;
+    ChildOptions o = launch.options();
     if (k > 0)
-      o.env = {{"TREX_FAULT_KILL_AT", std::to_string(k)}};
+      o.env.push_back({"TREX_FAULT_KILL_AT", std::to_string(k)});
     else
       o.kill_after_seconds = after;
     const ChildResult killed = run_child(args, log, o);
+    // Under mpiexec the launcher reports the killed rank and ends the job.
+    const bool died = killed.killed || (launch.ranks > 1 && killed.exit_code != 0);
     if (k > 0) {
       fig.points += 1;
-      if (!killed.killed) fig.problems.push_back(label + ": the child was not killed");
+      if (!died) fig.problems.push_back(label + ": the child was not killed");
     } else {
       fig.timed += 1;
     }
-    if (killed.killed) fig.landed += 1;
+    if (died) fig.landed += 1;
 
     // Every checkpoint directory is complete (its manifest verifies); `latest`
     // names one of them.
@@ -579,7 +624,7 @@ void kill_training(const std::string& format, size_t kill_points) {
 
     // Resume (or, before the first checkpoint, start again) and compare.
     const bool resume = fs::exists(ckpts + "/latest");
-    const ChildResult again = run_child(args + (resume ? " --resume" : ""), log);
+    const ChildResult again = run_child(args + (resume ? " --resume" : ""), log, launch.options());
     if (again.exit_code != 0) {
       fig.problems.push_back(label + ": the " + (resume ? "resume" : "rerun") +
                              " failed: " + again.output);
@@ -606,16 +651,31 @@ void kill_training(const std::string& format, size_t kill_points) {
       }
     if (equal) fig.reruns_equal += 1;
   }
-  fig.print("train (" + format + " checkpoints)");
+  fig.print("train (" + format + " checkpoints" +
+            (launch.ranks > 1 ? ", " + std::to_string(launch.ranks) + " ranks, rank " +
+                                    std::to_string(launch.killed_rank) + " killed"
+                              : std::string()) +
+            ")");
   expect_clean(fig);
 }
 
 TEST(KillTrain, CheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
-  kill_training("whole", 30);
+  kill_training({.format = "whole"});
 }
 
 TEST(KillTrain, ShardedCheckpointsStayLoadableAndResumeGivesTheUninterruptedRun) {
-  kill_training("sharded", 30);
+  kill_training({.format = "sharded"});
+}
+
+// Two writers under mpiexec: killing either one while it writes its shard
+// (or rank 0 while it commits) never loses the previous checkpoint.
+TEST(KillTrain, ShardedSaveOfTwoRanksSurvivesAKilledRank) {
+  for (int rank : {1, 0})
+    kill_training({.format = "sharded",
+                   .kill_points = 8,
+                   .timed_kills = rank == 0 ? 1u : 0u,
+                   .ranks = 2,
+                   .killed_rank = rank});
 }
 
 }  // namespace

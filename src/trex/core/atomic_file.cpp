@@ -23,6 +23,14 @@ struct FaultConfig {
   long kill_at = 0;  // 0: never
   int trace_fd = -1;
   FaultConfig() {
+    // TREX_FAULT_RANK=r: only the process of MPI world rank r (as its launcher
+    // exports it) counts and acts, so a test can kill one rank of a job.
+    if (const char* only = std::getenv("TREX_FAULT_RANK")) {
+      const char* mine = nullptr;
+      for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+        if (!mine) mine = std::getenv(name);
+      if (!mine || std::strcmp(mine, only) != 0) return;
+    }
     if (const char* k = std::getenv("TREX_FAULT_KILL_AT")) kill_at = std::strtol(k, nullptr, 10);
     if (const char* t = std::getenv("TREX_FAULT_TRACE"))
       trace_fd = ::open(t, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -24,8 +24,9 @@
 // at the k-th AtomicFile event (1-based, counted over the whole process): the
 // temp file opened, each write() call, the temp file flushed + fsynced +
 // closed, renamed, the directory fsynced. TREX_FAULT_TRACE=FILE appends one
-// line per event ("<k> <event> <target path>") to FILE. Unset, they cost one
-// branch per event.
+// line per event ("<k> <event> <target path>") to FILE. TREX_FAULT_RANK=r
+// limits both to the process of MPI world rank r (a multi-rank job's test).
+// Unset, they cost one branch per event.
 #include <cstdio>
 #include <string>
 #include <string_view>
