@@ -9,6 +9,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/parallel/communicator.hpp"
+#include "trex/parallel/padded_collectives.hpp"
 #include "trex/parallel/process_grid.hpp"
 
 namespace trex::parallel {
@@ -55,6 +56,44 @@ TEST(Communicator, AllGatherVariableCounts) {
   size_t at = 0;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < 2 * i; ++j) EXPECT_EQ(all[at++], static_cast<float>(i));
+}
+
+// NCCL's model on MPI: unequal counts are refused, and the padded
+// reduce-scatter / all-gather give what the per-rank-count calls give.
+TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) counts[static_cast<size_t>(i)] = (i * 7 + 3) % 5;  // 3, 0, 2, 4 …
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<float> send(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) send[static_cast<size_t>(i)] = 0.25f * i + r;
+  const int64_t mine = counts[static_cast<size_t>(r)];
+  std::vector<float> want(static_cast<size_t>(mine)), got(want.size(), -1.0f);
+  w->reduce_scatter(send.data(), want.data(), counts, DType::kF32, ReduceOp::kSum);
+  std::vector<float> own(static_cast<size_t>(mine), static_cast<float>(r) + 0.5f);
+  std::vector<float> gathered_want(static_cast<size_t>(total)), gathered(gathered_want.size());
+  w->all_gather(own.data(), gathered_want.data(), counts, DType::kF32);
+
+  struct EqualCounts {
+    EqualCounts() { trex::parallel::set_mpi_equal_counts_only(true); }
+    ~EqualCounts() { trex::parallel::set_mpi_equal_counts_only(false); }
+  } equal_counts;
+  ASSERT_TRUE(w->equal_counts_only());
+  if (n > 1) {
+    EXPECT_THROW(w->reduce_scatter(send.data(), got.data(), counts, DType::kF32, ReduceOp::kSum),
+                 Error);
+  }
+  trex::parallel::PaddedReduceScatter padded(*w, send.data(), got.data(), counts);
+  padded.request().wait();
+  padded.copy_out();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(padded.staged(), 0);  // released after the copy
+  for (int64_t round : {int64_t{1}, int64_t{2}, int64_t{1} << 20}) {
+    std::fill(gathered.begin(), gathered.end(), -1.0f);
+    trex::parallel::all_gather_padded(*w, own.data(), gathered.data(), counts, round);
+    EXPECT_EQ(gathered, gathered_want) << "rounds of " << round;
+  }
 }
 
 TEST(Communicator, AllToAllV) {

@@ -125,6 +125,26 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
                                                   .global_batch = 8,
                                                   .zero = 2}));
 
+// NCCL's collective model (one count per rank) on MPI: ZeRO-2's bucketed
+// reduce-scatters and the post-update all-gathers travel padded to equal
+// counts; the 20 steps still match 1 rank and the unpadded run bit for bit.
+TEST(GridTrainEqualCounts, Zero2ExpertShardedMatchesTheVariableCountRun) {
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const Layout l{.dp = 2, .ep = 2, .zero = 2};
+  RunConfig c = layout_config(l, 20);
+  const std::vector<double> variable = train_losses(c, trex::parallel::world());
+  struct EqualCounts {
+    EqualCounts() { trex::parallel::set_mpi_equal_counts_only(true); }
+    ~EqualCounts() { trex::parallel::set_mpi_equal_counts_only(false); }
+  } equal_counts;
+  c.out_dir += "-equal-counts";
+  std::unique_ptr<Trainer> trainer;
+  const std::vector<double> padded = train_losses(c, trex::parallel::world(), &trainer);
+  EXPECT_EQ(padded, variable);
+  expect_losses_match(padded, one_rank_losses(c), 0, l.name() + " equal counts");
+  expect_replicas_identical(*trainer);
+}
+
 class GridTrain8 : public ::testing::TestWithParam<Layout> {};
 TEST_P(GridTrain8, TwentyStepsMatchOneRank) {
   if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 8 ranks";

@@ -34,7 +34,7 @@ trex_add_mpi_test(expert_parallel_overlap_2 2 "ExpertParallelMpi.ExposedCommunic
 trex_add_mpi_test(dp_2 2 "*DataParallel2.*:DataParallelResume.*")
 trex_add_mpi_test(dp_4 4 "DataParallel4*")
 trex_add_mpi_test(grid_train_2 2 "Layouts/GridTrain2.*")
-trex_add_mpi_test(grid_train_4 4 "Layouts/GridTrain4.*:GridResume.*")
+trex_add_mpi_test(grid_train_4 4 "Layouts/GridTrain4.*:GridResume.*:GridTrainEqualCounts.*")
 # 8 ranks on 2 cores under the sanitizers take ~5 minutes; the 2- and 4-rank
 # layouts run the same TP/PP/EP/DP code paths there.
 if(NOT TREX_SANITIZE)

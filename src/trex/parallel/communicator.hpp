@@ -94,6 +94,12 @@ class Communicator {
   virtual Request ireduce_scatter(const void* send, void* recv,
                                   std::span<const int64_t> recv_counts, DType type,
                                   ReduceOp op) = 0;
+  // True where reduce-scatter and all-gather take one count for every rank
+  // (NCCL's model): callers then pad each rank's block to the largest
+  // (parallel/padded_collectives.hpp) and the implementation refuses unequal
+  // counts. MPI takes per-rank counts (set_mpi_equal_counts_only tests the
+  // padded path on it).
+  virtual bool equal_counts_only() const { return false; }
   // Rank r contributes counts[r] elements from send; recv receives every
   // rank's block, rank-major (Σ counts elements).
   virtual Request iall_gather(const void* send, void* recv, std::span<const int64_t> counts,
@@ -171,6 +177,11 @@ std::shared_ptr<Communicator> mpi_world();
 // buffer over it travels as several calls, so no operation is limited by MPI's
 // int counts. Lower values exist to test that path.
 void set_mpi_message_limit(int64_t elements);
+
+// MPI communicators behave like NCCL's for reduce-scatter and all-gather:
+// equal_counts_only() is true and unequal counts are refused (tests of the
+// padded path; default false).
+void set_mpi_equal_counts_only(bool on);
 
 // The world of this process: mpi_world() under mpirun, else a 1-rank communicator.
 std::shared_ptr<Communicator> world();

@@ -143,8 +143,14 @@ void GradReducer::start(Group& group) {
     Pending& p = pending_.emplace_back();
     p.bucket = bucket;
     p.counts = std::move(counts);
-    p.request = comm->ireduce_scatter(grads_ + bucket.begin, shard, p.counts, parallel::DType::kF32,
-                                      parallel::ReduceOp::kSum);
+    if (comm->equal_counts_only()) {
+      p.padded =
+          std::make_shared<PaddedReduceScatter>(*comm, grads_ + bucket.begin, shard, p.counts);
+      p.request = p.padded->request();
+    } else {
+      p.request = comm->ireduce_scatter(grads_ + bucket.begin, shard, p.counts,
+                                        parallel::DType::kF32, parallel::ReduceOp::kSum);
+    }
   }
 }
 
@@ -156,6 +162,7 @@ void GradReducer::release_completed(bool wait) {
     else if (!p.request.done())
       continue;
     p.released = true;
+    if (p.padded) p.padded->copy_out();
     if (released_) released_(p.bucket.begin, p.bucket.end);
   }
 }

@@ -22,10 +22,12 @@
 // disjoint supports); then a scale (1/N trained tokens of the step).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "trex/model/params.hpp"
 #include "trex/parallel/communicator.hpp"
+#include "trex/parallel/padded_collectives.hpp"
 #include "trex/parallel/zero_partition.hpp"
 
 namespace trex::parallel {
@@ -102,6 +104,8 @@ class GradReducer {
     Range bucket;
     std::vector<int64_t> counts;  // reduce-scatter counts, alive until completion
     bool released = false;
+    // Equal-count communicators: the padded staging, copied out on completion.
+    std::shared_ptr<PaddedReduceScatter> padded = nullptr;
   };
   void start(Group& group);
   // Hands completed reduce-scatters' buckets to `released_` (all: waits first).

@@ -58,6 +58,7 @@ MPI_Op mpi_op(ReduceOp op) {
 // Elements per MPI call: MPI counts are int, so a larger buffer travels as
 // several messages (set lower by tests to exercise that path).
 std::atomic<int64_t> message_limit{INT_MAX};
+std::atomic<bool> equal_counts_only_flag{false};
 
 // The tag of the point-to-point messages of a split all-to-all; isend/irecv refuse it.
 constexpr int kSplitAllToAllTag = 32767;  // MPI guarantees tags up to at least this
@@ -295,6 +296,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
+  bool equal_counts_only() const override { return equal_counts_only_flag.load(); }
 
   Request iall_reduce(void* data, int64_t count, DType type, ReduceOp op) override {
     std::vector<Piece> parts = pieces(count, "all_reduce");
@@ -313,6 +315,7 @@ class MpiCommunicator final : public Communicator {
   Request ireduce_scatter(const void* send, void* recv, std::span<const int64_t> recv_counts,
                           DType type, ReduceOp op) override {
     check_counts(recv_counts, "reduce_scatter");
+    check_equal_counts(recv_counts, "reduce_scatter");
     int64_t sent = 0;
     for (int64_t c : recv_counts) sent += c;
     account(sent * static_cast<int64_t>(dtype_size(type)));
@@ -347,6 +350,7 @@ class MpiCommunicator final : public Communicator {
   Request iall_gather(const void* send, void* recv, std::span<const int64_t> counts,
                       DType type) override {
     check_counts(counts, "all_gather");
+    check_equal_counts(counts, "all_gather");
     if (!fits_one_call(counts)) {
       // Every rank broadcasts its block in pieces from its place in recv.
       const std::vector<int64_t> offsets = offsets_of(counts);
@@ -536,6 +540,15 @@ class MpiCommunicator final : public Communicator {
     for (int64_t c : counts)
       if (c < 0) throw Error(std::string(what) + ": negative element count " + std::to_string(c));
   }
+  // Reduce-scatter and all-gather under equal_counts_only().
+  void check_equal_counts(std::span<const int64_t> counts, const char* what) const {
+    if (!equal_counts_only()) return;
+    for (int64_t c : counts)
+      if (c != counts.front())
+        throw Error(std::string(what) + " on '" + name_ +
+                    "' takes one count for every rank (equal-count collectives), got " +
+                    std::to_string(counts.front()) + " and " + std::to_string(c));
+  }
   // Counts already checked by check_counts and within one call's limit.
   static std::vector<int> to_ints(std::span<const int64_t> counts, const char* what) {
     std::vector<int> out(counts.size());
@@ -560,6 +573,10 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void set_mpi_equal_counts_only(bool on) {
+  equal_counts_only_flag.store(on);
+}
 
 void set_mpi_message_limit(int64_t elements) {
   if (elements < 1 || elements > INT_MAX)

@@ -22,6 +22,7 @@
 #include "trex/core/log.hpp"
 #include "trex/io/safetensors.hpp"
 #include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/padded_collectives.hpp"
 #include "trex/train/optim/optimizer_relayout.hpp"
 #include "trex/train/parallel_setup.hpp"
 
@@ -688,7 +689,10 @@ std::vector<float> gather_full_parameters(const ParallelSetup& setup,
                 " values does not match this rank's parameter layout");
   std::vector<float> experts(
       static_cast<size_t>(parallel::role_numel(whole, model::ParamRole::kExpert)));
-  ep.all_gather(local.data() + dense, experts.data(), counts, parallel::DType::kF32);
+  if (ep.equal_counts_only())
+    parallel::all_gather_padded(ep, local.data() + dense, experts.data(), counts);
+  else
+    ep.all_gather(local.data() + dense, experts.data(), counts, parallel::DType::kF32);
   std::map<std::string, int64_t> offset_of;
   int64_t offset = 0;
   for (const model::ParamSpec& spec : whole) {

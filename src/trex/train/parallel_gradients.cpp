@@ -8,6 +8,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
+#include "trex/parallel/padded_collectives.hpp"
 #include "trex/train/data/source.hpp"
 #include "trex/train/optim/grad_clip.hpp"
 
@@ -269,7 +270,11 @@ void ParallelGradients::after_update() {
     const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
     std::vector<int64_t> counts;
     for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
-    comm.all_gather(own.data(), values.data() + parts.front().begin, counts, parallel::DType::kF32);
+    if (comm.equal_counts_only())  // NCCL's model: padded blocks, in bounded rounds
+      parallel::all_gather_padded(comm, own.data(), values.data() + parts.front().begin, counts);
+    else
+      comm.all_gather(own.data(), values.data() + parts.front().begin, counts,
+                      parallel::DType::kF32);
   };
   gather(setup_.grid->data(), zero_partition_.dense);
   gather(setup_.expert_comm(), zero_partition_.expert);
