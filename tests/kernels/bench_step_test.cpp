@@ -245,6 +245,14 @@ TEST(BenchStepCli, FullRecomputeKeepsTheLossAndLowersPeakBuffers) {
   EXPECT_LT(full_peak, none_peak);
   EXPECT_DOUBLE_EQ(none["memory"]["peak_buffer_bytes_per_token"].get<double>(),
                    static_cast<double>(none_peak) / 128.0);
+  // Selective: between the two.
+  const nlohmann::json selective = run_json(args + "--recompute selective");
+  ASSERT_TRUE(selective.is_object());
+  EXPECT_EQ(selective["recompute"], "selective");
+  EXPECT_EQ(selective["final_loss"], none["final_loss"]);
+  const int64_t selective_peak = selective["memory"]["peak_buffer_bytes"];
+  EXPECT_LT(selective_peak, none_peak);
+  EXPECT_GT(selective_peak, full_peak);
 }
 
 // --moment-dtype bf16 halves the optimizer state and nothing else.

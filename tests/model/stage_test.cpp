@@ -139,6 +139,41 @@ TEST(StageApi, FullRecomputeGivesBitwiseTheSameGradients) {
   }
 }
 
+// Selective recomputation refills the mHC/norm outputs and the attention core
+// before each block's backward: bitwise the gradients of a stored run, on the
+// whole model (packed batches and the MTP block included) and stage by stage;
+// selections are kept, so fixed_selection still works after it.
+TEST(StageApi, SelectiveRecomputeGivesBitwiseTheSameGradients) {
+  Model<float> m = trex::test::pipeline_model<float>();
+  const LossOptions loss = all_losses();
+  for (const Batch& batch : trex::test::pipeline_micro_batches(m.config(), 3)) {
+    m.set_activation_recompute(trex::model::ActivationRecompute::kNone);
+    m.params().zero_grads();
+    const LossBreakdown want = m.forward_backward(batch, loss);
+    const std::vector<float> want_grads = m.params().grads();
+    m.params().zero_grads();
+    const LossBreakdown staged_want = run_stages(m, four_stages(), batch, loss, 1.0);
+    const std::vector<float> staged_want_grads = m.params().grads();
+
+    m.set_activation_recompute(trex::model::ActivationRecompute::kSelective);
+    m.params().zero_grads();
+    const LossBreakdown got = m.forward_backward(batch, loss);
+    EXPECT_EQ(got.total, want.total);
+    EXPECT_EQ(got.expert_load, want.expert_load);
+    EXPECT_EQ(m.params().grads(), want_grads);
+    m.params().zero_grads();
+    const LossBreakdown fixed = m.forward_backward(batch, loss, {.fixed_selection = true});
+    EXPECT_EQ(fixed.total, want.total);
+    EXPECT_EQ(m.params().grads(), want_grads);
+
+    m.params().zero_grads();
+    const LossBreakdown staged = run_stages(m, four_stages(), batch, loss, 1.0);
+    EXPECT_EQ(staged.total, staged_want.total);
+    EXPECT_EQ(m.params().grads(), staged_want_grads);
+    m.set_activation_recompute(trex::model::ActivationRecompute::kNone);
+  }
+}
+
 TEST(StageApi, OneStageWithEverythingIsForwardBackward) {
   Model<double> m = trex::test::pipeline_model<double>();
   const Batch batch = trex::test::pipeline_micro_batches(m.config(), 1)[0];

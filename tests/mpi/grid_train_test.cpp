@@ -26,8 +26,9 @@ struct Layout {
   int64_t global_batch = 4;   // micro-batches of 1 x 32 per step
   bool eight_layers = false;  // DualPipeV with pp = 4 needs 2 x 4 chunks
   int zero = 0;
-  bool full_recompute = false;  // recompute = "full": EP all-to-alls run again in backward
-  bool bf16_moments = false;    // optimizer.moment_dtype = "bf16"
+  bool full_recompute = false;       // recompute = "full": EP all-to-alls run again in backward
+  bool selective_recompute = false;  // recompute = "selective"
+  bool bf16_moments = false;         // optimizer.moment_dtype = "bf16"
 
   int ranks() const { return dp * ep * pp; }
   std::string name() const {
@@ -36,6 +37,7 @@ struct Layout {
     if (pp > 1) n += schedule == PipelineSchedule::k1F1B ? " 1F1B" : " DualPipeV";
     if (zero > 0) n += " ZeRO-" + std::to_string(zero);
     if (full_recompute) n += " recompute=full";
+    if (selective_recompute) n += " recompute=selective";
     if (bf16_moments) n += " bf16 moments";
     return n;
   }
@@ -52,10 +54,12 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.pipeline_schedule = l.schedule;
   c.parallel.zero = l.zero;
   if (l.full_recompute) c.recompute = trex::model::ActivationRecompute::kFull;
+  if (l.selective_recompute) c.recompute = trex::model::ActivationRecompute::kSelective;
   if (l.bf16_moments) c.optimizer.moment_dtype = trex::train::MomentDType::kBF16;
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
               std::to_string(l.pp) + "-" + trex::parallel::pipeline_schedule_name(l.schedule) +
-              "-zero" + std::to_string(l.zero) + (l.full_recompute ? "-recompute" : "");
+              "-zero" + std::to_string(l.zero) + (l.full_recompute ? "-recompute" : "") +
+              (l.selective_recompute ? "-selective" : "");
   return c;
 }
 
@@ -108,22 +112,23 @@ TEST_P(GridTrain4, TwentyStepsMatchOneRank) {
   if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 4 ranks";
   expect_twenty_steps_match(GetParam());
 }
-INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain4,
-                         ::testing::Values(Layout{.ep = 4}, Layout{.pp = 4},
-                                           Layout{.pp = 4,
-                                                  .schedule = PipelineSchedule::kDualPipeV,
-                                                  .global_batch = 8,
-                                                  .eight_layers = true},
-                                           Layout{.dp = 2, .ep = 2, .zero = 1},
-                                           // (2 micro-batches per rank: GridResume.Zero2*)
-                                           Layout{.dp = 2, .ep = 2, .zero = 2},
-                                           Layout{.ep = 2, .pp = 2},
-                                           Layout{.ep = 2, .pp = 2, .full_recompute = true},
-                                           Layout{.dp = 2,
-                                                  .pp = 2,
-                                                  .schedule = PipelineSchedule::kDualPipeV,
-                                                  .global_batch = 8,
-                                                  .zero = 2}));
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, GridTrain4,
+    ::testing::Values(Layout{.ep = 4}, Layout{.pp = 4},
+                      Layout{.pp = 4,
+                             .schedule = PipelineSchedule::kDualPipeV,
+                             .global_batch = 8,
+                             .eight_layers = true},
+                      Layout{.dp = 2, .ep = 2, .zero = 1},
+                      // (2 micro-batches per rank: GridResume.Zero2*)
+                      Layout{.dp = 2, .ep = 2, .zero = 2}, Layout{.ep = 2, .pp = 2},
+                      Layout{.ep = 2, .pp = 2, .full_recompute = true},
+                      Layout{.dp = 2, .ep = 2, .zero = 1, .selective_recompute = true},
+                      Layout{.dp = 2,
+                             .pp = 2,
+                             .schedule = PipelineSchedule::kDualPipeV,
+                             .global_batch = 8,
+                             .zero = 2}));
 
 // NCCL's collective model (one count per rank) on MPI: ZeRO-2's bucketed
 // reduce-scatters and the post-update all-gathers travel padded to equal

@@ -101,7 +101,7 @@ TEST(TrainRunConfig, ErrorsNameFileAndKey) {
   j["optimizer"]["muon"]["momentum"] = 1.5;
   EXPECT_NE(error_of(j).find("optimizer.muon.momentum"), std::string::npos);
   j = full_example();
-  j["recompute"] = "selective";
+  j["recompute"] = "partial";
   EXPECT_NE(error_of(j).find("field 'recompute'"), std::string::npos);
   j = full_example();
   j["optimizer"]["moment_dtype"] = "fp8";
@@ -431,7 +431,8 @@ TEST(TrainResume, InterruptedRunWithBf16MomentsContinuesBitwise) {
   expect_bitwise_resume(DataMode::kCpt, trex::train::MomentDType::kBF16);
 }
 
-// recompute = "full": the same run bit for bit (the loss curve and the weights).
+// recompute = "full" and "selective": the same run bit for bit (the loss curve
+// and the weights).
 TEST(TrainTrainer, FullRecomputeTrainsBitwiseLikeNone) {
   TempDir dir;
   trex::test::write_tiny_training_data(dir.path());
@@ -454,6 +455,9 @@ TEST(TrainTrainer, FullRecomputeTrainsBitwiseLikeNone) {
   const auto full = run(trex::model::ActivationRecompute::kFull, "full");
   EXPECT_EQ(none.first, full.first);
   EXPECT_EQ(none.second, full.second);
+  const auto selective = run(trex::model::ActivationRecompute::kSelective, "selective");
+  EXPECT_EQ(none.first, selective.first);
+  EXPECT_EQ(none.second, selective.second);
 }
 
 // bf16 optimizer moments (DeepSeek-V3's recipe) train like fp32 ones: the

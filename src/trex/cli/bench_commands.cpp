@@ -118,8 +118,8 @@ int run_step(const StepBenchOptions& o) {
   if (o.peak_gflops < 0) throw Error("--peak-gflops must be >= 0").field("peak-gflops");
   if (o.moment_dtype != "f32" && o.moment_dtype != "bf16")
     throw Error("--moment-dtype must be f32 or bf16").field("moment-dtype");
-  if (o.recompute != "none" && o.recompute != "full")
-    throw Error("--recompute must be none or full").field("recompute");
+  if (o.recompute != "none" && o.recompute != "selective" && o.recompute != "full")
+    throw Error("--recompute must be none, selective or full").field("recompute");
   const bool bf16 = o.dtype == "bf16";
   const int64_t baseline_rss = peak_rss_bytes();
 
@@ -152,8 +152,9 @@ int run_step(const StepBenchOptions& o) {
   // The trainer's step (train::run_step) on one process: zero, forward +
   // backward, clip, AdamW/Muon, router-bias rule, zero.
   m.set_compute_precision(precision);
-  m.set_activation_recompute(o.recompute == "full" ? model::ActivationRecompute::kFull
-                                                   : model::ActivationRecompute::kNone);
+  m.set_activation_recompute(o.recompute == "full"        ? model::ActivationRecompute::kFull
+                             : o.recompute == "selective" ? model::ActivationRecompute::kSelective
+                                                          : model::ActivationRecompute::kNone);
   train::SingleProcessGradients gradients(m);
   train::StepSettings settings = train::StepSettings::of(defaults, defaults.peak_lr);
   if (!o.mtp) settings.loss.mtp_weight = 0.0;
@@ -389,8 +390,9 @@ void add_bench_commands(CLI::App& app) {
                    "f32 or bf16 storage of the optimizer moments (updates compute in fp32)")
       ->capture_default_str();
   step->add_option("--recompute", step_options->recompute,
-                   "Activation recomputation: none, or full (each block's forward again in its "
-                   "backward)")
+                   "Activation recomputation: none, selective (mHC/norm outputs and the "
+                   "attention core again in the block's backward) or full (each block's forward "
+                   "again)")
       ->capture_default_str();
   step->add_option("--seed", step_options->seed, "Seed of the random init and tokens")
       ->capture_default_str();

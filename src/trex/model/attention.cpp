@@ -250,6 +250,7 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
 
   // Core: per query token, gather window + compressed keys; softmax with sink.
   const int64_t probs = sizes.probabilities;
+  cache.prob_count = probs;
   cache.prob.assign(probs, T(0), ops);
   cache.sink_prob.assign(N * H, T(0), ops);
   cache.o.assign(N * hc, T(0), ops);
@@ -285,6 +286,49 @@ double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w
     cache.indexer_loss = indexer_loss(dims.indexer(), shape, target.data(), cache.indexer, ctx);
   }
   return cache.indexer_loss;
+}
+
+template <class T>
+void attention_drop_recomputable(AttentionCache<T>& cache) {
+  for (kernels::Array<T>* array : {&cache.a, &cache.c_q, &cache.q, &cache.kv, &cache.prob,
+                                   &cache.sink_prob, &cache.o, &cache.o_rot})
+    *array = kernels::Array<T>{};
+}
+
+template <class T>
+void attention_rematerialize(const AttentionDims& dims, const AttentionWeights<T>& w, const T* a,
+                             AttentionCache<T>& cache, const kernels::OpContext& ctx) {
+  const SeqShape& shape = cache.shape;
+  const int64_t N = shape.tokens(), H = dims.heads, c = dims.head_dim, hc = H * c;
+  const int64_t dc = dims.q_lora, d = dims.hidden;
+  const kernels::Backend& ops = ctx.ops();
+  cache.a.resize(N * d, ops);
+  ops.copy(Tensor::of(a, {N, d}), cache.a.view({N, d}));
+  if (N == 0) return;
+  const Tensor positions = cache.positions.view({N});
+  // The forward's norms and rotations, on the kept projections.
+  cache.c_q.resize(N * dc, ops);
+  ops.rmsnorm_forward(cache.q_lora.view({N, dc}), Tensor::of(w.q_norm, {dc}),
+                      cache.c_q.view({N, dc}), cache.q_lora_inv.view({N}), dims.eps);
+  cache.q.resize(N * hc, ops);
+  ops.rmsnorm_forward(cache.q_raw.view({N * H, c}), Tensor(), cache.q.view({N * H, c}),
+                      cache.q_inv.view({N * H}), dims.eps);
+  ops.rope(cache.rope, cache.q.view({N, H, c}), positions, false);
+  cache.kv.resize(N * c, ops);
+  ops.rmsnorm_forward(cache.kv_raw.view({N, c}), Tensor::of(w.kv_norm, {c}), cache.kv.view({N, c}),
+                      cache.kv_inv.view({N}), dims.eps);
+  ops.rope(cache.rope, cache.kv.view({N, 1, c}), positions, false);
+  // The core, over the kept key sets.
+  cache.prob.assign(cache.prob_count, T(0), ops);
+  cache.sink_prob.assign(N * H, T(0), ops);
+  cache.o.assign(N * hc, T(0), ops);
+  const kernels::AttentionCoreDims core{shape.S, dims.window, ctx.precision};
+  ops.attention_core_forward(core, cache.q.view({N, H, c}), key_tensors(cache, N, c),
+                             Tensor::of(w.attn_sink, {H}), cache.prob.view({cache.prob_count}),
+                             cache.sink_prob.view({N, H}), cache.o.view({N, H, c}));
+  cache.o_rot.resize(N * hc, ops);
+  ops.copy(cache.o.view({N * hc}), cache.o_rot.view({N * hc}));
+  ops.rope(cache.rope, cache.o_rot.view({N, H, c}), positions, true);
 }
 
 template <class T>
@@ -388,7 +432,11 @@ void attention_backward(const AttentionDims& dims, const AttentionWeights<T>& w,
                                       const AttentionCache<T>&, const T*, AttentionGrads<T>&, T*, \
                                       const kernels::OpContext&);                                 \
   template std::vector<int64_t> attention_compressed_set<T>(                                      \
-      const AttentionDims&, const AttentionCache<T>&, int64_t, int64_t);
+      const AttentionDims&, const AttentionCache<T>&, int64_t, int64_t);                          \
+  template void attention_drop_recomputable<T>(AttentionCache<T>&);                               \
+  template void attention_rematerialize<T>(const AttentionDims&, const AttentionWeights<T>&,      \
+                                           const T*, AttentionCache<T>&,                          \
+                                           const kernels::OpContext&);
 TREX_INSTANTIATE_ATTENTION(float)
 TREX_INSTANTIATE_ATTENTION(double)
 #undef TREX_INSTANTIATE_ATTENTION

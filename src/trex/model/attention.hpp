@@ -109,6 +109,7 @@ struct AttentionCache {
   kernels::Array<T> o;          // Σ p·v before inverse RoPE [B·S, n_h·c]
   kernels::Array<T> o_rot;      // after inverse RoPE
   kernels::Array<T> z;          // grouped low-rank output [B·S, g·d_g]
+  int64_t prob_count = 0;       // entries of prob (kept when prob is dropped)
   double indexer_loss = 0.0;
 
   int64_t window_start(int64_t row, int64_t window) const {
@@ -124,6 +125,20 @@ template <class T>
 double attention_forward(const AttentionDims& dims, const AttentionWeights<T>& w,
                          const SeqShape& shape, const T* a, AttentionCache<T>& cache, T* out,
                          const AttentionOptions& options = {}, const kernels::OpContext& ctx = {});
+
+// Selective recomputation (model.hpp, ActivationRecompute::kSelective): frees
+// what attention_rematerialize recomputes — the input copy `a`, the normed and
+// rotated c_Q, q and kv, and the core's probabilities and outputs (prob,
+// sink_prob, o, o_rot) — keeping the projections before their norms, the
+// compressed keys, the selections and every offset table.
+template <class T>
+void attention_drop_recomputable(AttentionCache<T>& cache);
+// Refills what attention_drop_recomputable freed, from the block's normed input
+// `a` [B·S, d], with the forward's own ops in its order (bitwise the forward's
+// values, so attention_backward then gives the gradients of a stored run).
+template <class T>
+void attention_rematerialize(const AttentionDims& dims, const AttentionWeights<T>& w, const T* a,
+                             AttentionCache<T>& cache, const kernels::OpContext& ctx = {});
 
 // dout [B·S, d]; da [B·S, d] is written (= dL/da of the LM path; the indexer's
 // inputs are detached). Parameter gradients accumulate into grads.

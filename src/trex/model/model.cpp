@@ -109,6 +109,9 @@ struct StageCache<T>::Impl {
   // forward runs again into `recomputed` at the start of its backward.
   bool recompute = false;
   BlockCache<T> recomputed;
+  // ActivationRecompute::kSelective: `blocks` lack what drop_recomputable
+  // frees; rematerialize_block refills a block before its backward.
+  bool selective = false;
   kernels::Array<int64_t> ids;    // the batch's token ids [N]
   std::vector<Segment> segments;  // empty: unpacked batch
   // Head stage.
@@ -123,7 +126,15 @@ struct StageCache<T>::Impl {
 };
 
 const char* activation_recompute_name(ActivationRecompute recompute) {
-  return recompute == ActivationRecompute::kFull ? "full" : "none";
+  switch (recompute) {
+    case ActivationRecompute::kFull:
+      return "full";
+    case ActivationRecompute::kSelective:
+      return "selective";
+    case ActivationRecompute::kNone:
+      break;
+  }
+  return "none";
 }
 
 template <class T>
@@ -400,6 +411,55 @@ void block_backward(const ModelConfig& c, BlockBinding<T>& w, int64_t layer,
   TREX_PROFILE(profile::Op::kMhcPre);
   mhc_pre_backward(md, w.attn_hc, bc.attn_mhc, bc.x_in.data(), du.data(), coef, w.attn_hc_g, dx_in,
                    ctx);
+}
+
+// Selective recompute: frees the block's mHC pre / RMSNorm outputs (the MoE
+// keeps no copy of its input either) and attention's recomputable arrays.
+template <class T>
+void drop_recomputable(BlockCache<T>& bc) {
+  for (kernels::Array<T>* array : {&bc.u_attn, &bc.a, &bc.u_ffn, &bc.x_ffn, &bc.moe.x})
+    *array = kernels::Array<T>{};
+  attention_drop_recomputable(bc.attn);
+  for (AttentionCache<T>& segment : bc.segment_attn) attention_drop_recomputable(segment);
+}
+
+// Refills what drop_recomputable freed with the forward's ops in its order
+// (bitwise its values): mHC pre and RMSNorm again from the kept streams, then
+// attention's norms, rotations and core, then the MoE's input.
+template <class T>
+void rematerialize_block(const ModelConfig& c, const BlockBinding<T>& w, int64_t layer,
+                         BlockCache<T>& bc, const kernels::OpContext& ctx) {
+  const int64_t N = bc.shape.tokens(), d = c.hidden_size;
+  const MhcDims md = mhc_dims(c, N);
+  const kernels::Backend& ops = ctx.ops();
+  bc.u_attn.resize(N * d, ops);
+  bc.a.resize(N * d, ops);
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_forward(md, w.attn_hc, bc.x_in.data(), bc.u_attn.data(), bc.attn_mhc, ctx);
+  }
+  rmsnorm_forward(ctx, bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
+                  c.rms_norm_eps);
+  const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
+  {
+    TREX_PROFILE(attention_op(attn_dims));
+    if (bc.segments.empty()) {
+      attention_rematerialize(attn_dims, w.attn, bc.a.data(), bc.attn, ctx);
+    } else {
+      for (size_t i = 0; i < bc.segments.size(); ++i)
+        attention_rematerialize(attn_dims, w.attn, bc.a.data() + bc.segments[i].row * d,
+                                bc.segment_attn[i], ctx);
+    }
+  }
+  bc.a = kernels::Array<T>{};  // attention holds its copy
+  bc.u_ffn.resize(N * d, ops);
+  bc.moe.x.resize(N * d, ops);
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc, ctx);
+  }
+  rmsnorm_forward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.moe.x.data(), bc.inv_ffn.data(), N, d,
+                  c.rms_norm_eps);
 }
 
 // Frees everything of a block's cache but its input streams (full recompute).
@@ -717,8 +777,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   const bool run_mtp = stage.has_head && c.num_nextn_predict_layers > 0 &&
                        (loss.mtp_weight != 0.0 || mtp_logits) && S >= 2;
   if (step.fixed_selection) {
-    require(recompute_ == ActivationRecompute::kNone && (!cache.impl_ || !cache.impl_->recompute),
-            "fixed_selection needs activation recompute none (recomputation keeps no selections)");
+    require(recompute_ != ActivationRecompute::kFull && (!cache.impl_ || !cache.impl_->recompute),
+            "fixed_selection needs activation recompute none or selective (full recomputation "
+            "keeps no selections)");
     require(cache.impl_ && cache.impl_->stage == stage &&
                 cache.impl_->blocks.size() == static_cast<size_t>(layers) && cache.impl_->B == B &&
                 cache.impl_->S == S && cache.impl_->segments == segments,
@@ -735,6 +796,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   st.S = S;
   st.blocks.resize(static_cast<size_t>(layers));
   st.recompute = recompute_ == ActivationRecompute::kFull && step.backward;
+  st.selective = recompute_ == ActivationRecompute::kSelective && step.backward;
   const kernels::Backend& ops = ops_.ops();
   st.ids.assign_from_host(batch.input_ids.data(), N, ops);
   st.segments = segments;
@@ -763,6 +825,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     out.expert_load[l] = bc.moe.expert_load;
     if (bc.moe.balance_loss_active) out.balance += bc.moe.balance_loss;
     if (st.recompute) keep_only_block_input(bc);
+    if (st.selective) drop_recomputable(bc);
   }
   if (!stage.has_head) {
     ops.copy(x.view({N, n, d}), Tensor::of(x_out, {N, n, d}));
@@ -889,6 +952,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     out.expert_load.push_back(mc.block.moe.expert_load);
     if (mc.block.moe.balance_loss_active) out.balance += mc.block.moe.balance_loss;
     if (st.recompute) keep_only_block_input(mc.block);
+    if (st.selective) drop_recomputable(mc.block);
     const MhcDims mmd = mhc_dims(c, M);
     const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
                                params_.value(p + "hc_head_scale")};
@@ -946,9 +1010,12 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   // block's output is not needed; `out` receives it).
   auto cache_for_backward = [&](const BlockBinding<T>& w, int64_t layer, const SeqShape& shape,
                                 const std::vector<Segment>& attention_segments,
-                                const std::vector<Segment>& balance_segments,
-                                const BlockCache<T>& kept, const int64_t* ids,
-                                T* out) -> const BlockCache<T>& {
+                                const std::vector<Segment>& balance_segments, BlockCache<T>& kept,
+                                const int64_t* ids, T* out) -> const BlockCache<T>& {
+    if (st.selective) {
+      const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
+      rematerialize_block(c, w, layer, kept, ops_);
+    }
     if (!st.recompute) return kept;
     const profile::PhaseScope recompute_phase(profile::Phase::kRecompute);
     block_forward(c, w, layer, shape, attention_segments, balance_segments, kept.x_in.data(), ids,
@@ -987,6 +1054,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
           cache_for_backward(bw, layer, SeqShape{B, S - 1}, mseg.attention, mseg.documents,
                              mc.block, mc.next_ids.data(), dxm.data());
       block_backward(c, bw, layer, st.loss, mbc, dxo.data(), dxm.data(), ops_, token_dispatchers_);
+      if (st.selective) drop_recomputable(mc.block);
       // xm = e_proj(enorm(e)) broadcast + h_proj(hnorm(h)).
       kernels::Array<T> de_proj(M * d, ops), dh_norm(M * n * d, ops), dh(M * n * d, ops),
           de_norm(M * d, ops), de(M * d, ops);
@@ -1037,6 +1105,8 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
                            st.recompute ? recomputed_out.data<T>() : nullptr);
     block_backward(c, binding, l, st.loss, bc, dx.data<T>(), dx_prev.data<T>(), ops_,
                    token_dispatchers_);
+    // Selective: the refilled arrays go again (one block's worth at a time).
+    if (st.selective) drop_recomputable(st.blocks[static_cast<size_t>(l - stage.first_layer)]);
     std::swap(dx, dx_prev);
     if (st.step.on_gradients_ready) st.step.on_gradients_ready(l);
   }

@@ -101,8 +101,14 @@ struct StageSpec {
 // scratch cache reused block after block (the MTP block likewise); the
 // kernels are deterministic, so gradients are bitwise those of kNone. The
 // heads and the MTP block's embedding/projection inputs keep their activations.
-enum class ActivationRecompute { kNone, kFull };
-const char* activation_recompute_name(ActivationRecompute recompute);  // "none", "full"
+// kSelective: every block keeps its activations except the cheap-to-recompute,
+// memory-heavy ones — the mHC pre outputs and the RMSNorm outputs (attention
+// and FFN inputs), attention's normed and rotated c_Q / q / kv, and the
+// attention core's probabilities and outputs — which are recomputed at the
+// start of the block's backward (no GEMM, no collective; bitwise as kNone).
+enum class ActivationRecompute { kNone, kSelective, kFull };
+const char* activation_recompute_name(
+    ActivationRecompute recompute);  // "none", "selective", "full"
 
 // The whole model as one stage (what forward_backward runs).
 StageSpec whole_model_stage(const ModelConfig& config);

@@ -87,9 +87,10 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.clip = root.number("clip", c.clip);
   c.precision = root.choice("precision", c.precision,
                             {{"fp32", TrainPrecision::kFp32}, {"bf16", TrainPrecision::kBf16}});
-  c.recompute = root.choice(
-      "recompute", c.recompute,
-      {{"none", model::ActivationRecompute::kNone}, {"full", model::ActivationRecompute::kFull}});
+  c.recompute = root.choice("recompute", c.recompute,
+                            {{"none", model::ActivationRecompute::kNone},
+                             {"selective", model::ActivationRecompute::kSelective},
+                             {"full", model::ActivationRecompute::kFull}});
   {
     const config::Reader l = root.section("loss");
     c.mtp_weight = l.number("mtp_weight", c.mtp_weight);

@@ -123,8 +123,10 @@ struct RunConfig {
   }
 
   // Activation recomputation of the training forward (model.hpp): "none" keeps
-  // every block's activations; "full" keeps each block's input only and re-runs
-  // the block in its backward (bitwise the same gradients, one more forward).
+  // every block's activations; "selective" recomputes the mHC/norm outputs and
+  // the attention core in the block's backward (no GEMMs); "full" keeps each
+  // block's input only and re-runs the block in its backward (bitwise the same
+  // gradients, one more forward).
   model::ActivationRecompute recompute = model::ActivationRecompute::kNone;
 
   double mtp_weight = 0.3;
