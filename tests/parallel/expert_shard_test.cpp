@@ -168,6 +168,31 @@ TEST(ExpertShard, CheckpointLoadsOnlyTheOwnedExperts) {
   }
 }
 
+// The transformers scheme (each layer's experts fused into one tensor) and the
+// hybrid one, read per rank: only the kept experts' slices are read (BF16 here,
+// converted on read), the same values as a whole load then sharded.
+TEST(ExpertShard, TransformersCheckpointsReadOnlyTheOwnedExpertSlices) {
+  const ModelConfig c = tiny();
+  Model<float> whole(c);
+  whole.init_random(23);
+  const ExpertOwnership mine = ExpertOwnership::of_rank(trex::test::rotating_expert_owner(c, 2), 0);
+  trex::test::TempDir dir;
+  const std::string path = dir.path() + "/hf";
+  trex::model::save_checkpoint(path, c, whole.params(), whole.hash_tables(),
+                               trex::model::NamingScheme::kTransformers, trex::DType::kBF16);
+  trex::model::LoadedCheckpoint<float> reference = trex::model::load_checkpoint<float>(path);
+  trex::parallel::shard_expert_params(reference.params, mine);
+  const trex::model::LoadedCheckpoint<float> loaded =
+      trex::parallel::load_checkpoint_shard<float>(path, mine);
+  EXPECT_EQ(loaded.scheme, trex::model::NamingScheme::kTransformers);
+  EXPECT_EQ(loaded.params.values(), reference.params.values());
+  EXPECT_EQ(loaded.hash_tables, whole.hash_tables());
+  EXPECT_EQ(loaded.values_read, loaded.params.size());
+  const int64_t experts =
+      trex::parallel::role_numel(whole.params().specs(), trex::model::ParamRole::kExpert);
+  EXPECT_EQ(loaded.values_read, whole.params().size() - experts / 2);
+}
+
 // A released checkpoint in DeepSeek's quantised form (every routed expert's w1
 // MXFP4 with E8M0 row-block scales, a dense projection FP8 with a block scale)
 // read per rank: the same values as loading it whole and sharding, but only

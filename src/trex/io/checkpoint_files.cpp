@@ -269,14 +269,24 @@ const TensorView& CheckpointReader::get(const std::string& name) const {
 
 void CheckpointReader::read_f32(const std::string& name, float* out, int64_t expected_numel) const {
   const TensorView& view = get(name);
-  const int64_t n = view.numel();
-  if (n != expected_numel)
-    throw tensor_error(
-        view, "has " + std::to_string(n) + " elements, expected " + std::to_string(expected_numel));
-  const uint8_t* p = view.data;
+  if (view.numel() != expected_numel)
+    throw tensor_error(view, "has " + std::to_string(view.numel()) + " elements, expected " +
+                                 std::to_string(expected_numel));
+  read_f32_range(name, 0, expected_numel, out);
+}
+
+void CheckpointReader::read_f32_range(const std::string& name, int64_t first, int64_t count,
+                                      float* out) const {
+  const TensorView& view = get(name);
+  if (first < 0 || count < 0 || first + count > view.numel())
+    throw tensor_error(view, "has " + std::to_string(view.numel()) + " elements; elements [" +
+                                 std::to_string(first) + ", " + std::to_string(first + count) +
+                                 ") do not fit");
+  const int64_t n = count;
+  const uint8_t* p = view.data + static_cast<size_t>(first) * dtype_size(view.dtype);
   switch (view.dtype) {
     case DType::kF32:
-      if (n > 0) std::memcpy(out, p, view.nbytes);
+      if (n > 0) std::memcpy(out, p, static_cast<size_t>(n) * sizeof(float));
       return;
     case DType::kF64:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(load<double>(p, i));

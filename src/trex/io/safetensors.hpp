@@ -99,6 +99,9 @@ class CheckpointReader {
   // Throws (naming the tensor) when its numel differs from expected_numel or its
   // dtype is quantised (F8_E4M3, packed I8/U8: use dequantize_to_f32).
   void read_f32(const std::string& name, float* out, int64_t expected_numel) const;
+  // Elements [first, first + count) of the flattened tensor, converted the
+  // same way (a slice of a fused tensor, e.g. one expert's rows).
+  void read_f32_range(const std::string& name, int64_t first, int64_t count, float* out) const;
   std::vector<float> read_f32(const std::string& name) const;
   // I8/U8/I32/I64/BOOL converted to int64 (e.g. tid2eid, stored I32 or I64).
   std::vector<int64_t> read_i64(const std::string& name) const;

@@ -109,21 +109,46 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
   out.config = ModelConfig::load(config_path.string());
   const CheckpointReader reader = CheckpointReader::open(dir);
   const std::vector<ParamSpec> whole = model::parameter_specs(out.config);
-  if (detect_naming_scheme(reader.names()) != NamingScheme::kReleased) {
-    // The transformers schemes fuse every expert into one tensor per layer.
-    out = load_checkpoint<T>(dir);
-    shard_expert_params(out.params, ownership);
-    return out;
-  }
-  out.scheme = NamingScheme::kReleased;
+  const NamingScheme scheme = detect_naming_scheme(reader.names());
+  out.scheme = scheme;
   out.params = ParamStore<T>(filter_specs(whole, ownership));
   // Every tensor is located and checked (names, shapes, scales); only this
   // rank's are read, so FP8/FP4 experts of other ranks are never dequantised.
   std::set<std::string> expected;
   std::vector<float> buffer;
   for (const ParamSpec& spec : whole) {
-    const model::LocatedTensor tensor = model::locate_tensor(reader, spec.name, spec.shape);
-    expected.insert(spec.name);
+    std::string name = spec.name;
+    if (scheme == NamingScheme::kTransformersHybrid) name = model::hybrid_name(spec.name);
+    if (scheme == NamingScheme::kTransformers) {
+      const model::TransformersLocation loc = model::transformers_location(out.config, spec.name);
+      name = loc.name;
+      if (loc.expert >= 0) {
+        // Each layer's experts are one fused [E, rows, cols] tensor: this
+        // rank's expert is a contiguous slice of it, read alone.
+        const int64_t rows = spec.shape[0], cols = spec.shape[1];
+        if (expected.insert(loc.name).second) {
+          const TensorView* view = reader.find(loc.name);
+          const std::vector<int64_t> fused = {out.config.n_routed_experts, loc.rows_total, cols};
+          if (!view)
+            throw Error("checkpoint " + reader.source() + " has no tensor '" + loc.name +
+                        "' (expected shape " + shape_text(fused) + ")")
+                .field(loc.name);
+          if (view->shape != fused)
+            throw Error("tensor '" + loc.name + "' in " + view->file + " has shape " +
+                        shape_text(view->shape) + ", expected " + shape_text(fused))
+                .field(loc.name);
+        }
+        if (!out.params.contains(spec.name)) continue;  // another EP rank's expert
+        buffer.resize(static_cast<size_t>(rows * cols));
+        reader.read_f32_range(loc.name, (loc.expert * loc.rows_total + loc.row_offset) * cols,
+                              rows * cols, buffer.data());
+        out.values_read += rows * cols;
+        std::copy(buffer.begin(), buffer.end(), out.params.value(spec.name));
+        continue;
+      }
+    }
+    const model::LocatedTensor tensor = model::locate_tensor(reader, name, spec.shape);
+    expected.insert(name);
     if (tensor.scale) expected.insert(tensor.scale->name);
     if (!out.params.contains(spec.name)) continue;  // another EP rank's expert
     buffer.resize(static_cast<size_t>(spec.numel()));
@@ -132,7 +157,11 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
     std::copy(buffer.begin(), buffer.end(), out.params.value(spec.name));
   }
   const int64_t V = out.config.vocab_size, K = out.config.num_experts_per_tok;
-  for (const std::string& name : hash_table_names(out.config)) {
+  for (const std::string& released : hash_table_names(out.config)) {
+    const std::string name = scheme == NamingScheme::kReleased ? released
+                             : scheme == NamingScheme::kTransformers
+                                 ? model::transformers_name(released)
+                                 : model::hybrid_name(released);
     const TensorView* view = reader.find(name);
     if (!view)
       throw Error("checkpoint " + reader.source() + " has no hash-routing table '" + name + "'")

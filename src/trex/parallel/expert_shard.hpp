@@ -50,8 +50,10 @@ std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from,
 // released-scheme checkpoint (what the trainer writes, and DeepSeek's FP8 /
 // MXFP4 releases) is checked whole (every tensor present with its shape and
 // scale, nothing unexpected, valid hash tables) but only the kept tensors are
-// read and dequantised (`values_read` counts them); a transformers-scheme
-// checkpoint (experts fused per layer) is loaded whole and then sharded.
+// read and dequantised (`values_read` counts them). The transformers schemes
+// are read the same way: the hybrid one by its names, the fused one (each
+// layer's experts in one [E, rows, cols] tensor) by reading just the kept
+// experts' slices of the mapped fused tensors.
 template <class T>
 model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
                                                  const ExpertOwnership& ownership);
