@@ -75,6 +75,12 @@ TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
   std::vector<float> gathered_want(static_cast<size_t>(total)), gathered(gathered_want.size());
   w->all_gather(own.data(), gathered_want.data(), counts, DType::kF32);
 
+  for (int64_t round : {int64_t{1}, int64_t{3}, int64_t{1} << 20}) {  // variable counts
+    std::fill(gathered.begin(), gathered.end(), -1.0f);
+    trex::parallel::all_gather_in_rounds(*w, own.data(), gathered.data(), counts, round);
+    EXPECT_EQ(gathered, gathered_want) << "unpadded rounds of " << round;
+  }
+
   struct EqualCounts {
     EqualCounts() { trex::parallel::set_mpi_equal_counts_only(true); }
     ~EqualCounts() { trex::parallel::set_mpi_equal_counts_only(false); }
@@ -93,6 +99,9 @@ TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
     std::fill(gathered.begin(), gathered.end(), -1.0f);
     trex::parallel::all_gather_padded(*w, own.data(), gathered.data(), counts, round);
     EXPECT_EQ(gathered, gathered_want) << "rounds of " << round;
+    std::fill(gathered.begin(), gathered.end(), -1.0f);
+    trex::parallel::all_gather_in_rounds(*w, own.data(), gathered.data(), counts, round);
+    EXPECT_EQ(gathered, gathered_want) << "rounds of " << round << " (padded: equal counts)";
   }
 }
 

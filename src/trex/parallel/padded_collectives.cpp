@@ -43,12 +43,14 @@ void PaddedReduceScatter::copy_out() {
   std::vector<float>().swap(recv_block_);
 }
 
-void all_gather_padded(Communicator& comm, const float* send, float* recv,
-                       std::span<const int64_t> counts, int64_t round_elements) {
+namespace {
+
+void gather_rounds(Communicator& comm, const float* send, float* recv,
+                   std::span<const int64_t> counts, int64_t round_elements, bool pad) {
   if (static_cast<int>(counts.size()) != comm.size())
-    throw Error("padded all-gather: " + std::to_string(counts.size()) + " counts for " +
+    throw Error("all-gather in rounds: " + std::to_string(counts.size()) + " counts for " +
                 std::to_string(comm.size()) + " ranks");
-  if (round_elements < 1) throw Error("padded all-gather: round_elements must be >= 1");
+  if (round_elements < 1) throw Error("all-gather in rounds: round_elements must be >= 1");
   const int64_t block = largest(counts);
   std::vector<int64_t> offsets(counts.size(), 0);
   for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
@@ -56,17 +58,34 @@ void all_gather_padded(Communicator& comm, const float* send, float* recv,
   const int64_t round = std::min(block, round_elements);
   std::vector<float> out_block(static_cast<size_t>(round));
   std::vector<float> gathered(static_cast<size_t>(round) * counts.size());
+  std::vector<int64_t> sizes(counts.size());
   for (int64_t at = 0; at < block; at += round) {
     const int64_t n = std::min(round, block - at);
+    // This round's piece of every rank's block (padded: all n long).
+    for (size_t r = 0; r < counts.size(); ++r)
+      sizes[r] = pad ? n : std::clamp<int64_t>(counts[r] - at, 0, n);
     std::fill(out_block.begin(), out_block.end(), 0.0f);
     if (at < mine) std::copy_n(send + at, std::min(n, mine - at), out_block.begin());
-    const std::vector<int64_t> equal(counts.size(), n);
-    comm.all_gather(out_block.data(), gathered.data(), equal, DType::kF32);
-    for (size_t r = 0; r < counts.size(); ++r)
+    comm.all_gather(out_block.data(), gathered.data(), sizes, DType::kF32);
+    int64_t from = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
       if (at < counts[r])
-        std::copy_n(gathered.begin() + static_cast<int64_t>(r) * n, std::min(n, counts[r] - at),
-                    recv + offsets[r] + at);
+        std::copy_n(gathered.begin() + from, std::min(n, counts[r] - at), recv + offsets[r] + at);
+      from += sizes[r];
+    }
   }
+}
+
+}  // namespace
+
+void all_gather_in_rounds(Communicator& comm, const float* send, float* recv,
+                          std::span<const int64_t> counts, int64_t round_elements) {
+  gather_rounds(comm, send, recv, counts, round_elements, comm.equal_counts_only());
+}
+
+void all_gather_padded(Communicator& comm, const float* send, float* recv,
+                       std::span<const int64_t> counts, int64_t round_elements) {
+  gather_rounds(comm, send, recv, counts, round_elements, true);
 }
 
 }  // namespace trex::parallel

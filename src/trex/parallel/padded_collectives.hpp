@@ -34,9 +34,14 @@ class PaddedReduceScatter {
 };
 
 // All-gather of rank r's counts[r] floats (`send`) into `recv` (rank-major,
-// Σ counts), as equal-count collectives in rounds of at most
-// `round_elements` per rank, so no message (and no staging buffer) holds more
-// than size() · round_elements floats. Blocking.
+// Σ counts) in rounds of at most `round_elements` per rank, so no message (and
+// no staging buffer) holds more than size() · round_elements floats: on an
+// equal-count communicator each round's blocks are padded to one count,
+// otherwise each rank sends what it has left (no padding). Blocking.
+void all_gather_in_rounds(Communicator& comm, const float* send, float* recv,
+                          std::span<const int64_t> counts,
+                          int64_t round_elements = int64_t{1} << 22);
+// The same, always padded (what an equal-count communicator needs).
 void all_gather_padded(Communicator& comm, const float* send, float* recv,
                        std::span<const int64_t> counts, int64_t round_elements = int64_t{1} << 22);
 

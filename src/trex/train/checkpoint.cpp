@@ -689,10 +689,7 @@ std::vector<float> gather_full_parameters(const ParallelSetup& setup,
                 " values does not match this rank's parameter layout");
   std::vector<float> experts(
       static_cast<size_t>(parallel::role_numel(whole, model::ParamRole::kExpert)));
-  if (ep.equal_counts_only())
-    parallel::all_gather_padded(ep, local.data() + dense, experts.data(), counts);
-  else
-    ep.all_gather(local.data() + dense, experts.data(), counts, parallel::DType::kF32);
+  parallel::all_gather_in_rounds(ep, local.data() + dense, experts.data(), counts);
   std::map<std::string, int64_t> offset_of;
   int64_t offset = 0;
   for (const model::ParamSpec& spec : whole) {

@@ -270,11 +270,9 @@ void ParallelGradients::after_update() {
     const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
     std::vector<int64_t> counts;
     for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
-    if (comm.equal_counts_only())  // NCCL's model: padded blocks, in bounded rounds
-      parallel::all_gather_padded(comm, own.data(), values.data() + parts.front().begin, counts);
-    else
-      comm.all_gather(own.data(), values.data() + parts.front().begin, counts,
-                      parallel::DType::kF32);
+    // In bounded rounds (never the model in one message), padded to equal
+    // counts where the communicator needs it (NCCL's model).
+    parallel::all_gather_in_rounds(comm, own.data(), values.data() + parts.front().begin, counts);
   };
   gather(setup_.grid->data(), zero_partition_.dense);
   gather(setup_.expert_comm(), zero_partition_.expert);
