@@ -259,6 +259,20 @@ profile::Op attention_op(const AttentionDims& dims) {
   }
 }
 
+// A sublayer's input: mHC pre collapses the streams [N, n, d] into u [N, d],
+// then RMSNorm. The forward and the selective refill share it, so the refill
+// is bitwise the forward.
+template <class T>
+void sublayer_input(const ModelConfig& c, const MhcDims& md, const MhcWeights<T>& hc,
+                    const T* norm_weight, const T* streams, MhcCache<T>& mhc, T* u, T* normed,
+                    T* inv, const kernels::OpContext& ctx) {
+  {
+    TREX_PROFILE(profile::Op::kMhcPre);
+    mhc_pre_forward(md, hc, streams, u, mhc, ctx);
+  }
+  rmsnorm_forward(ctx, u, norm_weight, normed, inv, md.tokens, c.hidden_size, c.rms_norm_eps);
+}
+
 // One block forward: X_in [N, n, d] → x_out.
 // Attention over every segment of a packed batch (each as a sequence of its own).
 // Segments are independent, so they run in parallel; each writes only its own
@@ -301,12 +315,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.a.resize(N * d, ops);
   bc.y_attn.resize(N * d, ops);
   bc.x_mid.resize(N * n * d, ops);
-  {
-    TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.attn_hc, x_in, bc.u_attn.data(), bc.attn_mhc, ctx);
-  }
-  rmsnorm_forward(ctx, bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
-                  c.rms_norm_eps);
+  sublayer_input(c, md, w.attn_hc, w.attn_norm, x_in, bc.attn_mhc, bc.u_attn.data(), bc.a.data(),
+                 bc.inv_attn.data(), ctx);
   AttentionOptions ao;
   ao.fixed_selection = step.fixed_selection;
   ao.compute_indexer_loss = loss.indexer_loss && c.ratio(layer) == 4;
@@ -336,12 +346,8 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.inv_ffn.resize(N, ops);
   bc.x_ffn.resize(N * d, ops);
   bc.y_ffn.resize(N * d, ops);
-  {
-    TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc, ctx);
-  }
-  rmsnorm_forward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.x_ffn.data(), bc.inv_ffn.data(), N, d,
-                  c.rms_norm_eps);
+  sublayer_input(c, md, w.ffn_hc, w.ffn_norm, bc.x_mid.data(), bc.ffn_mhc, bc.u_ffn.data(),
+                 bc.x_ffn.data(), bc.inv_ffn.data(), ctx);
   {
     TREX_PROFILE(profile::Op::kMoeOther);
     const std::unique_ptr<TokenDispatcher<T>> dispatcher =
@@ -434,12 +440,8 @@ void rematerialize_block(const ModelConfig& c, const BlockBinding<T>& w, int64_t
   const kernels::Backend& ops = ctx.ops();
   bc.u_attn.resize(N * d, ops);
   bc.a.resize(N * d, ops);
-  {
-    TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.attn_hc, bc.x_in.data(), bc.u_attn.data(), bc.attn_mhc, ctx);
-  }
-  rmsnorm_forward(ctx, bc.u_attn.data(), w.attn_norm, bc.a.data(), bc.inv_attn.data(), N, d,
-                  c.rms_norm_eps);
+  sublayer_input(c, md, w.attn_hc, w.attn_norm, bc.x_in.data(), bc.attn_mhc, bc.u_attn.data(),
+                 bc.a.data(), bc.inv_attn.data(), ctx);
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
   {
     TREX_PROFILE(attention_op(attn_dims));
@@ -454,12 +456,8 @@ void rematerialize_block(const ModelConfig& c, const BlockBinding<T>& w, int64_t
   bc.a = kernels::Array<T>{};  // attention holds its copy
   bc.u_ffn.resize(N * d, ops);
   bc.moe.x.resize(N * d, ops);
-  {
-    TREX_PROFILE(profile::Op::kMhcPre);
-    mhc_pre_forward(md, w.ffn_hc, bc.x_mid.data(), bc.u_ffn.data(), bc.ffn_mhc, ctx);
-  }
-  rmsnorm_forward(ctx, bc.u_ffn.data(), w.ffn_norm, bc.moe.x.data(), bc.inv_ffn.data(), N, d,
-                  c.rms_norm_eps);
+  sublayer_input(c, md, w.ffn_hc, w.ffn_norm, bc.x_mid.data(), bc.ffn_mhc, bc.u_ffn.data(),
+                 bc.moe.x.data(), bc.inv_ffn.data(), ctx);
 }
 
 // Frees everything of a block's cache but its input streams (full recompute).
