@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <span>
 #include <string>
 
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
 #include "trex/parallel/communicator.hpp"
+#include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/pipeline.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/trainer.hpp"
@@ -63,6 +66,53 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   return c;
 }
 
+// Pipeline stages own only their layers: a rank's store is its chunks'
+// tensors (plus, on the head's rank of a 1F1B pipeline, the MTP block's tied
+// copy of the embedding, which stays bitwise the embedding stage's), and the
+// stores of one pipeline add up to the whole model once.
+void expect_stage_owns_its_layers(Trainer& trainer, const Layout& l) {
+  namespace model = trex::model;
+  Communicator& world = *trex::parallel::world();
+  const model::ParamStore<float>& params = trainer.model().params();
+  const model::ModelConfig& config = trainer.model().config();
+  const std::vector<model::ParamSpec> whole = model::parameter_specs(config);
+  const int pp_rank = world.rank() / (l.dp * l.ep);
+  const std::vector<model::StageSpec> chunks =
+      trex::parallel::chunks_of_rank(l.schedule, l.pp, config.num_hidden_layers, pp_rank);
+  for (const model::ParamSpec& spec : whole) {
+    if (spec.role != model::ParamRole::kDense) continue;
+    EXPECT_EQ(params.contains(spec.name), model::stages_hold(config, chunks, spec))
+        << spec.name << " on pp rank " << pp_rank;
+  }
+  const bool tied = model::holds_tied_embedding(config, chunks);
+  EXPECT_EQ(tied, l.schedule == PipelineSchedule::k1F1B && pp_rank == l.pp - 1);
+  // Dense elements of this pipeline's stages, the tied copy left out: the model's once.
+  int64_t dense = 0;
+  for (const model::ParamSpec& spec : params.specs())
+    if (spec.role == model::ParamRole::kDense && !(tied && spec.name == "embed.weight"))
+      dense += spec.numel();
+  const int64_t whole_dense = trex::parallel::role_numel(whole, model::ParamRole::kDense);
+  EXPECT_LT(dense, whole_dense);
+  // World rank = pp rank · (dp·ep) + data rank: one slot per data rank, summed
+  // over the stages, is each pipeline's dense total.
+  std::vector<int64_t> per_pipeline(static_cast<size_t>(l.dp * l.ep), 0);
+  per_pipeline[static_cast<size_t>(world.rank() % (l.dp * l.ep))] = dense;
+  world.all_reduce(std::span<int64_t>(per_pipeline));
+  for (int64_t total : per_pipeline) EXPECT_EQ(total, whole_dense);
+  if (l.schedule == PipelineSchedule::k1F1B) {
+    // The tied copy on the last stage equals the embedding stage's, bit for bit.
+    const int64_t n = config.vocab_size * config.hidden_size;
+    std::vector<float> embed(static_cast<size_t>(n), 0.0f);
+    if (pp_rank == 0 || tied) std::copy_n(params.value("embed.weight"), n, embed.begin());
+    std::vector<float> first = embed;
+    world.broadcast(first.data(), n, trex::parallel::DType::kF32, 0);
+    if (tied) {
+      EXPECT_EQ(std::memcmp(first.data(), embed.data(), embed.size() * sizeof(float)), 0)
+          << "the tied embedding copy diverged";
+    }
+  }
+}
+
 void expect_twenty_steps_match(const Layout& l) {
   RunConfig c = layout_config(l, 20);
   std::unique_ptr<Trainer> trainer;
@@ -71,6 +121,7 @@ void expect_twenty_steps_match(const Layout& l) {
   expect_replicas_identical(*trainer);
   expect_validation_matches(*trainer, c);
   EXPECT_LT(losses.back(), losses.front() - 0.1);  // it trained
+  if (l.pp > 1) expect_stage_owns_its_layers(*trainer, l);
   if (l.zero > 0 && l.ep > 1) {
     // ZeRO with experts sharded over EP: this rank's state is its quarter of
     // the dense tensors (over dp x ep) plus half of its experts (over dp).
@@ -211,6 +262,15 @@ TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
   check_layout_change_resume(
       Layout{.ep = 2, .pp = 2, .schedule = PipelineSchedule::kDualPipeV, .global_batch = 8},
       Layout{.dp = 2, .ep = 2, .global_batch = 8, .zero = 1}, 6, 3, "");
+}
+
+// Pipeline stages write their own shards: save on DP=2 x PP=2 1F1B (the
+// head's stage holds the tied embedding copy, which it does not write),
+// resume on 1 rank and on PP=4; save on 1 rank, resume on DP=2 x PP=2.
+TEST(GridResume, PipelineStageShardsResumeAcrossLayouts) {
+  if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  check_layout_change_resume(Layout{.dp = 2, .pp = 2, .global_batch = 8, .zero = 1},
+                             Layout{.pp = 4, .global_batch = 8}, 5, 2, "-resume-pp");
 }
 
 // ZeRO-2 with experts sharded over EP: save on DP=2 x EP=2 ZeRO-2 (dense

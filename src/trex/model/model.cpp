@@ -709,6 +709,30 @@ StageSpec whole_model_stage(const ModelConfig& config) {
   return StageSpec{0, config.num_hidden_layers, true, true};
 }
 
+bool stages_hold(const ModelConfig& config, std::span<const StageSpec> stages,
+                 const ParamSpec& spec) {
+  const bool mtp = config.num_nextn_predict_layers > 0;
+  for (const StageSpec& s : stages) {
+    if (spec.layer >= 0 && spec.layer < config.num_hidden_layers) {
+      if (spec.layer >= s.first_layer && spec.layer < s.last_layer) return true;
+    } else if (spec.name == "embed.weight") {
+      if (s.has_embedding || (s.has_head && mtp)) return true;
+    } else if (s.has_head) {
+      return true;  // the head's globals and the MTP blocks
+    }
+  }
+  return false;
+}
+
+bool holds_tied_embedding(const ModelConfig& config, std::span<const StageSpec> stages) {
+  bool embedding = false, head = false;
+  for (const StageSpec& s : stages) {
+    embedding = embedding || s.has_embedding;
+    head = head || s.has_head;
+  }
+  return head && !embedding && config.num_nextn_predict_layers > 0;
+}
+
 template <class T>
 void Model<T>::check_stage(const StageSpec& stage) const {
   if (stage.first_layer < 0 || stage.last_layer < stage.first_layer ||
@@ -801,7 +825,8 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   LossBreakdown out;
   out.expert_load.resize(static_cast<size_t>(L));
 
-  const Tensor embed = Tensor::of(params_.value("embed.weight"), {V, d});
+  // Null on a pipeline stage that has neither the embedding nor the MTP block.
+  const Tensor embed = Tensor::optional(params_.value_or_null("embed.weight"), {V, d});
   // The residual streams between blocks [N, n, d].
   kernels::Buffer x = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   kernels::Buffer x_next = ops.allocate(kernels::dtype_of<T>(), N * n * d);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "trex/kernels/backend.hpp"
@@ -112,6 +113,18 @@ const char* activation_recompute_name(
 
 // The whole model as one stage (what forward_backward runs).
 StageSpec whole_model_stage(const ModelConfig& config);
+
+// Whether a rank that runs `stages` stores tensor `spec` (pipeline stages own
+// only their layers): its blocks' tensors, embed.weight with the embedding,
+// the head's tensors (HC head, final norm, LM head) and the MTP blocks with the
+// head — and embed.weight there too when the model has MTP blocks, which read
+// it (a tied copy, see holds_tied_embedding).
+bool stages_hold(const ModelConfig& config, std::span<const StageSpec> stages,
+                 const ParamSpec& spec);
+// Whether `stages` hold embed.weight only as the MTP block's tied copy (the
+// head without the embedding): that copy's gradient is summed with the
+// embedding stage's before the update, and only the embedding stage saves it.
+bool holds_tied_embedding(const ModelConfig& config, std::span<const StageSpec> stages);
 
 template <class T>
 class Model;

@@ -53,6 +53,19 @@ std::vector<ParamSpec> filter_specs(const std::vector<ParamSpec>& specs,
   return kept;
 }
 
+bool RankOwnership::keeps(const ModelConfig& config, const ParamSpec& spec) const {
+  if (experts && !experts->keeps(spec)) return false;
+  return stages.empty() || model::stages_hold(config, stages, spec);
+}
+
+std::vector<ParamSpec> filter_specs(const std::vector<ParamSpec>& specs, const ModelConfig& config,
+                                    const RankOwnership& ownership) {
+  std::vector<ParamSpec> kept;
+  for (const ParamSpec& spec : specs)
+    if (ownership.keeps(config, spec)) kept.push_back(spec);
+  return kept;
+}
+
 template <class T>
 void shard_expert_params(ParamStore<T>& params, const ExpertOwnership& ownership) {
   const std::vector<ParamSpec> kept = filter_specs(params.specs(), ownership);
@@ -100,8 +113,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 template <class T>
-LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
-                                          const ExpertOwnership& ownership) {
+LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir, const RankOwnership& ownership) {
   const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(config_path))
     throw Error("checkpoint directory has no config.json").file(config_path.string());
@@ -111,7 +123,7 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
   const std::vector<ParamSpec> whole = model::parameter_specs(out.config);
   const NamingScheme scheme = detect_naming_scheme(reader.names());
   out.scheme = scheme;
-  out.params = ParamStore<T>(filter_specs(whole, ownership));
+  out.params = ParamStore<T>(filter_specs(whole, out.config, ownership));
   // Every tensor is located and checked (names, shapes, scales); only this
   // rank's are read, so FP8/FP4 experts of other ranks are never dequantised.
   std::set<std::string> expected;
@@ -138,7 +150,7 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
                         shape_text(view->shape) + ", expected " + shape_text(fused))
                 .field(loc.name);
         }
-        if (!out.params.contains(spec.name)) continue;  // another EP rank's expert
+        if (!out.params.contains(spec.name)) continue;  // another rank's
         buffer.resize(static_cast<size_t>(rows * cols));
         reader.read_f32_range(loc.name, (loc.expert * loc.rows_total + loc.row_offset) * cols,
                               rows * cols, buffer.data());
@@ -150,7 +162,7 @@ LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
     const model::LocatedTensor tensor = model::locate_tensor(reader, name, spec.shape);
     expected.insert(name);
     if (tensor.scale) expected.insert(tensor.scale->name);
-    if (!out.params.contains(spec.name)) continue;  // another EP rank's expert
+    if (!out.params.contains(spec.name)) continue;  // another rank's
     buffer.resize(static_cast<size_t>(spec.numel()));
     model::read_located_tensor(reader, tensor, buffer.data());
     out.values_read += spec.numel();
@@ -202,9 +214,9 @@ int64_t role_numel(const std::vector<ParamSpec>& specs, ParamRole role) {
 }
 
 template LoadedCheckpoint<float> load_checkpoint_shard<float>(const std::string&,
-                                                              const ExpertOwnership&);
+                                                              const RankOwnership&);
 template LoadedCheckpoint<double> load_checkpoint_shard<double>(const std::string&,
-                                                                const ExpertOwnership&);
+                                                                const RankOwnership&);
 template void shard_expert_params<float>(ParamStore<float>&, const ExpertOwnership&);
 template void shard_expert_params<double>(ParamStore<double>&, const ExpertOwnership&);
 template std::vector<float> relayout_by_name<float>(const std::vector<ParamSpec>&,

@@ -1,17 +1,20 @@
 #pragma once
-// Routed experts' weights sharded over the expert-parallel ranks
-// (docs/distributed.md, "Expert weights sharded over EP"). A rank's
-// ParamStore holds the dense tensors and only the routed experts it owns under
-// the EP map of each MoE block (which may be non-contiguous), in the order of
-// parameter_specs: dense first (identical on every rank, at the same offsets as
-// in the whole model), then the owned experts. The model binds null for the
-// other experts; only the expert-parallel MoE path may run such a model.
+// What one rank stores of the model (docs/distributed.md, "Expert weights
+// sharded over EP", "Pipeline stages own their layers"). With expert
+// parallelism a rank's ParamStore holds only the routed experts it owns under
+// the EP map of each MoE block (which may be non-contiguous); with pipeline
+// stages only the tensors of its chunks (model::stages_hold). Tensors keep the
+// order of parameter_specs: dense first, then the kept experts. The model binds
+// null for the others; only the expert-parallel MoE path may run a model
+// without all its experts, only the pipeline a model without all its layers.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "trex/model/config.hpp"
+#include "trex/model/model.hpp"
 #include "trex/model/params.hpp"
 #include "trex/model/weights.hpp"
 
@@ -34,6 +37,18 @@ struct ExpertOwnership {
 std::vector<model::ParamSpec> filter_specs(const std::vector<model::ParamSpec>& specs,
                                            const ExpertOwnership& ownership);
 
+// The tensors one rank stores: its routed experts (nullopt: all) of the layers
+// of its pipeline chunks (empty: all layers, embedding and head).
+struct RankOwnership {
+  std::optional<ExpertOwnership> experts;
+  std::vector<model::StageSpec> stages;
+  bool keeps(const model::ModelConfig& config, const model::ParamSpec& spec) const;
+  bool keeps_everything() const { return !experts && stages.empty(); }
+};
+std::vector<model::ParamSpec> filter_specs(const std::vector<model::ParamSpec>& specs,
+                                           const model::ModelConfig& config,
+                                           const RankOwnership& ownership);
+
 // Replaces `params` by a store of the kept specs holding the same values
 // (gradients zero). Throws trex::Error when `params` misses a kept tensor.
 template <class T>
@@ -46,7 +61,7 @@ template <class T>
 std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from,
                                 std::span<const T> values, const std::vector<model::ParamSpec>& to);
 
-// Loads a checkpoint directory keeping only `ownership`'s routed experts. A
+// Loads a checkpoint directory keeping only `ownership`'s tensors. A
 // released-scheme checkpoint (what the trainer writes, and DeepSeek's FP8 /
 // MXFP4 releases) is checked whole (every tensor present with its shape and
 // scale, nothing unexpected, valid hash tables) but only the kept tensors are
@@ -56,7 +71,12 @@ std::vector<T> relayout_by_name(const std::vector<model::ParamSpec>& from,
 // experts' slices of the mapped fused tensors.
 template <class T>
 model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
-                                                 const ExpertOwnership& ownership);
+                                                 const RankOwnership& ownership);
+template <class T>
+model::LoadedCheckpoint<T> load_checkpoint_shard(const std::string& dir,
+                                                 const ExpertOwnership& ownership) {
+  return load_checkpoint_shard<T>(dir, RankOwnership{.experts = ownership, .stages = {}});
+}
 
 // Elements of the specs (Σ numel), of their dense tensors and of their experts.
 int64_t total_numel(const std::vector<model::ParamSpec>& specs);

@@ -138,6 +138,17 @@ PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro
   return plan;
 }
 
+std::vector<model::StageSpec> chunks_of_rank(PipelineSchedule schedule, int stages,
+                                             int64_t num_layers, int rank) {
+  // The chunks do not depend on the number of micro-batches: any valid one.
+  const PipelinePlan plan = make_pipeline_plan(schedule, stages, 2 * stages, num_layers);
+  std::vector<model::StageSpec> mine;
+  for (int c = 0; c < plan.num_chunks(); ++c)
+    if (plan.chunk_rank[static_cast<size_t>(c)] == rank)
+      mine.push_back(plan.chunks[static_cast<size_t>(c)]);
+  return mine;
+}
+
 ScheduleTimeline simulate_schedule(const PipelinePlan& plan, double forward_cost,
                                    double backward_cost) {
   const int P = plan.stages, N = plan.micro_batches, C = plan.num_chunks();
@@ -270,6 +281,52 @@ const PipelinePlan& BasicPipelineRunner<T>::plan(int micro_batches) {
     plan_ =
         make_pipeline_plan(schedule_, pp_.size(), micro_batches, model_.config().num_hidden_layers);
   return plan_;
+}
+
+template <class T>
+model::LossBreakdown BasicPipelineRunner<T>::forward_only(const model::Batch& batch,
+                                                          const model::LossOptions& loss,
+                                                          const model::StepOptions& step) {
+  require(!step.backward, "pipeline: forward_only runs no backward (StepOptions::backward)");
+  const PipelinePlan& pl = plan(std::max(plan_.micro_batches, 2 * pp_.size()));
+  const int C = pl.num_chunks(), rank = pp_.rank();
+  const int64_t activation = model_.stage_activation_size(batch);
+  std::vector<T> x, y;
+  double head[4] = {0.0, 0.0, 0.0, 0.0};  // lm, mtp, lm_tokens, mtp_tokens
+  for (int c = 0; c < C; ++c) {
+    if (pl.chunk_rank[c] != rank) continue;
+    const model::StageSpec& spec = pl.chunks[c];
+    if (c > 0 && pl.chunk_rank[c - 1] != rank) {
+      x.resize(static_cast<size_t>(activation));
+      pp_.irecv(x.data(), activation, parallel::dtype_of<T>(), pl.chunk_rank[c - 1], 2 * c).wait();
+    }
+    y.assign(spec.has_head ? 0 : static_cast<size_t>(activation), T(0));
+    model::StageCache<T> cache;
+    const model::LossBreakdown part =
+        model_.forward_stage(spec, batch, loss, step, 1.0, spec.has_embedding ? nullptr : x.data(),
+                             spec.has_head ? nullptr : y.data(), cache);
+    if (spec.has_head) {
+      head[0] = part.lm;
+      head[1] = part.mtp;
+      head[2] = static_cast<double>(part.lm_tokens);
+      head[3] = static_cast<double>(part.mtp_tokens);
+      continue;
+    }
+    if (pl.chunk_rank[c + 1] == rank) {
+      x.swap(y);
+    } else {
+      pp_.isend(y.data(), activation, parallel::dtype_of<T>(), pl.chunk_rank[c + 1], 2 * (c + 1))
+          .wait();
+    }
+  }
+  pp_.all_reduce(std::span<double>(head, 4));
+  model::LossBreakdown out;
+  out.lm = head[0];
+  out.mtp = head[1];
+  out.lm_tokens = static_cast<int64_t>(std::llround(head[2]));
+  out.mtp_tokens = static_cast<int64_t>(std::llround(head[3]));
+  out.total = out.lm + loss.mtp_weight * out.mtp;
+  return out;
 }
 
 template <class T>

@@ -5,9 +5,9 @@
 // order of a schedule (1F1B or DualPipeV), handing activations forward and
 // their gradients back by point-to-point transfers.
 //
-// Parameters are replicated on every rank; a rank computes only the gradients
-// of its chunks' parameters (the others stay as they were, normally zero), so
-// the caller's sum of the gradients over the pp group is the whole model's.
+// A rank holds only its chunks' parameters (chunks_of_rank, model::stages_hold)
+// and computes their gradients; the MTP block's tied copy of the embedding on
+// the head's rank is the one tensor two stages share.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -58,6 +58,12 @@ struct PipelinePlan {
 // pp < 1, N < 1, N < 2·pp for DualPipeV, or fewer layers than chunks.
 PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro_batches,
                                 int64_t num_layers);
+
+// The chunks (model order) pp rank `rank` runs under `schedule`, whatever the
+// number of micro-batches: the layers whose parameters, gradients and
+// optimizer state that rank holds.
+std::vector<model::StageSpec> chunks_of_rank(PipelineSchedule schedule, int stages,
+                                             int64_t num_layers, int rank);
 
 // The plan run on an idealised machine: a forward costs `forward_cost`, a
 // backward `backward_cost`, transfers are free; every action starts when its
@@ -117,6 +123,12 @@ class BasicPipelineRunner {
   // `step` is passed to every forward_stage (its `backward` must stay true).
   PipelineResult run(std::span<const model::Batch> micro_batches, const model::LossOptions& loss,
                      const model::StepOptions& step = {});
+
+  // Forward only (validation): `batch` through every chunk in model order, no
+  // backward (step.backward must be false). The breakdown's lm, mtp and token
+  // counts are valid on every rank. Collective over pp.
+  model::LossBreakdown forward_only(const model::Batch& batch, const model::LossOptions& loss,
+                                    const model::StepOptions& step);
 
   const PipelinePlan& plan(int micro_batches);
   std::string describe_schedule(int micro_batches) {

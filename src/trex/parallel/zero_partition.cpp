@@ -6,6 +6,31 @@
 
 namespace trex::parallel {
 
+std::vector<OptimizerShard> without_tensor(const std::vector<OptimizerShard>& parts,
+                                           const std::vector<model::ParamSpec>& specs,
+                                           const std::string& name) {
+  std::vector<OptimizerShard> out;
+  for (const OptimizerShard& part : parts) {
+    int64_t offset = part.begin;
+    size_t at = part.end_spec;
+    for (size_t i = part.first_spec; i < part.end_spec; ++i) {
+      if (specs[i].name == name) {
+        at = i;
+        break;
+      }
+      offset += specs[i].numel();
+    }
+    if (at == part.end_spec) {
+      out.push_back(part);
+      continue;
+    }
+    const int64_t after = offset + specs[at].numel();
+    if (at > part.first_spec) out.push_back({part.first_spec, at, part.begin, offset});
+    if (at + 1 < part.end_spec) out.push_back({at + 1, part.end_spec, after, part.end});
+  }
+  return out;
+}
+
 OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs) {
   OptimizerShard shard;
   shard.end_spec = specs.size();

@@ -2,6 +2,7 @@
 // How parameter state is split over ranks (ZeRO, docs/distributed.md): shards of
 // whole ParamSpecs (Muon needs whole matrices), by parallel role.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trex/model/params.hpp"
@@ -16,6 +17,12 @@ struct OptimizerShard {
   int64_t size() const { return end - begin; }
   bool operator==(const OptimizerShard&) const = default;
 };
+
+// `parts` (ranges of the store laid out by `specs`) without tensor `name`:
+// a range holding it is cut around it (unchanged when no range holds it).
+std::vector<OptimizerShard> without_tensor(const std::vector<OptimizerShard>& parts,
+                                           const std::vector<model::ParamSpec>& specs,
+                                           const std::string& name);
 
 // The whole store as one shard.
 OptimizerShard whole_shard(const std::vector<model::ParamSpec>& specs);

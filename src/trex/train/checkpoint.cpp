@@ -396,7 +396,7 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
 constexpr const char* kModelIndex = "model.safetensors.index.json";
 constexpr const char* kOptimizerIndex = "optimizer.safetensors.index.json";
 
-// What data rank `r` of the first stage writes: its part of the ZeRO
+// What data rank `r` of a stage writes: its part of the ZeRO
 // partition of its layout (dense tensors split over the data ranks, experts
 // over the ranks holding the same experts) at every ZeRO level, so writers
 // share the model evenly and under ZeRO each writes exactly the state it holds.
@@ -404,6 +404,18 @@ std::vector<parallel::OptimizerShard> written_ranges(const ParallelSetup& setup,
                                                      const std::vector<model::ParamSpec>& layout) {
   const int ep = setup.grid->shape().ep;
   return setup.zero_partition(layout).ranges(r, setup.ownership ? r / ep : r);
+}
+
+// What data rank `r` of pipeline stage `p` writes: written_ranges of its
+// layout, without the MTP block's tied copy of the embedding (the embedding
+// stage writes embed.weight).
+std::vector<parallel::OptimizerShard> written_by(const ParallelSetup& setup, int p, int r,
+                                                 const std::vector<model::ParamSpec>& layout,
+                                                 const model::ModelConfig& config) {
+  std::vector<parallel::OptimizerShard> ranges = written_ranges(setup, r, layout);
+  if (model::holds_tied_embedding(config, setup.stages_of(p, config)))
+    ranges = parallel::without_tensor(ranges, layout, "embed.weight");
+  return ranges;
 }
 
 // Every rank learns whether all succeeded; the ones that did not say why.
@@ -428,11 +440,11 @@ std::string attempt(F&& body) {
   return {};
 }
 
-// Collective over the world. Into one temporary directory every data rank d
-// of the first stage writes model-{d}-of-{D}.safetensors (the weights of
-// written_ranges, fp32, released names) and optimizer-{d}-of-{D}.safetensors
-// (their moments); rank 0 then writes the small files, the two indexes and
-// the manifest (the shards' checksums come from their writers), publishes the
+// Collective over the world. Into one temporary directory every rank (data
+// rank d of pipeline stage p, file k = p·D + d of K = PP·D) writes
+// model-{k}-of-{K}.safetensors (the weights of written_by, fp32, released
+// names) and optimizer-{k}-of-{K}.safetensors (their moments); rank 0 then writes the small files,
+// the two indexes and the manifest (the shards' checksums come from their writers), publishes the
 // directory and moves `latest` — the same commit protocol as one rank's.
 std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
                                     const ParallelSetup& setup, const model::Model<float>& model,
@@ -459,46 +471,48 @@ std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
 
   const std::vector<model::ParamSpec>& own = model.params().specs();
   const std::vector<model::ParamSpec> whole =
-      setup.ownership ? model::parameter_specs(model.config()) : own;
-  const int writers = setup.grid->data().size();
-  const bool writer = setup.grid->is_first_stage();
+      setup.rank_ownership().keeps_everything() ? own : model::parameter_specs(model.config());
+  // Every rank writes: file k = pp rank · D + data rank d.
+  const int data_ranks = setup.grid->data().size();
+  const int writers = data_ranks * setup.grid->shape().pp;
   const int d = setup.grid->data_rank();
-  // {writer, data rank, model file size, crc, optimizer file size, crc}
+  const int k = setup.grid->coords().pp * data_ranks + d;
+  // {writer, file index, model file size, crc, optimizer file size, crc}
   std::array<int64_t, 6> mine{};
-  if (writer)
-    failure = attempt([&] {
-      const std::vector<parallel::OptimizerShard> ranges = written_ranges(setup, d, own);
-      std::vector<TensorToWrite> tensors;
-      const std::vector<float>& values = model.params().values();
-      for (const parallel::OptimizerShard& r : ranges)
-        for (size_t i = r.first_spec; i < r.end_spec; ++i) {
-          const model::ParamSpec& spec = own[i];
-          tensors.push_back({spec.name, DType::kF32, spec.shape,
-                             values.data() + model.params().offset(spec.name),
-                             static_cast<size_t>(spec.numel()) * sizeof(float)});
-        }
-      if (d == 0) {
-        const std::vector<std::string> names = model::hash_table_names(model.config());
-        for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i)
-          tensors.push_back({names[i],
-                             DType::kI64,
-                             {model.config().vocab_size, model.config().num_experts_per_tok},
-                             model.hash_tables()[i].data(),
-                             model.hash_tables()[i].size() * sizeof(int64_t)});
+  failure = attempt([&] {
+    const std::vector<parallel::OptimizerShard> ranges =
+        written_by(setup, setup.grid->coords().pp, d, own, model.config());
+    std::vector<TensorToWrite> tensors;
+    const std::vector<float>& values = model.params().values();
+    for (const parallel::OptimizerShard& r : ranges)
+      for (size_t i = r.first_spec; i < r.end_spec; ++i) {
+        const model::ParamSpec& spec = own[i];
+        tensors.push_back({spec.name, DType::kF32, spec.shape,
+                           values.data() + model.params().offset(spec.name),
+                           static_cast<size_t>(spec.numel()) * sizeof(float)});
       }
-      const fs::path model_file = temp_dir / checkpoint_shard_name("model", d, writers);
-      const fs::path optimizer_file = temp_dir / checkpoint_shard_name("optimizer", d, writers);
-      write_safetensors(model_file.string(), tensors, {{"format", "pt"}, {"writer", "trex"}});
-      optimizer.save_state_shard(optimizer_file.string(), ranges, whole);
-      const FileChecksum m = checksum_file(model_file.string());
-      const FileChecksum o = checksum_file(optimizer_file.string());
-      mine = {1,
-              d,
-              static_cast<int64_t>(m.size),
-              static_cast<int64_t>(m.crc32c),
-              static_cast<int64_t>(o.size),
-              static_cast<int64_t>(o.crc32c)};
-    });
+    if (k == 0) {
+      const std::vector<std::string> names = model::hash_table_names(model.config());
+      for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i)
+        tensors.push_back({names[i],
+                           DType::kI64,
+                           {model.config().vocab_size, model.config().num_experts_per_tok},
+                           model.hash_tables()[i].data(),
+                           model.hash_tables()[i].size() * sizeof(int64_t)});
+    }
+    const fs::path model_file = temp_dir / checkpoint_shard_name("model", k, writers);
+    const fs::path optimizer_file = temp_dir / checkpoint_shard_name("optimizer", k, writers);
+    write_safetensors(model_file.string(), tensors, {{"format", "pt"}, {"writer", "trex"}});
+    optimizer.save_state_shard(optimizer_file.string(), ranges, whole);
+    const FileChecksum m = checksum_file(model_file.string());
+    const FileChecksum o = checksum_file(optimizer_file.string());
+    mine = {1,
+            k,
+            static_cast<int64_t>(m.size),
+            static_cast<int64_t>(m.crc32c),
+            static_cast<int64_t>(o.size),
+            static_cast<int64_t>(o.crc32c)};
+  });
   try {
     agree_or_throw(world, failure, not_written);
   } catch (const Error&) {
@@ -516,24 +530,29 @@ std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
 
   if (setup.is_root())
     failure = attempt([&] {
-      // The indexes follow from the layouts: data rank r's file holds its
-      // written ranges (and rank 0's the hash tables).
+      // The indexes follow from the layouts: the file of data rank r of
+      // stage p holds its written ranges (and file 0 the hash tables).
       std::map<std::string, std::string> model_map, optimizer_map;
       int64_t model_bytes = 0;
-      for (int r = 0; r < writers; ++r) {
-        const std::vector<model::ParamSpec> layout =
-            setup.layout_of_data_rank(r, model.config(), own);
-        const std::string model_file = checkpoint_shard_name("model", r, writers);
-        const std::string optimizer_file = checkpoint_shard_name("optimizer", r, writers);
-        for (const parallel::OptimizerShard& range : written_ranges(setup, r, layout))
-          for (size_t i = range.first_spec; i < range.end_spec; ++i) {
-            model_map[layout[i].name] = model_file;
-            model_bytes += layout[i].numel() * static_cast<int64_t>(sizeof(float));
-            for (const std::string& name :
-                 Optimizer::state_tensor_names(layout[i], optimizer.options()))
-              optimizer_map[name] = optimizer_file;
-          }
-      }
+      for (int p = 0; p < setup.grid->shape().pp; ++p)
+        for (int r = 0; r < data_ranks; ++r) {
+          const std::vector<model::ParamSpec> layout =
+              setup.layout_of_rank(p, r, model.config(), own);
+          const std::string model_file =
+              checkpoint_shard_name("model", p * data_ranks + r, writers);
+          const std::string optimizer_file =
+              checkpoint_shard_name("optimizer", p * data_ranks + r, writers);
+          for (const parallel::OptimizerShard& range :
+               written_by(setup, p, r, layout, model.config()))
+            for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+              if (!model_map.emplace(layout[i].name, model_file).second)
+                throw Error("internal: two checkpoint shards hold tensor " + layout[i].name);
+              model_bytes += layout[i].numel() * static_cast<int64_t>(sizeof(float));
+              for (const std::string& name :
+                   Optimizer::state_tensor_names(layout[i], optimizer.options()))
+                optimizer_map[name] = optimizer_file;
+            }
+        }
       for (const std::string& name : model::hash_table_names(model.config())) {
         model_map[name] = checkpoint_shard_name("model", 0, writers);
         model_bytes += model.config().vocab_size * model.config().num_experts_per_tok *
@@ -606,6 +625,9 @@ std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
                                        const nlohmann::json& trainer_state) {
   if (use_sharded_format(config, setup))
     return save_sharded_checkpoint(config, step, setup, model, optimizer, tokenizer, trainer_state);
+  if (!setup.stages.empty())  // RunConfig::validate refuses this
+    throw Error("a pipelined run saves sharded checkpoints (no rank holds every layer)")
+        .field("checkpoint_format");
   std::unique_ptr<WholeState> gathered =
       gather_whole_state(setup, static_cast<int>(config.parallel.zero), model, optimizer);
   std::string dir = (fs::path(checkpoints_dir(config.out_dir)) / checkpoint_name(step)).string();
@@ -655,9 +677,9 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
   verify_checkpoint(dir);
   // The model's files are one file or an HF multi-file checkpoint (the
   // sharded format); either way read by name, with EP only this rank's experts.
-  if (setup.ownership) {
+  if (!setup.rank_ownership().keeps_everything()) {
     model::LoadedCheckpoint<float> loaded =
-        parallel::load_checkpoint_shard<float>(dir, *setup.ownership);
+        parallel::load_checkpoint_shard<float>(dir, setup.rank_ownership());
     model = model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                 std::move(loaded.hash_tables));
   } else {
@@ -669,27 +691,9 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
 
 std::vector<float> gather_full_parameters(const ParallelSetup& setup,
                                           const model::Model<float>& model) {
-  if (!setup.ownership) return model.params().values();
-  // This rank's layout is its dense tensors, then its experts; the dense part
-  // is this rank's, each expert comes from its owner.
-  const std::span<const float> local = model.params().values();
-  const std::vector<model::ParamSpec> whole = model::parameter_specs(model.config());
-  const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
-  parallel::Communicator& ep = setup.grid->ep();
-  std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
-  std::vector<int64_t> counts;
-  for (int r = 0; r < ep.size(); ++r) {
-    owned[static_cast<size_t>(r)] = parallel::filter_specs(
-        whole, parallel::ExpertOwnership::of_rank(setup.expert_parallel->owner, r));
-    counts.push_back(
-        parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
-  }
-  if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
-    throw Error("internal: a buffer of " + std::to_string(local.size()) +
-                " values does not match this rank's parameter layout");
-  std::vector<float> experts(
-      static_cast<size_t>(parallel::role_numel(whole, model::ParamRole::kExpert)));
-  parallel::all_gather_in_rounds(ep, local.data() + dense, experts.data(), counts);
+  if (setup.rank_ownership().keeps_everything()) return model.params().values();
+  const model::ModelConfig& config = model.config();
+  const std::vector<model::ParamSpec> whole = model::parameter_specs(config);
   std::map<std::string, int64_t> offset_of;
   int64_t offset = 0;
   for (const model::ParamSpec& spec : whole) {
@@ -697,14 +701,45 @@ std::vector<float> gather_full_parameters(const ParallelSetup& setup,
     offset += spec.numel();
   }
   std::vector<float> out(static_cast<size_t>(offset), 0.0f);
-  std::copy(local.begin(), local.begin() + dense, out.begin());
-  int64_t at = 0;  // rank-major: rank r's experts in its layout order
-  for (const std::vector<model::ParamSpec>& specs : owned)
-    for (const model::ParamSpec& spec : specs) {
-      if (spec.role != model::ParamRole::kExpert) continue;
-      std::copy_n(experts.begin() + at, spec.numel(), out.begin() + offset_of.at(spec.name));
-      at += spec.numel();
+  // This rank's tensors (the tied embedding copy is the embedding stage's to give).
+  for (const model::ParamSpec& spec : model.params().specs())
+    if (!(setup.tied_embedding && spec.name == "embed.weight"))
+      std::copy_n(model.params().value(spec.name), spec.numel(),
+                  out.begin() + offset_of.at(spec.name));
+  if (setup.ownership) {
+    // This rank's layout is its dense tensors, then its experts; each expert
+    // of this stage comes from its owner.
+    const std::span<const float> local = model.params().values();
+    const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
+    parallel::Communicator& ep = setup.grid->ep();
+    std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
+    std::vector<int64_t> counts;
+    for (int r = 0; r < ep.size(); ++r) {
+      const parallel::RankOwnership of_r{
+          parallel::ExpertOwnership::of_rank(setup.expert_parallel->owner, r), setup.stages};
+      owned[static_cast<size_t>(r)] = parallel::filter_specs(whole, config, of_r);
+      counts.push_back(
+          parallel::role_numel(owned[static_cast<size_t>(r)], model::ParamRole::kExpert));
     }
+    if (static_cast<int64_t>(local.size()) != dense + counts[static_cast<size_t>(ep.rank())])
+      throw Error("internal: a buffer of " + std::to_string(local.size()) +
+                  " values does not match this rank's parameter layout");
+    int64_t experts_total = 0;
+    for (int64_t c : counts) experts_total += c;
+    std::vector<float> experts(static_cast<size_t>(experts_total));
+    parallel::all_gather_in_rounds(ep, local.data() + dense, experts.data(), counts);
+    int64_t at = 0;  // rank-major: rank r's experts in its layout order
+    for (const std::vector<model::ParamSpec>& specs : owned)
+      for (const model::ParamSpec& spec : specs) {
+        if (spec.role != model::ParamRole::kExpert) continue;
+        std::copy_n(experts.begin() + at, spec.numel(), out.begin() + offset_of.at(spec.name));
+        at += spec.numel();
+      }
+  }
+  // Stages hold disjoint tensors (zeros elsewhere): their sum is the model.
+  if (setup.grid->pp().size() > 1)
+    setup.grid->pp().all_reduce(out.data(), static_cast<int64_t>(out.size()), parallel::DType::kF32,
+                                parallel::ReduceOp::kSum);
   return out;
 }
 

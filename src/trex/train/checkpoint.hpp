@@ -127,7 +127,8 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
 
 // The whole model's parameter values in the layout of model::parameter_specs.
 // With expert weights sharded over EP each expert comes from its owner
-// (collective over the EP group); otherwise model.params().values().
+// (collective over the EP group), with pipeline stages each layer from its
+// stage (collective over pp); otherwise model.params().values().
 std::vector<float> gather_full_parameters(const ParallelSetup& setup,
                                           const model::Model<float>& model);
 

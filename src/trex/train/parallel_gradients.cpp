@@ -21,14 +21,51 @@ ParallelGradients::ParallelGradients(model::Model<float>& model, const ParallelS
       zero_(static_cast<int>(config.parallel.zero)),
       overlap_(config.parallel.overlap_grad_reduce),
       zero_partition_(setup.zero_partition(model.params().specs())),
-      reducer_(model.params().specs(), &setup.grid->data(), &setup.grid->pp(), zero_partition_,
+      // Stages hold disjoint tensors: nothing is summed over pp (the tied
+      // embedding apart, sum_tied_embedding_gradients).
+      reducer_(model.params().specs(), &setup.grid->data(), nullptr, zero_partition_,
                {.bucket_bytes = std::max<int64_t>(
                     4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
                 .scatter = scatter(),
                 .experts = setup.ownership ? &setup.grid->dp() : nullptr}) {
-  if (setup.grid->shape().pp > 1)
-    pipeline_ = std::make_unique<parallel::PipelineRunner>(model, setup.grid->pp(),
-                                                           config.parallel.pipeline_schedule);
+  const int pp = setup.grid->shape().pp;
+  if (pp <= 1) return;
+  pipeline_ = std::make_unique<parallel::PipelineRunner>(model, setup.grid->pp(),
+                                                         config.parallel.pipeline_schedule);
+  if (setup.tied_embedding) {
+    tied_embedding_peer_ = 0;  // chunk 0, the embedding, is on pp rank 0 in every schedule
+  } else if (setup.grid->coords().pp == 0) {
+    for (int r = 1; r < pp; ++r)
+      if (model::holds_tied_embedding(
+              model.config(), parallel::chunks_of_rank(config.parallel.pipeline_schedule, pp,
+                                                       model.config().num_hidden_layers, r)))
+        tied_embedding_peer_ = r;
+  }
+}
+
+void ParallelGradients::sum_tied_embedding_gradients() {
+  if (tied_embedding_peer_ < 0) return;
+  model::ParamStore<float>& params = model_.params();
+  const int64_t n = params.spec("embed.weight").numel();
+  float* mine = params.grad("embed.weight");
+  std::vector<float> other(static_cast<size_t>(n));
+  constexpr int kTiedEmbeddingTag = 7200;
+  parallel::Communicator& pp = setup_.grid->pp();
+  // Whole-buffer messages: the communicator cuts what exceeds its per-call limit.
+  std::vector<parallel::Request> requests;
+  requests.push_back(
+      pp.irecv(other.data(), n, parallel::DType::kF32, tied_embedding_peer_, kTiedEmbeddingTag));
+  requests.push_back(
+      pp.isend(mine, n, parallel::DType::kF32, tied_embedding_peer_, kTiedEmbeddingTag));
+  parallel::wait_all(requests);
+  // a + b == b + a: both copies hold the same bits afterwards.
+  for (int64_t i = 0; i < n; ++i) mine[i] += other[static_cast<size_t>(i)];
+}
+
+std::vector<parallel::OptimizerShard> ParallelGradients::counted_in_norm(
+    std::vector<parallel::OptimizerShard> parts) const {
+  if (!setup_.tied_embedding) return parts;
+  return parallel::without_tensor(parts, model_.params().specs(), "embed.weight");
 }
 
 std::vector<parallel::OptimizerShard> ParallelGradients::zero_ranges() const {
@@ -169,6 +206,7 @@ StepTotals ParallelGradients::pipeline_gradients(const std::vector<model::Batch>
   std::vector<model::Batch> local;
   for (size_t i : mine) local.push_back(batches[i]);
   const parallel::PipelineResult r = pipeline_->run(local, loss);
+  sum_tied_embedding_gradients();
   StepTotals totals;
   totals.lm_sum = r.lm_sum;
   totals.mtp_sum = r.mtp_sum;
@@ -225,37 +263,42 @@ void ParallelGradients::note_gradient_memory() {
 // Global-norm clipping. Under ZeRO-2 each rank holds only its ranges of the
 // gradient: the dense parts split the dense tensors over `data` and, in each
 // expert group, the expert parts split that group's experts, so the squared
-// norms of every data rank's ranges sum to each value exactly once.
+// norms of every data rank's ranges sum to each value exactly once. Pipeline
+// stages hold disjoint tensors (the tied embedding copy is left out of the
+// norm): their squared norms add over pp.
 double ParallelGradients::clip_gradients(double max_norm) {
   model::ParamStore<float>& params = model_.params();
   const std::vector<model::ParamSpec>& specs = params.specs();
   float* g = params.grads().data();
+  const bool pipelined = setup_.grid->pp().size() > 1;
+  if (!scatter() && !setup_.ownership && !pipelined) return clip_grad_norm(params, max_norm);
+  auto squared_norm = [&](const std::vector<parallel::OptimizerShard>& parts) {
+    double sum = 0.0;
+    for (const parallel::OptimizerShard& r : counted_in_norm(parts))
+      sum += shard_grad_norm_squared(specs, r, g);
+    return sum;
+  };
+  std::vector<parallel::OptimizerShard> mine;
+  double squared = 0.0;
   if (scatter()) {
-    const std::vector<parallel::OptimizerShard> mine = zero_ranges();
-    double local = 0.0;
-    for (const parallel::OptimizerShard& r : mine) local += shard_grad_norm_squared(specs, r, g);
-    const double norm = std::sqrt(setup_.grid->data().all_reduce_value(local));
-    if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm)
-      for (const parallel::OptimizerShard& r : mine)
-        scale_shard_grads(specs, r, g, static_cast<float>(max_norm / norm));
-    return norm;
-  }
-  if (setup_.ownership) {
+    mine = zero_ranges();
+    squared = setup_.grid->data().all_reduce_value(squared_norm(mine));
+  } else if (setup_.ownership) {
     // Dense tensors are replicated (counted once); each expert lives on one EP rank.
     const parallel::OptimizerShard dense = parallel::role_range(specs, model::ParamRole::kDense);
     const parallel::OptimizerShard experts = parallel::role_range(specs, model::ParamRole::kExpert);
-    const double squared =
-        shard_grad_norm_squared(specs, dense, g) +
-        setup_.grid->ep().all_reduce_value(shard_grad_norm_squared(specs, experts, g));
-    const double norm = std::sqrt(squared);
-    if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm) {
-      const float scale = static_cast<float>(max_norm / norm);
-      scale_shard_grads(specs, dense, g, scale);
-      scale_shard_grads(specs, experts, g, scale);
-    }
-    return norm;
+    mine = {dense, experts};
+    squared = squared_norm({dense}) + setup_.grid->ep().all_reduce_value(squared_norm({experts}));
+  } else {
+    mine = {parallel::whole_shard(specs)};
+    squared = squared_norm(mine);
   }
-  return clip_grad_norm(params, max_norm);
+  if (pipelined) squared = setup_.grid->pp().all_reduce_value(squared);
+  const double norm = std::sqrt(squared);
+  if (std::isfinite(norm) && max_norm > 0.0 && norm > max_norm)
+    for (const parallel::OptimizerShard& r : mine)
+      scale_shard_grads(specs, r, g, static_cast<float>(max_norm / norm));
+  return norm;
 }
 
 // ZeRO: each rank updated its ranges; everyone gets the whole model back,

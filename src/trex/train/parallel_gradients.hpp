@@ -5,8 +5,11 @@
 // pipeline runner when pp > 1; the gradients reduced in buckets over the data
 // group (ZeRO-0/1: once per step, ZeRO-2: reduce-scattered per micro-batch),
 // the losses and expert loads summed over the ranks; clipping to the global
-// norm over the rank's layout; after the update the ZeRO all-gather of the
-// parameters.
+// norm over the rank's layout (summed over the pipeline's stages, each of
+// which holds only its layers); after the update the ZeRO all-gather of the
+// parameters. The MTP block's tied copy of the embedding on the head stage and
+// the embedding stage's own add their gradients before the data reduction, so
+// both copies take the same update.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -63,6 +66,12 @@ class ParallelGradients final : public GradientStrategy {
                                 const std::vector<size_t>& mine, const model::LossOptions& loss);
   void reduce_step_totals(StepTotals& totals);
   void note_gradient_memory();
+  // Adds the other copy's embedding gradient to this one's (both stages).
+  void sum_tied_embedding_gradients();
+  // `parts` of the flat buffer without the tied embedding copy (counted once,
+  // on the embedding stage, in the global norm).
+  std::vector<parallel::OptimizerShard> counted_in_norm(
+      std::vector<parallel::OptimizerShard> parts) const;
 
   model::Model<float>& model_;
   const ParallelSetup& setup_;
@@ -72,6 +81,8 @@ class ParallelGradients final : public GradientStrategy {
   parallel::GradReducer reducer_;
   // PP: runs this rank's stage(s) of the micro-batches in schedule order (pp > 1).
   std::unique_ptr<parallel::PipelineRunner> pipeline_;
+  // The pp rank holding the other copy of embed.weight (-1: no tied copy).
+  int tied_embedding_peer_ = -1;
   std::vector<float> accumulated_;  // Σ nᵢ gᵢ over this rank's earlier micro-batches
   double reduce_wait_seconds_ = 0.0;
   int64_t groups_started_early_ = 0;

@@ -56,8 +56,14 @@ ParallelSetup ParallelSetup::build(const RunConfig& config,
                                    std::shared_ptr<parallel::Communicator> world) {
   ParallelSetup s;
   s.grid = make_grid(config, std::move(world));
-  if (s.grid->shape().ep <= 1) return s;
+  if (s.grid->shape().ep <= 1 && s.grid->shape().pp <= 1) return s;
   const model::ModelConfig mc = run_model_config(config);
+  s.pipeline_schedule = config.parallel.pipeline_schedule;
+  if (s.grid->shape().pp > 1) {
+    s.stages = s.stages_of(s.grid->coords().pp, mc);
+    s.tied_embedding = model::holds_tied_embedding(mc, s.stages);
+  }
+  if (s.grid->shape().ep <= 1) return s;
   s.expert_parallel = std::make_unique<parallel::ExpertParallel>(
       parallel::make_expert_parallel(mc, s.grid->ep(), config.parallel.ep_overlap));
   if (!config.parallel.expert_placement.empty())
@@ -72,12 +78,26 @@ parallel::ZeroPartition ParallelSetup::zero_partition(
   return parallel::partition_for_zero_by_role(specs, grid->data().size(), expert_comm().size());
 }
 
+std::vector<model::StageSpec> ParallelSetup::stages_of(int pp_rank,
+                                                       const model::ModelConfig& config) const {
+  if (grid->shape().pp <= 1) return {};
+  return parallel::chunks_of_rank(pipeline_schedule, grid->shape().pp, config.num_hidden_layers,
+                                  pp_rank);
+}
+
 std::vector<model::ParamSpec> ParallelSetup::layout_of_data_rank(
     int r, const model::ModelConfig& config, const std::vector<model::ParamSpec>& own) const {
-  if (!ownership) return own;
-  return parallel::filter_specs(
-      model::parameter_specs(config),
-      parallel::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep));
+  return layout_of_rank(grid->coords().pp, r, config, own);
+}
+
+std::vector<model::ParamSpec> ParallelSetup::layout_of_rank(
+    int pp_rank, int r, const model::ModelConfig& config,
+    const std::vector<model::ParamSpec>& own) const {
+  if (rank_ownership().keeps_everything()) return own;
+  parallel::RankOwnership of_r{.experts = std::nullopt, .stages = stages_of(pp_rank, config)};
+  if (ownership)
+    of_r.experts = parallel::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep);
+  return parallel::filter_specs(model::parameter_specs(config), config, of_r);
 }
 
 double ParallelSetup::exposed_seconds() const {
@@ -103,23 +123,24 @@ model::ModelConfig run_model_config(const RunConfig& c) {
 }
 
 model::Model<float> build_model(const RunConfig& c, const ParallelSetup& setup) {
-  const std::optional<parallel::ExpertOwnership>& ownership = setup.ownership;
+  const parallel::RankOwnership ownership = setup.rank_ownership();
   if (!c.init_checkpoint.empty()) {
     verify_checkpoint(c.init_checkpoint);  // checksums: a corrupt file is refused by name
-    if (!ownership) return model::Model<float>::from_checkpoint(c.init_checkpoint);
+    if (ownership.keeps_everything())
+      return model::Model<float>::from_checkpoint(c.init_checkpoint);
     model::LoadedCheckpoint<float> loaded =
-        parallel::load_checkpoint_shard<float>(c.init_checkpoint, *ownership);
+        parallel::load_checkpoint_shard<float>(c.init_checkpoint, ownership);
     return model::Model<float>(std::move(loaded.config), std::move(loaded.params),
                                std::move(loaded.hash_tables));
   }
   model::ModelConfig mc = model::ModelConfig::load(c.model_config);
-  if (!ownership) {
+  if (ownership.keeps_everything()) {
     model::Model<float> m(std::move(mc));
     m.init_random(c.init_seed);
     return m;
   }
   mc.validate("model config");
-  model::ParamStore<float> store(parallel::filter_specs(model::parameter_specs(mc), *ownership));
+  model::ParamStore<float> store(parallel::filter_specs(model::parameter_specs(mc), mc, ownership));
   model::HashTables tables(
       model::hash_table_names(mc).size(),
       std::vector<int64_t>(static_cast<size_t>(mc.vocab_size * mc.num_experts_per_tok), 0));
@@ -150,13 +171,20 @@ void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
             " MiB), ", gradient_buckets, " gradient buckets",
             c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
   const double param_mib = sizeof(float) / (1024.0 * 1024.0);
+  std::string held;
+  if (setup.ownership)
+    held += "; routed experts sharded over " + std::to_string(grid.shape().ep) + " EP ranks";
+  if (!setup.stages.empty()) {
+    held += "; pipeline stage " + std::to_string(grid.coords().pp) + " holds layers";
+    for (const model::StageSpec& chunk : setup.stages)
+      held += " [" + std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.last_layer) +
+              ")" + (chunk.has_embedding ? " + embedding" : "") + (chunk.has_head ? " + head" : "");
+    if (setup.tied_embedding) held += " + the MTP block's tied embedding";
+  }
   log::info("parameters ",
             format_value(param_mib * static_cast<double>(model.params().size()), "%.2f"),
             " MiB per rank (whole model ",
-            format_value(param_mib * static_cast<double>(whole), "%.2f"), " MiB)",
-            setup.ownership
-                ? "; routed experts sharded over " + std::to_string(grid.shape().ep) + " EP ranks"
-                : std::string());
+            format_value(param_mib * static_cast<double>(whole), "%.2f"), " MiB)", held);
 }
 
 }  // namespace trex::train

@@ -2,9 +2,9 @@
 // What the trainer builds before step 1 to run on its DP × EP × PP grid
 // (docs/distributed.md): the process grid over the world's ranks, the
 // expert-parallel context (contiguous map, or the placement file of `trex plan
-// experts`) with its token dispatchers, the routed experts this rank stores,
-// and this rank's model (only those experts). The ZeRO partition, the gradient
-// reducer and the pipeline runner are built over it by ParallelGradients
+// experts`) with its token dispatchers, the routed experts and the pipeline
+// chunks this rank stores, and this rank's model (only those tensors). The ZeRO partition, the
+// gradient reducer and the pipeline runner are built over it by ParallelGradients
 // (train/parallel_gradients.hpp).
 #include <cstdint>
 #include <memory>
@@ -16,6 +16,7 @@
 #include "trex/parallel/ep_token_dispatcher.hpp"
 #include "trex/parallel/expert_parallel.hpp"
 #include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/parallel/process_grid.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/optimizer.hpp"
@@ -30,6 +31,14 @@ struct ParallelSetup {
   std::unique_ptr<parallel::EpTokenDispatchers<float>> expert_dispatchers;
   // EP: the routed experts this rank stores (the others live on their owners).
   std::optional<parallel::ExpertOwnership> ownership;
+  // PP: the chunks this rank runs, whose tensors are the only ones it stores
+  // (empty without pipeline stages), and whether it holds the MTP block's tied
+  // copy of the embedding (model::holds_tied_embedding).
+  std::vector<model::StageSpec> stages;
+  bool tied_embedding = false;
+  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  // Everything this rank stores: its experts of its stages' layers.
+  parallel::RankOwnership rank_ownership() const { return {ownership, stages}; }
 
   // The grid over `world` (null: parallel::world()), which must have
   // parallel.dp·ep·pp ranks, and with ep > 1 the expert-parallel context.
@@ -49,6 +58,11 @@ struct ParallelSetup {
   // the experts of its EP rank r mod ep).
   std::vector<model::ParamSpec> layout_of_data_rank(int r, const model::ModelConfig& config,
                                                     const std::vector<model::ParamSpec>& own) const;
+  // The same for data rank `r` of pipeline stage `pp_rank` (its chunks' tensors).
+  std::vector<model::ParamSpec> layout_of_rank(int pp_rank, int r, const model::ModelConfig& config,
+                                               const std::vector<model::ParamSpec>& own) const;
+  // The chunks pp rank `pp_rank` runs (empty without pipeline stages).
+  std::vector<model::StageSpec> stages_of(int pp_rank, const model::ModelConfig& config) const;
   // Exposed communication of every communicator of the grid (seconds blocked in wait).
   double exposed_seconds() const;
   // EP: bytes of token rows this rank has sent to other EP ranks so far
@@ -60,8 +74,9 @@ struct ParallelSetup {
 model::ModelConfig run_model_config(const RunConfig& config);
 
 // This rank's model: random init or the init checkpoint (verified first). With
-// EP it holds only its own routed experts from the start: a random init fills
-// just them (the whole model's values), a checkpoint is read for just them.
+// EP or PP it holds only its own routed experts of its own stages' layers from
+// the start: a random init fills just them (the whole model's values), a
+// checkpoint is read for just them.
 model::Model<float> build_model(const RunConfig& config, const ParallelSetup& setup);
 
 // The optimizer over `params`; under ZeRO with state for `zero_ranges` only.

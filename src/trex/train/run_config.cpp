@@ -272,6 +272,11 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
+  if (parallel.pp > 1 && checkpoint_format == CheckpointFormat::kWhole)
+    fail("checkpoint_format",
+         "\"whole\" gathers the model on one rank, but pipeline stages each hold only their "
+         "layers (parallel.pp > 1): use \"sharded\" (the default on several ranks); `trex "
+         "export` turns a sharded checkpoint into one HF checkpoint");
   if (parallel.pp > 1 && parallel.pipeline_schedule == parallel::PipelineSchedule::kDualPipeV &&
       accumulation_steps() / parallel.data_size() < 2 * parallel.pp)
     fail("parallel.pipeline_schedule",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "trex/core/error.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/data/source.hpp"
 
 namespace trex::train {
@@ -17,7 +18,7 @@ double validation_loss(model::Model<float>& model, const RunConfig& config,
     throw Error("the run config has no validation file").field("data.validation");
   model.set_compute_precision(config.compute_precision());
   parallel::ProcessGrid& grid = *setup.grid;
-  // With replicated parameters validation runs the whole model locally: no
+  // With replicated experts validation runs the model locally: no
   // expert dispatch, whose collectives would need every EP rank to run the
   // same number of batches. With expert weights sharded over EP it has to
   // dispatch: every rank runs the same number of rounds, and a rank without
@@ -36,6 +37,13 @@ double validation_loss(model::Model<float>& model, const RunConfig& config,
   loss_options.mtp_weight = 0.0;
   model::StepOptions forward_only;
   forward_only.backward = false;
+  // Pipeline stages hold only their layers: the batch goes through them all.
+  std::optional<parallel::PipelineRunner> pipeline;
+  if (grid.pp().size() > 1) pipeline.emplace(model, grid.pp(), config.parallel.pipeline_schedule);
+  auto run_forward = [&](const model::Batch& batch) {
+    return pipeline ? pipeline->forward_only(batch, loss_options, forward_only)
+                    : model.forward_backward(batch, loss_options, forward_only);
+  };
   double sum = 0;
   int64_t count = 0;
   std::optional<model::Batch> any;  // a stand-in for the rounds without a batch of this rank
@@ -46,7 +54,7 @@ double validation_loss(model::Model<float>& model, const RunConfig& config,
       if (!any) any = std::move(batch);
       continue;
     }
-    const model::LossBreakdown r = model.forward_backward(batch, loss_options, forward_only);
+    const model::LossBreakdown r = run_forward(batch);
     sum += r.lm * static_cast<double>(r.lm_tokens);
     count += r.lm_tokens;
     ran += 1;
@@ -55,7 +63,7 @@ double validation_loss(model::Model<float>& model, const RunConfig& config,
     const int64_t rounds = (batches + grid.data_size() - 1) / grid.data_size();
     for (; ran < rounds; ++ran) {
       if (!any) throw Error("internal: no validation batch to stand in for a missing one");
-      model.forward_backward(*any, loss_options, forward_only);  // not counted
+      run_forward(*any);  // not counted
     }
   }
   if (grid.data_size() > 1) {
