@@ -32,6 +32,7 @@ struct Layout {
   bool full_recompute = false;       // recompute = "full": EP all-to-alls run again in backward
   bool selective_recompute = false;  // recompute = "selective"
   bool bf16_moments = false;         // optimizer.moment_dtype = "bf16"
+  std::vector<int64_t> pipeline_layers = {};  // parallel.pipeline_layers (empty: balanced)
 
   int ranks() const { return dp * ep * pp; }
   std::string name() const {
@@ -42,7 +43,14 @@ struct Layout {
     if (full_recompute) n += " recompute=full";
     if (selective_recompute) n += " recompute=selective";
     if (bf16_moments) n += " bf16 moments";
+    if (!pipeline_layers.empty()) n += " layers " + layers_text("/");
     return n;
+  }
+  std::string layers_text(const char* separator) const {
+    std::string t;
+    for (size_t i = 0; i < pipeline_layers.size(); ++i)
+      t += (i ? separator : "") + std::to_string(pipeline_layers[i]);
+    return t;
   }
 };
 
@@ -55,6 +63,7 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.parallel.ep = l.ep;
   c.parallel.pp = l.pp;
   c.parallel.pipeline_schedule = l.schedule;
+  c.parallel.pipeline_layers = l.pipeline_layers;
   c.parallel.zero = l.zero;
   if (l.full_recompute) c.recompute = trex::model::ActivationRecompute::kFull;
   if (l.selective_recompute) c.recompute = trex::model::ActivationRecompute::kSelective;
@@ -62,7 +71,8 @@ RunConfig layout_config(const Layout& l, int64_t steps) {
   c.out_dir = shared_dir() + "/grid-" + std::to_string(l.dp) + "-" + std::to_string(l.ep) + "-" +
               std::to_string(l.pp) + "-" + trex::parallel::pipeline_schedule_name(l.schedule) +
               "-zero" + std::to_string(l.zero) + (l.full_recompute ? "-recompute" : "") +
-              (l.selective_recompute ? "-selective" : "");
+              (l.selective_recompute ? "-selective" : "") +
+              (l.pipeline_layers.empty() ? "" : "-layers" + l.layers_text("-"));
   return c;
 }
 
@@ -77,8 +87,8 @@ void expect_stage_owns_its_layers(Trainer& trainer, const Layout& l) {
   const model::ModelConfig& config = trainer.model().config();
   const std::vector<model::ParamSpec> whole = model::parameter_specs(config);
   const int pp_rank = world.rank() / (l.dp * l.ep);
-  const std::vector<model::StageSpec> chunks =
-      trex::parallel::chunks_of_rank(l.schedule, l.pp, config.num_hidden_layers, pp_rank);
+  const std::vector<model::StageSpec> chunks = trex::parallel::chunks_of_rank(
+      l.schedule, l.pp, config.num_hidden_layers, pp_rank, l.pipeline_layers);
   for (const model::ParamSpec& spec : whole) {
     if (spec.role != model::ParamRole::kDense) continue;
     EXPECT_EQ(params.contains(spec.name), model::stages_hold(config, chunks, spec))
@@ -166,6 +176,7 @@ TEST_P(GridTrain4, TwentyStepsMatchOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, GridTrain4,
     ::testing::Values(Layout{.ep = 4}, Layout{.pp = 4},
+                      Layout{.pp = 4, .pipeline_layers = {2, 1, 1, 0}},
                       Layout{.pp = 4,
                              .schedule = PipelineSchedule::kDualPipeV,
                              .global_batch = 8,
@@ -266,11 +277,13 @@ TEST(GridResume, LayoutChangeResumeMatchesUninterruptedRun) {
 
 // Pipeline stages write their own shards: save on DP=2 x PP=2 1F1B (the
 // head's stage holds the tied embedding copy, which it does not write),
-// resume on 1 rank and on PP=4; save on 1 rank, resume on DP=2 x PP=2.
+// resume on 1 rank and on PP=4 with layers 2/1/1/0 (the head's stage has no
+// block); save on 1 rank, resume on DP=2 x PP=2.
 TEST(GridResume, PipelineStageShardsResumeAcrossLayouts) {
   if (trex::parallel::world()->size() != 4) GTEST_SKIP() << "needs mpirun -np 4";
   check_layout_change_resume(Layout{.dp = 2, .pp = 2, .global_batch = 8, .zero = 1},
-                             Layout{.pp = 4, .global_batch = 8}, 5, 2, "-resume-pp");
+                             Layout{.pp = 4, .global_batch = 8, .pipeline_layers = {2, 1, 1, 0}}, 5,
+                             2, "-resume-pp");
 }
 
 // ZeRO-2 with experts sharded over EP: save on DP=2 x EP=2 ZeRO-2 (dense

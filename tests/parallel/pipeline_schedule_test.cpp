@@ -181,6 +181,35 @@ TEST(PipelineSchedule, BadPlansAreErrors) {
   EXPECT_EQ(trex::parallel::parse_pipeline_schedule("DualPipeV"), PipelineSchedule::kDualPipeV);
 }
 
+TEST(PipelineSchedule, ExplicitLayerCountsCutTheChunks) {
+  const std::vector<int64_t> layers = {3, 3, 2, 0};
+  const PipelinePlan plan = make_pipeline_plan(PipelineSchedule::k1F1B, 4, 8, 8, layers);
+  ASSERT_EQ(plan.num_chunks(), 4);
+  EXPECT_EQ(plan.chunks[0], (trex::model::StageSpec{0, 3, true, false}));
+  EXPECT_EQ(plan.chunks[2], (trex::model::StageSpec{6, 8, false, false}));
+  EXPECT_EQ(plan.chunks[3], (trex::model::StageSpec{8, 8, false, true}));  // the head alone
+  EXPECT_NO_THROW(simulate_schedule(plan));
+  // DualPipeV: rank 1 runs chunks 1 and 2·pp − 2 = 2 of [1, 1, 1, 1].
+  const std::vector<int64_t> dual = {1, 1, 1, 1};
+  const std::vector<trex::model::StageSpec> rank1 =
+      trex::parallel::chunks_of_rank(PipelineSchedule::kDualPipeV, 2, 4, 1, dual);
+  ASSERT_EQ(rank1.size(), 2u);
+  EXPECT_EQ(rank1[0], (trex::model::StageSpec{1, 2, false, false}));
+  EXPECT_EQ(rank1[1], (trex::model::StageSpec{2, 3, false, false}));
+  auto expect_layers_error = [](std::vector<int64_t> counts, const std::string& fragment) {
+    try {
+      make_pipeline_plan(PipelineSchedule::k1F1B, 4, 8, 8, counts);
+      FAIL() << "accepted";
+    } catch (const trex::Error& e) {
+      EXPECT_EQ(e.field_name(), "parallel.pipeline_layers");
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_layers_error({4, 4}, "lists 2");
+  expect_layers_error({3, 3, 3, 0}, "sums to 9");
+  expect_layers_error({5, 4, -1, 0}, "cannot have -1");
+}
+
 TEST(PipelineSchedule, DescribeDrawsTheTimeline) {
   const PipelinePlan plan = make_pipeline_plan(PipelineSchedule::k1F1B, 4, 8, 8);
   const std::string text = trex::parallel::describe_schedule(plan);

@@ -57,6 +57,7 @@ TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
                    {"ep", 2},
                    {"pp", 2},
                    {"pipeline_schedule", "dualpipev"},
+                   {"pipeline_layers", {1, 1, 2, 0}},
                    {"zero", 2},
                    {"bucket_mb", 0.5},
                    {"overlap_grad_reduce", false},
@@ -70,6 +71,7 @@ TEST(TrainParallelConfig, ParsesRoundTripsAndDefaults) {
   EXPECT_EQ(c.parallel.world_size(), 8);
   EXPECT_EQ(c.parallel.data_size(), 4);
   EXPECT_EQ(c.parallel.pipeline_schedule, trex::parallel::PipelineSchedule::kDualPipeV);
+  EXPECT_EQ(c.parallel.pipeline_layers, (std::vector<int64_t>{1, 1, 2, 0}));
   EXPECT_EQ(c.parallel.zero, 2);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 0.5);
   EXPECT_FALSE(c.parallel.overlap_grad_reduce);
@@ -98,6 +100,17 @@ TEST(TrainParallelConfig, ErrorsNameTheParallelKey) {
   EXPECT_NE(with({{"pipeline_schedule", "gpipe"}}).find("parallel.pipeline_schedule"),
             std::string::npos);
   EXPECT_NE(with({{"overlap", true}}).find("parallel.overlap"), std::string::npos);
+  // 1F1B with pp = 2 has 2 chunks; a negative count is out of range.
+  const std::string chunks = with({{"pp", 2}, {"pipeline_layers", {1, 1, 2}}});
+  EXPECT_NE(chunks.find("parallel.pipeline_layers"), std::string::npos) << chunks;
+  EXPECT_NE(chunks.find("the pipeline has 2"), std::string::npos) << chunks;
+  EXPECT_NE(with({{"pp", 2}, {"pipeline_layers", {3, -1}}}).find("pipeline_layers"),
+            std::string::npos);
+  // Whole checkpoints gather the model on one rank: not with pipeline stages.
+  nlohmann::json whole = minimal_config();
+  whole["parallel"] = {{"pp", 2}};
+  whole["checkpoint_format"] = "whole";
+  EXPECT_NE(error_of(whole).find("checkpoint_format"), std::string::npos) << error_of(whole);
   // 8 micro-batches cannot be split evenly over dp·ep = 3 ranks.
   const std::string uneven = with({{"dp", 3}});
   EXPECT_NE(uneven.find("parallel.dp"), std::string::npos) << uneven;

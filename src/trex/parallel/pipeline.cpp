@@ -70,7 +70,7 @@ std::vector<std::pair<int64_t, int64_t>> partition_layers(int64_t layers, int pa
 }
 
 PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro_batches,
-                                int64_t num_layers) {
+                                int64_t num_layers, std::span<const int64_t> layers_per_chunk) {
   const int P = stages, N = micro_batches;
   if (P < 1) throw pipeline_error("pp must be at least 1, got " + std::to_string(P));
   if (N < 1) throw pipeline_error("needs at least one micro-batch");
@@ -83,15 +83,37 @@ PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro
   if (2 * static_cast<int64_t>(N) * C > 32768)
     throw pipeline_error(std::to_string(N) + " micro-batches over " + std::to_string(C) +
                          " chunks need more than 32768 message tags");
-  if (num_layers < C)
-    throw pipeline_error(std::string(pipeline_schedule_name(schedule)) + " with pp=" +
-                         std::to_string(P) + " cuts the model into " + std::to_string(C) +
-                         " chunks but it has only " + std::to_string(num_layers) + " layers");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  if (layers_per_chunk.empty()) {
+    if (num_layers < C)
+      throw pipeline_error(std::string(pipeline_schedule_name(schedule)) + " with pp=" +
+                           std::to_string(P) + " cuts the model into " + std::to_string(C) +
+                           " chunks but it has only " + std::to_string(num_layers) + " layers");
+    ranges = partition_layers(num_layers, C);
+  } else {
+    const std::string what = std::string(pipeline_schedule_name(schedule)) +
+                             " with pp=" + std::to_string(P) + " has " + std::to_string(C) +
+                             " chunks";
+    if (static_cast<int>(layers_per_chunk.size()) != C)
+      throw Error(what + "; pipeline_layers lists " + std::to_string(layers_per_chunk.size()))
+          .field("parallel.pipeline_layers");
+    int64_t first = 0;
+    for (int64_t count : layers_per_chunk) {
+      if (count < 0)
+        throw Error("pipeline_layers: a chunk cannot have " + std::to_string(count) + " layers")
+            .field("parallel.pipeline_layers");
+      ranges.emplace_back(first, first + count);
+      first += count;
+    }
+    if (first != num_layers)
+      throw Error("pipeline_layers sums to " + std::to_string(first) + " layers; the model has " +
+                  std::to_string(num_layers))
+          .field("parallel.pipeline_layers");
+  }
   PipelinePlan plan;
   plan.schedule = schedule;
   plan.stages = P;
   plan.micro_batches = N;
-  const auto ranges = partition_layers(num_layers, C);
   for (int c = 0; c < C; ++c) {
     plan.chunks.push_back({ranges[c].first, ranges[c].second, c == 0, c == C - 1});
     plan.chunk_rank.push_back(c < P ? c : 2 * P - 1 - c);
@@ -139,9 +161,11 @@ PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro
 }
 
 std::vector<model::StageSpec> chunks_of_rank(PipelineSchedule schedule, int stages,
-                                             int64_t num_layers, int rank) {
+                                             int64_t num_layers, int rank,
+                                             std::span<const int64_t> layers_per_chunk) {
   // The chunks do not depend on the number of micro-batches: any valid one.
-  const PipelinePlan plan = make_pipeline_plan(schedule, stages, 2 * stages, num_layers);
+  const PipelinePlan plan =
+      make_pipeline_plan(schedule, stages, 2 * stages, num_layers, layers_per_chunk);
   std::vector<model::StageSpec> mine;
   for (int c = 0; c < plan.num_chunks(); ++c)
     if (plan.chunk_rank[static_cast<size_t>(c)] == rank)
@@ -272,14 +296,15 @@ std::string describe_schedule(const PipelinePlan& plan) {
 
 template <class T>
 BasicPipelineRunner<T>::BasicPipelineRunner(model::Model<T>& model, Communicator& pp,
-                                            PipelineSchedule schedule)
-    : model_(model), pp_(pp), schedule_(schedule) {}
+                                            PipelineSchedule schedule,
+                                            std::vector<int64_t> layers_per_chunk)
+    : model_(model), pp_(pp), schedule_(schedule), layers_per_chunk_(std::move(layers_per_chunk)) {}
 
 template <class T>
 const PipelinePlan& BasicPipelineRunner<T>::plan(int micro_batches) {
   if (plan_.micro_batches != micro_batches || plan_.programs.empty())
-    plan_ =
-        make_pipeline_plan(schedule_, pp_.size(), micro_batches, model_.config().num_hidden_layers);
+    plan_ = make_pipeline_plan(schedule_, pp_.size(), micro_batches,
+                               model_.config().num_hidden_layers, layers_per_chunk_);
   return plan_;
 }
 

@@ -56,14 +56,20 @@ struct PipelinePlan {
 // DualPipeV (anchors §5.5, with full backwards, i.e. no deferred weight
 // gradients): 2·pp chunks, N ≥ 2·pp. Throws trex::Error (field "pipeline") on
 // pp < 1, N < 1, N < 2·pp for DualPipeV, or fewer layers than chunks.
+//
+// `layers_per_chunk` (one count per chunk, in model order, summing to
+// num_layers; zeros allowed) replaces the balanced split, e.g. to give the
+// head's chunk, which also runs the LM head and the MTP block, fewer layers
+// (as Megatron's first/last-stage layer counts). Empty: partition_layers.
 PipelinePlan make_pipeline_plan(PipelineSchedule schedule, int stages, int micro_batches,
-                                int64_t num_layers);
+                                int64_t num_layers, std::span<const int64_t> layers_per_chunk = {});
 
 // The chunks (model order) pp rank `rank` runs under `schedule`, whatever the
 // number of micro-batches: the layers whose parameters, gradients and
 // optimizer state that rank holds.
 std::vector<model::StageSpec> chunks_of_rank(PipelineSchedule schedule, int stages,
-                                             int64_t num_layers, int rank);
+                                             int64_t num_layers, int rank,
+                                             std::span<const int64_t> layers_per_chunk = {});
 
 // The plan run on an idealised machine: a forward costs `forward_cost`, a
 // backward `backward_cost`, transfers are free; every action starts when its
@@ -112,7 +118,9 @@ class BasicPipelineRunner {
  public:
   // `pp` is the pipeline communicator (ProcessGrid::pp()); its size is the
   // number of stages. Every rank of it must construct the runner alike.
-  BasicPipelineRunner(model::Model<T>& model, Communicator& pp, PipelineSchedule schedule);
+  // `layers_per_chunk` as in make_pipeline_plan (empty: balanced).
+  BasicPipelineRunner(model::Model<T>& model, Communicator& pp, PipelineSchedule schedule,
+                      std::vector<int64_t> layers_per_chunk = {});
 
   // Runs every forward and backward of the micro-batches (the same list on
   // every rank) in schedule order. Gradients accumulate into
@@ -139,6 +147,7 @@ class BasicPipelineRunner {
   model::Model<T>& model_;
   Communicator& pp_;
   PipelineSchedule schedule_;
+  std::vector<int64_t> layers_per_chunk_;
   PipelinePlan plan_;
 };
 

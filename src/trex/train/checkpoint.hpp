@@ -90,16 +90,16 @@ struct ParallelSetup;  // train/parallel_setup.hpp
 // Collective: writes the checkpoint of `step` under config.out_dir and every
 // rank returns its directory once it is committed. Both formats are
 // layout-free (any DP / EP / PP / ZeRO layout resumes from either).
-//  * sharded (config.checkpoint_format, default on more than one rank): each
-//    data rank of the first stage writes its part of the weights and of the
-//    optimizer state (its ZeRO ranges) into model-/optimizer-{r}-of-{N}
-//    .safetensors; rank 0 adds the small files, the two indexes and the
-//    manifest. Nothing is gathered; a failure on any rank fails the save on
+//  * sharded (config.checkpoint_format, default on more than one rank): every
+//    rank writes its part of its stage's weights and optimizer state (its
+//    ZeRO ranges) into model-/optimizer-{r}-of-{N}.safetensors; rank 0 adds the small files, the
+//    two indexes and the manifest. Nothing is gathered; a failure on any rank fails the save on
 //    every rank and leaves `latest` on the previous checkpoint.
 //  * whole: world rank 0 writes the files of a 1-rank run; the other data
 //    ranks of the first stage send it, point to point, what it lacks (their
 //    ZeRO ranges of the optimizer state; with expert weights sharded over EP
 //    their experts' weights and state): only rank 0 holds the whole model.
+//    Pipelined runs (stages own their layers) save sharded only.
 std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
                                        const ParallelSetup& setup, const model::Model<float>& model,
                                        const Optimizer& optimizer, const io::Tokenizer& tokenizer,

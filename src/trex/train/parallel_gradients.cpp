@@ -30,15 +30,13 @@ ParallelGradients::ParallelGradients(model::Model<float>& model, const ParallelS
                 .experts = setup.ownership ? &setup.grid->dp() : nullptr}) {
   const int pp = setup.grid->shape().pp;
   if (pp <= 1) return;
-  pipeline_ = std::make_unique<parallel::PipelineRunner>(model, setup.grid->pp(),
-                                                         config.parallel.pipeline_schedule);
+  pipeline_ = std::make_unique<parallel::PipelineRunner>(
+      model, setup.grid->pp(), config.parallel.pipeline_schedule, config.parallel.pipeline_layers);
   if (setup.tied_embedding) {
     tied_embedding_peer_ = 0;  // chunk 0, the embedding, is on pp rank 0 in every schedule
   } else if (setup.grid->coords().pp == 0) {
     for (int r = 1; r < pp; ++r)
-      if (model::holds_tied_embedding(
-              model.config(), parallel::chunks_of_rank(config.parallel.pipeline_schedule, pp,
-                                                       model.config().num_hidden_layers, r)))
+      if (model::holds_tied_embedding(model.config(), setup.stages_of(r, model.config())))
         tied_embedding_peer_ = r;
   }
 }

@@ -59,6 +59,7 @@ ParallelSetup ParallelSetup::build(const RunConfig& config,
   if (s.grid->shape().ep <= 1 && s.grid->shape().pp <= 1) return s;
   const model::ModelConfig mc = run_model_config(config);
   s.pipeline_schedule = config.parallel.pipeline_schedule;
+  s.pipeline_layers = config.parallel.pipeline_layers;
   if (s.grid->shape().pp > 1) {
     s.stages = s.stages_of(s.grid->coords().pp, mc);
     s.tied_embedding = model::holds_tied_embedding(mc, s.stages);
@@ -82,7 +83,7 @@ std::vector<model::StageSpec> ParallelSetup::stages_of(int pp_rank,
                                                        const model::ModelConfig& config) const {
   if (grid->shape().pp <= 1) return {};
   return parallel::chunks_of_rank(pipeline_schedule, grid->shape().pp, config.num_hidden_layers,
-                                  pp_rank);
+                                  pp_rank, pipeline_layers);
 }
 
 std::vector<model::ParamSpec> ParallelSetup::layout_of_data_rank(
@@ -157,20 +158,27 @@ Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& par
   return Optimizer(params, options, zero_ranges);
 }
 
+int64_t state_bytes_on_largest_rank(const ParallelSetup& setup, const model::Model<float>& model,
+                                    int64_t optimizer_state_bytes) {
+  const int64_t mine =
+      2 * model.params().size() * static_cast<int64_t>(sizeof(float)) + optimizer_state_bytes;
+  return setup.grid->world().all_reduce_value(mine, parallel::ReduceOp::kMax);
+}
+
 void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
-                         const model::Model<float>& model, int64_t optimizer_state_size,
-                         int64_t gradient_buckets) {
+                         const model::Model<float>& model, int64_t optimizer_state_bytes,
+                         int64_t largest_state_bytes, int64_t gradient_buckets) {
   parallel::ProcessGrid& grid = *setup.grid;
   // Whole-model figures count every parameter once, whatever this rank stores.
   const int64_t whole = parallel::total_numel(model::parameter_specs(model.config()));
-  const double mib = 2.0 * sizeof(float) / (1024.0 * 1024.0);
+  const auto mib = [](int64_t bytes) {
+    return format_value(static_cast<double>(bytes) / (1024.0 * 1024.0), "%.1f");
+  };
+  const int64_t param_bytes = model.params().size() * static_cast<int64_t>(sizeof(float));
   log::info(grid.shape().to_string(), ": ", c.accumulation_steps(), " micro-batches per step over ",
-            grid.data_size(), " data-parallel ranks; ZeRO-", c.parallel.zero, ", optimizer state ",
-            format_value(mib * static_cast<double>(optimizer_state_size), "%.1f"),
-            " MiB per rank (whole model ", format_value(mib * static_cast<double>(whole), "%.1f"),
-            " MiB), ", gradient_buckets, " gradient buckets",
+            grid.data_size(), " data-parallel ranks; ZeRO-", c.parallel.zero, ", ",
+            gradient_buckets, " gradient buckets",
             c.parallel.overlap_grad_reduce ? " reduced during backward" : "");
-  const double param_mib = sizeof(float) / (1024.0 * 1024.0);
   std::string held;
   if (setup.ownership)
     held += "; routed experts sharded over " + std::to_string(grid.shape().ep) + " EP ranks";
@@ -181,10 +189,10 @@ void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
               ")" + (chunk.has_embedding ? " + embedding" : "") + (chunk.has_head ? " + head" : "");
     if (setup.tied_embedding) held += " + the MTP block's tied embedding";
   }
-  log::info("parameters ",
-            format_value(param_mib * static_cast<double>(model.params().size()), "%.2f"),
-            " MiB per rank (whole model ",
-            format_value(param_mib * static_cast<double>(whole), "%.2f"), " MiB)", held);
+  log::info("this rank: parameters ", mib(param_bytes), " MiB, gradient buffer ", mib(param_bytes),
+            " MiB, optimizer state ", mib(optimizer_state_bytes), " MiB (whole model: parameters ",
+            mib(whole * static_cast<int64_t>(sizeof(float))), " MiB); the largest rank holds ",
+            mib(largest_state_bytes), " MiB of the three", held);
 }
 
 }  // namespace trex::train

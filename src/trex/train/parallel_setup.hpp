@@ -37,6 +37,7 @@ struct ParallelSetup {
   std::vector<model::StageSpec> stages;
   bool tied_embedding = false;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  std::vector<int64_t> pipeline_layers;  // per chunk; empty: balanced
   // Everything this rank stores: its experts of its stages' layers.
   parallel::RankOwnership rank_ownership() const { return {ownership, stages}; }
 
@@ -84,10 +85,16 @@ Optimizer make_optimizer(const RunConfig& config, const model::ParamStore<float>
                          const std::vector<parallel::OptimizerShard>& zero_ranges);
 
 // The start-up log lines of a multi-rank run: micro-batches per data rank,
-// ZeRO, optimizer-state and parameter memory per rank against the whole model,
-// gradient buckets.
+// ZeRO, gradient buckets; this rank's parameter, gradient-buffer and
+// optimizer-state bytes against the whole model's parameters, the largest sum
+// of the three on any rank (state_bytes_on_largest_rank), what this rank's
+// pipeline stage holds. Not collective (rank 0 alone may log).
 void log_parallel_layout(const ParallelSetup& setup, const RunConfig& config,
-                         const model::Model<float>& model, int64_t optimizer_state_size,
-                         int64_t gradient_buckets);
+                         const model::Model<float>& model, int64_t optimizer_state_bytes,
+                         int64_t largest_state_bytes, int64_t gradient_buckets);
+// Parameters + gradient buffer + optimizer state of the rank holding the most
+// (pipeline stages and EP ranks differ). Collective over the world.
+int64_t state_bytes_on_largest_rank(const ParallelSetup& setup, const model::Model<float>& model,
+                                    int64_t optimizer_state_bytes);
 
 }  // namespace trex::train

@@ -140,6 +140,9 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
         p.choice("pipeline_schedule", c.parallel.pipeline_schedule,
                  {{"1f1b", parallel::PipelineSchedule::k1F1B},
                   {"dualpipev", parallel::PipelineSchedule::kDualPipeV}});
+    if (p.has("pipeline_layers"))
+      c.parallel.pipeline_layers =
+          p.array("pipeline_layers").integers<int64_t>(config::Range<int64_t>::between(0, 1 << 20));
     c.parallel.zero = p.integer("zero", c.parallel.zero);
     c.parallel.bucket_mb = p.number("bucket_mb", c.parallel.bucket_mb);
     c.parallel.overlap_grad_reduce =
@@ -272,6 +275,18 @@ void RunConfig::validate(const std::string& origin) const {
              " micro-batches per step must be a multiple of parallel.dp x parallel.ep = " +
              std::to_string(parallel.data_size()) +
              " (each data-parallel rank takes an equal share)");
+  if (!parallel.pipeline_layers.empty()) {
+    const int64_t chunks = parallel.pipeline_schedule == parallel::PipelineSchedule::kDualPipeV
+                               ? 2 * parallel.pp
+                               : parallel.pp;
+    if (static_cast<int64_t>(parallel.pipeline_layers.size()) != chunks)
+      fail("parallel.pipeline_layers",
+           "lists " + std::to_string(parallel.pipeline_layers.size()) +
+               " chunks; the pipeline has " + std::to_string(chunks) +
+               " (pp = " + std::to_string(parallel.pp) +
+               (chunks == parallel.pp ? ", 1f1b" : ", dualpipev: 2 x pp") +
+               "); the counts must sum to the model's num_hidden_layers");
+  }
   if (parallel.pp > 1 && checkpoint_format == CheckpointFormat::kWhole)
     fail("checkpoint_format",
          "\"whole\" gathers the model on one rank, but pipeline stages each hold only their "
@@ -433,6 +448,7 @@ nlohmann::json RunConfig::to_json() const {
         {"pp", parallel.pp},
         {"pipeline_schedule",
          parallel.pipeline_schedule == parallel::PipelineSchedule::k1F1B ? "1f1b" : "dualpipev"},
+        {"pipeline_layers", parallel.pipeline_layers},
         {"zero", parallel.zero},
         {"bucket_mb", parallel.bucket_mb},
         {"overlap_grad_reduce", parallel.overlap_grad_reduce},

@@ -31,6 +31,9 @@ struct ParallelConfig {
   int64_t ep = 1;
   int64_t pp = 1;
   parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
+  // Main layers per pipeline chunk in model order (pp counts for 1F1B, 2·pp for
+  // DualPipeV); empty: balanced (docs/pipeline-parallel.md, "Layer partition").
+  std::vector<int64_t> pipeline_layers;
   // 0: replicated optimizer; 1: optimizer state sharded over the data group;
   // 2: gradients too (reduce-scatter instead of all-reduce).
   int64_t zero = 0;

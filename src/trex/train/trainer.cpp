@@ -338,9 +338,13 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.summary.tokens = 0;
   s.step_flops = 0;
   s.summary.interrupted = false;
-  if (!s.options.quiet && world.size() > 1)
-    log_parallel_layout(s.setup, c, s.model, s.optimizer.state_size(),
-                        s.gradients.reducer().bucket_count());
+  if (world.size() > 1) {
+    const int64_t largest =
+        state_bytes_on_largest_rank(s.setup, s.model, s.optimizer.state_bytes());  // collective
+    if (!s.options.quiet)
+      log_parallel_layout(s.setup, c, s.model, s.optimizer.state_bytes(), largest,
+                          s.gradients.reducer().bucket_count());
+  }
   std::optional<Progress> progress;
   if (!s.options.quiet) progress.emplace("train", s.total_steps);
 

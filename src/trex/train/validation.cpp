@@ -39,7 +39,9 @@ double validation_loss(model::Model<float>& model, const RunConfig& config,
   forward_only.backward = false;
   // Pipeline stages hold only their layers: the batch goes through them all.
   std::optional<parallel::PipelineRunner> pipeline;
-  if (grid.pp().size() > 1) pipeline.emplace(model, grid.pp(), config.parallel.pipeline_schedule);
+  if (grid.pp().size() > 1)
+    pipeline.emplace(model, grid.pp(), config.parallel.pipeline_schedule,
+                     config.parallel.pipeline_layers);
   auto run_forward = [&](const model::Batch& batch) {
     return pipeline ? pipeline->forward_only(batch, loss_options, forward_only)
                     : model.forward_backward(batch, loss_options, forward_only);
