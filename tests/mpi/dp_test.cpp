@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <tuple>
 
 #include "mpi/train_harness.hpp"
 #include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
+#include "trex/core/error.hpp"
 #include "trex/model/checkpoint_export.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
@@ -186,6 +189,43 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
       EXPECT_EQ(trex::model::Model<float>::from_checkpoint(exported).params().values(),
                 t.model().params().values());
     }
+  }
+  world.barrier();
+}
+
+}  // namespace
+
+namespace {
+
+// Resuming from a sharded checkpoint with a corrupt shard: the ranks split the
+// checksum reading (rank 0 checks model-00002 here: the manifest's third file),
+// and every rank refuses to start with the error that names the file.
+TEST(DataParallelResume, CorruptShardIsRefusedOnEveryRankNamingTheFile) {
+  Communicator& world = *trex::parallel::world();
+  if (world.size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  RunConfig dp2 = base_config(3);
+  dp2.parallel.dp = 2;
+  dp2.parallel.zero = 1;
+  dp2.out_dir = shared_dir() + "/resume-corrupt-shard";
+  {
+    Trainer t(dp2, {.quiet = true, .stop_after_step = 1, .write_metrics = false});
+    EXPECT_TRUE(t.run().interrupted);
+  }
+  const std::string shard = dp2.out_dir + "/checkpoints/" + trex::train::checkpoint_name(1) +
+                            "/model-00002-of-00002.safetensors";
+  world.barrier();
+  if (world.rank() == 0) {
+    std::string bytes = trex::read_file(shard);
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);
+    std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  world.barrier();
+  try {
+    Trainer t(dp2, {.resume = true, .quiet = true, .write_metrics = false});
+    ADD_FAILURE() << "rank " << world.rank() << " resumed from a corrupt shard";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.file_name(), shard) << "rank " << world.rank() << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("CRC-32C"), std::string::npos) << e.what();
   }
   world.barrier();
 }

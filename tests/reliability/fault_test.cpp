@@ -227,6 +227,44 @@ TEST(FaultInject, NonFiniteLoadedWeightRefusesToStart) {
 
 // A flipped byte in any checkpoint file: the resume refuses, naming the file;
 // the run does not start from scratch.
+// Processes sharing a checkpoint split its verification: part k of n checks
+// every n-th file of the manifest (name order), so the parts together check
+// each file once; once all parts passed, opening a file does not read it again.
+TEST(FaultChecksum, ManifestPartsSplitTheFilesAndRememberTheResult) {
+  TempDir dir;
+  for (const char* name : {"a.bin", "b.bin", "c.bin"}) {
+    std::ofstream out(dir.file(name), std::ios::binary);
+    out << std::string(4096, name[0]);
+  }
+  trex::write_checksum_manifest(dir.path(), std::vector<std::string>{"a.bin", "b.bin", "c.bin"});
+  const trex::ManifestCheck part0 = trex::verify_checksum_manifest(dir.path(), 0, 2);
+  const trex::ManifestCheck part1 = trex::verify_checksum_manifest(dir.path(), 1, 2);
+  ASSERT_EQ(part0.files.size(), 2u);  // a, c
+  ASSERT_EQ(part1.files.size(), 1u);  // b
+  EXPECT_EQ(fs::path(part1.files[0]).filename(), "b.bin");
+  EXPECT_THROW(trex::verify_checksum_manifest(dir.path(), 2, 2), trex::Error);
+  // b corrupt: only the part that holds it sees it, naming the file.
+  const auto stamp = fs::last_write_time(dir.file("b.bin"));
+  flip_byte(dir.file("b.bin"), 0.5);
+  EXPECT_NO_THROW(trex::verify_checksum_manifest(dir.path(), 0, 2));
+  try {
+    trex::verify_checksum_manifest(dir.path(), 1, 2);
+    FAIL() << "corrupt b.bin passed";
+  } catch (const trex::Error& e) {
+    EXPECT_EQ(e.file_name(), dir.file("b.bin"));
+  }
+  EXPECT_THROW(trex::verify_file_against_manifest(dir.file("b.bin")), trex::Error);
+  // Remembered as verified (as the ranks do after all parts passed): with the
+  // same size, time stamp and inode the file is not read again, so this
+  // (deliberately restored) corruption goes unseen — which proves no re-read.
+  fs::last_write_time(dir.file("b.bin"), stamp);
+  trex::remember_manifest_verified(dir.path());
+  EXPECT_TRUE(trex::verify_file_against_manifest(dir.file("b.bin")));
+  // A later change of the file (new time stamp) is checked again.
+  flip_byte(dir.file("b.bin"), 0.25);
+  EXPECT_THROW(trex::verify_file_against_manifest(dir.file("b.bin")), trex::Error);
+}
+
 TEST(FaultCheckpoint, FlippedByteRefusesToLoadNamingTheFile) {
   for (const std::string name :
        {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "tokenizer.json"}) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -159,14 +160,18 @@ void write_checksum_manifest(const std::string& dir,
   write_file_atomic((std::filesystem::path(dir) / kManifestName).string(), m.dump(2) + "\n");
 }
 
-ManifestCheck verify_checksum_manifest(const std::string& dir) {
+ManifestCheck verify_checksum_manifest(const std::string& dir, int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw Error("manifest check: part " + std::to_string(part) + " of " + std::to_string(parts));
   ManifestCheck out;
   const std::string manifest_path = (std::filesystem::path(dir) / kManifestName).string();
   std::error_code ec;
   if (!std::filesystem::exists(manifest_path, ec)) return out;
   out.has_manifest = true;
   const nlohmann::json m = read_manifest(manifest_path);
-  for (const auto& [name, entry] : m["files"].items()) {
+  int index = 0;
+  for (const auto& [name, entry] : m["files"].items()) {  // name order: the same everywhere
+    if (index++ % parts != part) continue;
     const std::string path = (std::filesystem::path(dir) / name).string();
     check_entry(path, entry, manifest_path);
     out.files.push_back(path);
@@ -174,29 +179,52 @@ ManifestCheck verify_checksum_manifest(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// The files verify_file_against_manifest need not read again: path, size,
+// modification time and inode as they were when checked.
+std::mutex verified_mutex;
+std::set<std::string> verified_files;
+
+std::optional<std::string> verified_key(const std::filesystem::path& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return std::nullopt;
+  std::error_code ec;
+  return std::filesystem::absolute(file, ec).string() + "|" + std::to_string(st.st_size) + "|" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
+         std::to_string(st.st_ino);
+}
+
+}  // namespace
+
+void remember_manifest_verified(const std::string& dir) {
+  const std::string manifest_path = (std::filesystem::path(dir) / kManifestName).string();
+  std::error_code ec;
+  if (!std::filesystem::exists(manifest_path, ec)) return;
+  const nlohmann::json m = read_manifest(manifest_path);
+  std::lock_guard<std::mutex> lock(verified_mutex);
+  for (const auto& [name, entry] : m["files"].items())
+    if (const auto key = verified_key(std::filesystem::path(dir) / name))
+      verified_files.insert(*key);
+}
+
 bool verify_file_against_manifest(const std::string& path) {
   const std::filesystem::path file(path);
   const std::string manifest_path = (file.parent_path() / kManifestName).string();
   std::error_code ec;
   if (!std::filesystem::exists(manifest_path, ec)) return false;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return false;  // the caller's open reports it
-  const std::string key = std::filesystem::absolute(file, ec).string() + "|" +
-                          std::to_string(st.st_size) + "|" + std::to_string(st.st_mtim.tv_sec) +
-                          "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
-                          std::to_string(st.st_ino);
-  static std::mutex mutex;
-  static std::set<std::string> verified;
+  const std::optional<std::string> key = verified_key(file);
+  if (!key) return false;  // the caller's open reports it
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (verified.count(key)) return true;
+    std::lock_guard<std::mutex> lock(verified_mutex);
+    if (verified_files.count(*key)) return true;
   }
   const nlohmann::json m = read_manifest(manifest_path);
   const std::string name = file.filename().string();
   if (!m["files"].contains(name)) return false;
   check_entry(path, m["files"][name], manifest_path);
-  std::lock_guard<std::mutex> lock(mutex);
-  verified.insert(key);
+  std::lock_guard<std::mutex> lock(verified_mutex);
+  verified_files.insert(*key);
   return true;
 }
 

@@ -45,8 +45,15 @@ struct ManifestCheck {
 
 // Checks every file DIR/manifest.json lists: present, same size, same CRC-32C.
 // A mismatch or a missing file throws trex::Error naming the file; without a
-// manifest returns has_manifest = false (the caller decides).
-ManifestCheck verify_checksum_manifest(const std::string& dir);
+// manifest returns has_manifest = false (the caller decides). With parts > 1
+// only the files whose position in the manifest (name order) is `part` modulo
+// `parts`: processes that share a checkpoint split the reading.
+ManifestCheck verify_checksum_manifest(const std::string& dir, int part = 0, int parts = 1);
+
+// After every part of DIR's manifest was verified (by this and other
+// processes): later verify_file_against_manifest calls on its files, as they
+// are now, return at once instead of reading them again.
+void remember_manifest_verified(const std::string& dir);
 
 // Checks one file against the manifest.json of its directory, when there is
 // one and it lists the file (returns whether it was checked). A process

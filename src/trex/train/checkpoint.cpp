@@ -206,6 +206,41 @@ void verify_checkpoint(const std::string& checkpoint_dir) {
               " (written before checkpoints carried checksums): loading it unverified");
 }
 
+void verify_checkpoint(const std::string& checkpoint_dir, parallel::Communicator& world) {
+  if (world.size() == 1) {
+    verify_checkpoint(checkpoint_dir);
+    remember_manifest_verified(checkpoint_dir);
+    return;
+  }
+  // A failure travels as "file\0message", so every rank throws the same error.
+  std::string failure;
+  bool has_manifest = true;
+  try {
+    has_manifest =
+        verify_checksum_manifest(checkpoint_dir, world.rank(), world.size()).has_manifest;
+  } catch (const Error& e) {
+    failure = e.file_name() + std::string(1, '\0') + e.message();
+  }
+  // The first failing rank tells every rank what it found.
+  int64_t first = failure.empty() ? world.size() : world.rank();
+  world.all_reduce(&first, 1, parallel::DType::kI64, parallel::ReduceOp::kMin);
+  if (first < world.size()) {
+    const int root = static_cast<int>(first);
+    int64_t length = static_cast<int64_t>(failure.size());
+    world.broadcast(&length, 1, parallel::DType::kI64, root);
+    failure.resize(static_cast<size_t>(length));
+    world.broadcast(failure.data(), length, parallel::DType::kU8, root);
+    const size_t split = failure.find('\0');
+    Error error(failure.substr(split + 1));
+    if (split > 0) error.file(failure.substr(0, split));
+    throw error;
+  }
+  if (!has_manifest && world.rank() == 0)
+    log::warn("checkpoint ", checkpoint_dir, " has no ", kManifestName,
+              " (written before checkpoints carried checksums): loading it unverified");
+  remember_manifest_verified(checkpoint_dir);
+}
+
 nlohmann::json TrainerState::to_json(const RunConfig& config, int64_t optimizer_step) const {
   return {{"step", step},
           {"total_steps", total_steps},
@@ -674,7 +709,7 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
                              model::Model<float>& model, Optimizer& optimizer) {
   // Every file against the manifest's checksums before anything is read: a
   // corrupt checkpoint is refused naming the file (never a silent fresh start).
-  verify_checkpoint(dir);
+  verify_checkpoint(dir, setup.grid->world());
   // The model's files are one file or an HF multi-file checkpoint (the
   // sharded format); either way read by name, with EP only this rank's experts.
   if (!setup.rank_ownership().keeps_everything()) {

@@ -25,6 +25,7 @@
 
 #include "trex/io/tokenizer.hpp"
 #include "trex/model/model.hpp"
+#include "trex/parallel/communicator.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/data/packing.hpp"
 #include "trex/train/optim/optimizer.hpp"
@@ -62,6 +63,11 @@ std::optional<std::string> latest_checkpoint(const std::string& out_dir);
 // mismatch or a missing file throws trex::Error naming the file. A checkpoint
 // without a manifest (written before checksums) loads with a warning.
 void verify_checkpoint(const std::string& checkpoint_dir);
+// The same, collective over `world`: each rank reads 1/world.size() of the
+// files (a resume of a large run never reads the whole checkpoint on every
+// rank), every rank throws the first failing rank's error, and afterwards
+// opening the checkpoint's files reads none of them again for checking.
+void verify_checkpoint(const std::string& checkpoint_dir, parallel::Communicator& world);
 
 // trainer_state.json of a checkpoint directory (checked against the manifest;
 // errors name the file).

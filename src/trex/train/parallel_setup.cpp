@@ -126,7 +126,8 @@ model::ModelConfig run_model_config(const RunConfig& c) {
 model::Model<float> build_model(const RunConfig& c, const ParallelSetup& setup) {
   const parallel::RankOwnership ownership = setup.rank_ownership();
   if (!c.init_checkpoint.empty()) {
-    verify_checkpoint(c.init_checkpoint);  // checksums: a corrupt file is refused by name
+    // Checksums, split over the ranks: a corrupt file is refused by name.
+    verify_checkpoint(c.init_checkpoint, setup.grid->world());
     if (ownership.keeps_everything())
       return model::Model<float>::from_checkpoint(c.init_checkpoint);
     model::LoadedCheckpoint<float> loaded =
