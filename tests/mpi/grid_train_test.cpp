@@ -16,6 +16,7 @@
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/pipeline.hpp"
 #include "trex/train/checkpoint.hpp"
+#include "trex/train/state_accounting.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {
@@ -132,6 +133,12 @@ void expect_twenty_steps_match(const Layout& l) {
   expect_validation_matches(*trainer, c);
   EXPECT_LT(losses.back(), losses.front() - 0.1);  // it trained
   if (l.pp > 1) expect_stage_owns_its_layers(*trainer, l);
+  // The dry-run accounting (trex train --dry-run) is this rank's allocation, byte for byte.
+  const trex::train::RankState want =
+      trex::train::state_of_rank(c, trainer->model().config(), trex::parallel::world()->rank());
+  EXPECT_EQ(trainer->model().params().size() * 4, want.params) << l.name();
+  EXPECT_EQ(static_cast<int64_t>(trainer->model().params().grads().size() * 4), want.grads);
+  EXPECT_EQ(trainer->optimizer().state_bytes(), want.moments) << l.name();
   if (l.zero > 0 && l.ep > 1) {
     // ZeRO with experts sharded over EP: this rank's state is its quarter of
     // the dense tensors (over dp x ep) plus half of its experts (over dp).

@@ -17,6 +17,7 @@
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
 #include "trex/train/optim/optimizer.hpp"
+#include "trex/train/state_accounting.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {
@@ -116,6 +117,50 @@ TEST(TrainParallelConfig, ErrorsNameTheParallelKey) {
   EXPECT_NE(uneven.find("parallel.dp"), std::string::npos) << uneven;
   EXPECT_NE(uneven.find("multiple of parallel.dp x parallel.ep = 3"), std::string::npos) << uneven;
   EXPECT_EQ(with({{"dp", 2}, {"ep", 2}}), "");
+}
+
+// The dry-run accounting from a config alone: the whole model on one rank;
+// pipeline stages add up to it once (plus the 1F1B head's tied embedding
+// copy); ZeRO-1 splits the moments of a layout over its data ranks exactly.
+TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.global_batch = 8;
+  const trex::model::ModelConfig m = tiny_model_config();
+  const int64_t whole = trex::parallel::total_numel(trex::model::parameter_specs(m)) * 4;
+  const trex::train::StateAccount one = trex::train::account_state(c, m);
+  ASSERT_EQ(one.roles.size(), 1u);
+  EXPECT_EQ(one.roles[0].params, whole);
+  EXPECT_EQ(one.total_parameters * 4, whole);
+  const int64_t all_moments = one.roles[0].moments_max;
+  EXPECT_EQ(one.roles[0].moments_min, all_moments);
+  EXPECT_LT(all_moments, 2 * whole);  // Muon tensors keep one moment
+  EXPECT_GT(all_moments, whole);      // AdamW tensors two
+
+  c.parallel.pp = 2;
+  const trex::train::StateAccount pp2 = trex::train::account_state(c, m);
+  ASSERT_EQ(pp2.roles.size(), 2u);
+  const int64_t embed = m.vocab_size * m.hidden_size * 4;
+  EXPECT_EQ(pp2.roles[0].params + pp2.roles[1].params - embed, whole);
+  EXPECT_EQ(pp2.largest().total_max(),
+            std::max(pp2.roles[0].total_max(), pp2.roles[1].total_max()));
+
+  c.parallel.pp = 1;
+  c.parallel.dp = 2;
+  c.parallel.zero = 1;
+  const trex::train::RankState r0 = trex::train::state_of_rank(c, m, 0);
+  const trex::train::RankState r1 = trex::train::state_of_rank(c, m, 1);
+  EXPECT_EQ(r0.params, whole);
+  EXPECT_EQ(r0.moments + r1.moments, all_moments);
+  EXPECT_GT(r0.moments, 0);
+  EXPECT_GT(r1.moments, 0);
+  c.optimizer.moment_dtype = trex::train::MomentDType::kBF16;
+  EXPECT_EQ(trex::train::state_of_rank(c, m, 0).moments * 2, r0.moments);
+  EXPECT_THROW(trex::train::state_of_rank(c, m, 2), trex::Error);
+  const std::string table = trex::train::format_state_account(trex::train::account_state(c, m), c);
+  EXPECT_NE(table.find("DP=2 x EP=1 x PP=1, ZeRO-1"), std::string::npos) << table;
+  EXPECT_NE(table.find("not included yet: activations"), std::string::npos) << table;
 }
 
 TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {

@@ -1,5 +1,6 @@
-// `[mpirun -np N] trex train --config RUN.json [--resume] [--steps N] [--out-dir D]` and
-// `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype bf16|fp32]`.
+// `[mpirun -np N] trex train --config RUN.json [--resume] [--steps N] [--out-dir D] [--dry-run]`
+// and `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype
+// bf16|fp32]`.
 #include <filesystem>
 #include <iostream>
 
@@ -11,6 +12,8 @@
 #include "trex/model/weights.hpp"
 #include "trex/rl/grpo.hpp"
 #include "trex/train/data/sft.hpp"
+#include "trex/train/parallel_setup.hpp"
+#include "trex/train/state_accounting.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace trex::cli {
@@ -23,6 +26,7 @@ struct TrainCliOptions {
   std::string out_dir;
   double peak_gflops = -1;
   bool quiet = false;
+  bool dry_run = false;
 };
 
 int run_train(const TrainCliOptions& o) {
@@ -31,6 +35,13 @@ int run_train(const TrainCliOptions& o) {
   if (!o.out_dir.empty()) config.out_dir = o.out_dir;
   if (o.peak_gflops >= 0) config.peak_gflops = o.peak_gflops;
   config.validate(o.config);
+  if (o.dry_run) {
+    // The run's per-rank state from its config alone: nothing is allocated,
+    // no data read, no process launched (any grid size).
+    std::cout << train::format_state_account(
+        train::account_state(config, train::run_model_config(config)), config);
+    return 0;
+  }
   // The loaders read the training JSONL leniently unless data.strict is set.
   train::set_default_data_strict(config.data_strict);
   train::TrainerOptions options;
@@ -117,6 +128,9 @@ void add_train_commands(CLI::App& app) {
   t->add_option("--peak-gflops", train->peak_gflops,
                 "MFU denominator (GFLOP/s); default: the config's, else measured at start");
   t->add_flag("--quiet", train->quiet, "No progress bar or log lines, only the summary");
+  t->add_flag("--dry-run", train->dry_run,
+              "Print each rank's parameter, gradient and optimizer-state bytes for the config's "
+              "[parallel] layout (any number of ranks) without training");
   t->callback([train] {
     const int rc = run_train(*train);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -29,27 +29,6 @@ std::unique_ptr<parallel::ProcessGrid> make_grid(const RunConfig& c,
   return std::make_unique<parallel::ProcessGrid>(std::move(world), shape);
 }
 
-// The map of `trex plan experts` for the main MoE layers (the MTP block keeps
-// the contiguous map unless the file lists it too).
-void apply_expert_placement(parallel::ExpertParallel& ep, const RunConfig& config,
-                            const model::ModelConfig& mc, int ep_size) {
-  const std::string& path = config.parallel.expert_placement;
-  const parallel::ExpertPlacement placement = parallel::load_expert_placement(path);
-  const int blocks = static_cast<int>(ep.owner.size());
-  const int listed = static_cast<int>(placement.layers.size());
-  const int main_layers = static_cast<int>(mc.num_hidden_layers);
-  if (listed != main_layers && listed != blocks)
-    throw Error("the expert placement lists " + std::to_string(listed) +
-                " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
-                std::to_string(blocks - main_layers) + " MTP)")
-        .file(path)
-        .field("layers");
-  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
-                                   ep_size, path);
-  for (int l = 0; l < listed; ++l)
-    ep.owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
-}
-
 }  // namespace
 
 ParallelSetup ParallelSetup::build(const RunConfig& config,
@@ -67,8 +46,7 @@ ParallelSetup ParallelSetup::build(const RunConfig& config,
   if (s.grid->shape().ep <= 1) return s;
   s.expert_parallel = std::make_unique<parallel::ExpertParallel>(
       parallel::make_expert_parallel(mc, s.grid->ep(), config.parallel.ep_overlap));
-  if (!config.parallel.expert_placement.empty())
-    apply_expert_placement(*s.expert_parallel, config, mc, s.grid->shape().ep);
+  s.expert_parallel->owner = run_expert_owners(config, mc);
   s.expert_dispatchers = std::make_unique<parallel::EpTokenDispatchers<float>>(*s.expert_parallel);
   s.ownership = parallel::ExpertOwnership::of_rank(s.expert_parallel->owner, s.grid->coords().ep);
   return s;
@@ -113,6 +91,32 @@ int64_t ParallelSetup::ep_bytes_sent() const {
     for (size_t r = 0; r < block.size(); ++r)
       if (static_cast<int>(r) != grid->ep().rank()) bytes += block[r];
   return bytes;
+}
+
+std::vector<std::vector<int>> run_expert_owners(const RunConfig& config,
+                                                const model::ModelConfig& mc) {
+  const int ep_size = static_cast<int>(config.parallel.ep);
+  const int blocks = static_cast<int>(mc.num_hidden_layers + mc.num_nextn_predict_layers);
+  std::vector<std::vector<int>> owner(
+      static_cast<size_t>(blocks), parallel::contiguous_expert_owner(mc.n_routed_experts, ep_size));
+  const std::string& path = config.parallel.expert_placement;
+  if (path.empty()) return owner;
+  // The map of `trex plan experts` for the main MoE layers (the MTP block keeps
+  // the contiguous map unless the file lists it too).
+  const parallel::ExpertPlacement placement = parallel::load_expert_placement(path);
+  const int listed = static_cast<int>(placement.layers.size());
+  const int main_layers = static_cast<int>(mc.num_hidden_layers);
+  if (listed != main_layers && listed != blocks)
+    throw Error("the expert placement lists " + std::to_string(listed) +
+                " MoE layers; the model has " + std::to_string(main_layers) + " (+ " +
+                std::to_string(blocks - main_layers) + " MTP)")
+        .file(path)
+        .field("layers");
+  parallel::check_expert_placement(placement, listed, static_cast<int>(mc.n_routed_experts),
+                                   ep_size, path);
+  for (int l = 0; l < listed; ++l)
+    owner[static_cast<size_t>(l)] = placement.layers[static_cast<size_t>(l)];
+  return owner;
 }
 
 model::ModelConfig run_model_config(const RunConfig& c) {

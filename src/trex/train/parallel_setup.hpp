@@ -74,6 +74,12 @@ struct ParallelSetup {
 // The model config of the run: the init checkpoint's, else model_config.
 model::ModelConfig run_model_config(const RunConfig& config);
 
+// The owner EP rank of every routed expert of every MoE block (main layers,
+// then MTP): contiguous, or parallel.expert_placement's map (checked against
+// the model and the EP size; errors name the file).
+std::vector<std::vector<int>> run_expert_owners(const RunConfig& config,
+                                                const model::ModelConfig& model);
+
 // This rank's model: random init or the init checkpoint (verified first). With
 // EP or PP it holds only its own routed experts of its own stages' layers from
 // the start: a random init fills just them (the whole model's values), a

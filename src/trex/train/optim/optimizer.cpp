@@ -109,8 +109,25 @@ Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions op
       slots_.push_back(slot);
       local += spec.numel();
     }
+  const StateElements elements = state_elements(specs_, ranges_, options_);
+  if (elements.first != state || elements.second != second)
+    throw Error("internal: optimizer state sizes disagree with state_elements");
   first_moment_ = MomentBuffer(options_.moment_dtype, state);
   second_moment_ = MomentBuffer(options_.moment_dtype, second);
+}
+
+Optimizer::StateElements Optimizer::state_elements(
+    const std::vector<model::ParamSpec>& specs, const std::vector<parallel::OptimizerShard>& ranges,
+    const OptimizerOptions& options) {
+  StateElements out;
+  for (const parallel::OptimizerShard& range : ranges)
+    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+      const model::ParamSpec& spec = specs[i];
+      out.first += spec.numel();
+      const bool muon = spec.group == model::OptimizerGroup::kMuon && options.use_muon;
+      if (!muon && spec.group != model::OptimizerGroup::kNotTrained) out.second += spec.numel();
+    }
+  return out;
 }
 
 void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads, double lr) {

@@ -96,6 +96,16 @@ class Optimizer {
   // The tensor names save_state_shard gives `spec`'s state under `options`.
   static std::vector<std::string> state_tensor_names(const model::ParamSpec& spec,
                                                      const OptimizerOptions& options);
+  // Moment elements an optimizer over `ranges` of a store laid out by `specs`
+  // keeps: the first moment over every value of the ranges, the second only
+  // where AdamW updates (Muon keeps momentum only). What the constructor
+  // allocates; the memory accounting (train/state_accounting.hpp) uses it too.
+  struct StateElements {
+    int64_t first = 0, second = 0;
+  };
+  static StateElements state_elements(const std::vector<model::ParamSpec>& specs,
+                                      const std::vector<parallel::OptimizerShard>& ranges,
+                                      const OptimizerOptions& options);
 
   // The same state in memory (for tests / in-process resume): buffers of the
   // whole model (a sharded optimizer keeps its ranges) or of the ranges.

@@ -1,0 +1,52 @@
+#pragma once
+// What each rank of a run holds between steps — parameters, gradient buffer,
+// optimizer moments — from the run config alone, with the engine's own layout
+// code (parallel::RankOwnership for its experts and pipeline stages, the ZeRO
+// partition by role, Optimizer::state_elements) and without allocating a
+// tensor: the bytes the trainer then allocates (the multi-rank tests check
+// them rank by rank). Activations and communication buffers are not in it yet
+// (docs/distributed.md, "Memory per parameter").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trex/model/config.hpp"
+#include "trex/train/run_config.hpp"
+
+namespace trex::train {
+
+// One world rank's state, bytes.
+struct RankState {
+  int64_t params = 0;   // fp32 values of the tensors it stores
+  int64_t grads = 0;    // the fp32 gradient buffer of the same layout
+  int64_t moments = 0;  // optimizer moments of its ZeRO ranges (or of everything)
+  int64_t total() const { return params + grads + moments; }
+};
+
+// The ranks that hold the same tensors: one pipeline stage x one EP rank, its
+// `ranks` data-parallel replicas (whose ZeRO shards differ by whole tensors:
+// the largest and smallest moments are given).
+struct StateRole {
+  int pp_rank = 0;
+  int ep_rank = 0;
+  int64_t ranks = 0;
+  int64_t params = 0, grads = 0;
+  int64_t moments_max = 0, moments_min = 0;
+  int64_t total_max() const { return params + grads + moments_max; }
+};
+
+struct StateAccount {
+  int64_t total_parameters = 0;  // elements of the whole model, MTP blocks included
+  std::vector<StateRole> roles;  // pp-major, then EP rank
+  const StateRole& largest() const;
+};
+
+// `model` is the run's model config (run_model_config). Throws trex::Error on
+// a layout the trainer would refuse (pipeline chunks, expert placement).
+StateAccount account_state(const RunConfig& config, const model::ModelConfig& model);
+RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model, int world_rank);
+
+// The per-role table `trex train --dry-run` prints.
+std::string format_state_account(const StateAccount& account, const RunConfig& config);
+
+}  // namespace trex::train
