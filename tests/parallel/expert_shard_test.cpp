@@ -18,6 +18,7 @@
 #include "trex/model/model.hpp"
 #include "trex/model/weights.hpp"
 #include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/optim/optimizer_relayout.hpp"
 
@@ -265,6 +266,25 @@ TEST(ExpertShard, QuantisedReleasedCheckpointDequantisesOnlyTheOwnedTensors) {
     EXPECT_EQ(loaded.values_read, expected.size());
     EXPECT_LT(loaded.values_read, all.values_read);
   }
+  // A pipeline stage reads only its layers too: the head's stage of a 2-stage
+  // 1F1B pipeline (its blocks, the head, the MTP block, the tied embedding)
+  // with EP rank 1's experts; layer 0's FP8 tensor is never dequantised.
+  const trex::parallel::RankOwnership head_stage{
+      ExpertOwnership::of_rank(owner, 1),
+      trex::parallel::chunks_of_rank(trex::parallel::PipelineSchedule::k1F1B, 2,
+                                     c.num_hidden_layers, 1)};
+  const auto staged = trex::parallel::load_checkpoint_shard<float>(dir.path() + "/q", head_stage);
+  const std::vector<ParamSpec> stage_specs =
+      trex::parallel::filter_specs(all.params.specs(), c, head_stage);
+  EXPECT_EQ(staged.params.values(), trex::parallel::relayout_by_name<float>(
+                                        all.params.specs(), all.params.values(), stage_specs));
+  EXPECT_EQ(staged.values_read, staged.params.size());
+  EXPECT_FALSE(staged.params.contains("layers.0.attn.wq_a.weight"));
+  EXPECT_TRUE(staged.params.contains("embed.weight"));  // the MTP block's tied copy
+  EXPECT_TRUE(staged.params.contains("head.weight"));
+  // Fewer than EP rank 1 reads without stages (every layer's dense tensors).
+  EXPECT_LT(staged.values_read, trex::parallel::total_numel(trex::parallel::filter_specs(
+                                    all.params.specs(), ExpertOwnership::of_rank(owner, 1))));
   // A scale of an expert rank 0 does not own, missing: still refused on rank 0.
   std::string foreign;
   const ExpertOwnership rank0 = ExpertOwnership::of_rank(owner, 0);
