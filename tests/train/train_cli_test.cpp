@@ -71,6 +71,34 @@ TEST(TrainCli, TrainsTinyCorpusLossDecreasesAndResumes) {
       << bad.output;
 }
 
+// --dry-run of a 4-rank layout in one process: the table, nothing trained.
+TEST(TrainCli, DryRunPrintsEachRolesStateWithoutTraining) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  nlohmann::json run = {
+      {"model", {{"config", trex::test::source_dir() + "/configs/models/tiny-v4.json"}}},
+      {"tokenizer", "tokenizer.json"},
+      {"data", {{"mode", "cpt"}, {"train", "cpt.jsonl"}}},
+      {"seq_len", 32},
+      {"global_batch", 4},
+      {"steps", 8},
+      {"out_dir", "out"},
+      {"parallel", {{"dp", 2}, {"pp", 2}, {"zero", 1}, {"pipeline_layers", {3, 1}}}}};
+  trex::write_file_atomic(dir.file("run.json"), run.dump(2));
+  const auto r = run_trex("train --config " + dir.file("run.json") + " --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("DP=2 x EP=1 x PP=2, ZeRO-1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("largest rank: stage"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not included yet: activations"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  run["parallel"]["pipeline_layers"] = {3, 3};  // tiny-v4 has 4 layers
+  trex::write_file_atomic(dir.file("run.json"), run.dump(2));
+  const auto bad = run_trex("train --config " + dir.file("run.json") + " --dry-run");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("pipeline_layers sums to 6 layers; the model has 4"), std::string::npos)
+      << bad.output;
+}
+
 TEST(TrainExport, TransformersExportRoundTripsLogits) {
   TempDir dir;
   trex::test::write_tiny_training_data(dir.path());

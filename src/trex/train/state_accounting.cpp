@@ -51,6 +51,11 @@ std::vector<int64_t> moments_by_data_rank(const RunConfig& c,
   return out;
 }
 
+// The EP map, as ParallelSetup::build reads it (only with EP).
+std::vector<std::vector<int>> expert_owners(const RunConfig& c, const model::ModelConfig& m) {
+  return c.parallel.ep > 1 ? run_expert_owners(c, m) : std::vector<std::vector<int>>{};
+}
+
 double mib(int64_t bytes) {
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
@@ -65,7 +70,7 @@ const StateRole& StateAccount::largest() const {
 }
 
 StateAccount account_state(const RunConfig& config, const model::ModelConfig& model) {
-  const std::vector<std::vector<int>> owner = run_expert_owners(config, model);
+  const std::vector<std::vector<int>> owner = expert_owners(config, model);
   StateAccount out;
   out.total_parameters = parallel::total_numel(model::parameter_specs(model));
   for (int p = 0; p < static_cast<int>(config.parallel.pp); ++p)
@@ -99,7 +104,7 @@ RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model
   const int ep_rank = world_rank % ep, dp_rank = (world_rank / ep) % dp,
             pp_rank = world_rank / (ep * dp);
   const std::vector<model::ParamSpec> layout =
-      layout_of(config, model, run_expert_owners(config, model), pp_rank, ep_rank);
+      layout_of(config, model, expert_owners(config, model), pp_rank, ep_rank);
   RankState s;
   s.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
   s.grads = s.params;
