@@ -1,6 +1,6 @@
 #pragma once
 // What one rank stores of the model (docs/distributed.md, "Expert weights
-// sharded over EP", "Pipeline stages own their layers"). With expert
+// sharded over EP"; docs/pipeline-parallel.md, "Design"). With expert
 // parallelism a rank's ParamStore holds only the routed experts it owns under
 // the EP map of each MoE block (which may be non-contiguous); with pipeline
 // stages only the tensors of its chunks (model::stages_hold). Tensors keep the
