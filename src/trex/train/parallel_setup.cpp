@@ -37,10 +37,9 @@ ParallelSetup ParallelSetup::build(const RunConfig& config,
   s.grid = make_grid(config, std::move(world));
   if (s.grid->shape().ep <= 1 && s.grid->shape().pp <= 1) return s;
   const model::ModelConfig mc = run_model_config(config);
-  s.pipeline_schedule = config.parallel.pipeline_schedule;
-  s.pipeline_layers = config.parallel.pipeline_layers;
+  s.parallel_config = config.parallel;
   if (s.grid->shape().pp > 1) {
-    s.stages = s.stages_of(s.grid->coords().pp, mc);
+    s.stages = stages_of_rank(config.parallel, mc, s.grid->coords().pp);
     s.tied_embedding = model::holds_tied_embedding(mc, s.stages);
   }
   if (s.grid->shape().ep <= 1) return s;
@@ -59,9 +58,7 @@ parallel::ZeroPartition ParallelSetup::zero_partition(
 
 std::vector<model::StageSpec> ParallelSetup::stages_of(int pp_rank,
                                                        const model::ModelConfig& config) const {
-  if (grid->shape().pp <= 1) return {};
-  return parallel::chunks_of_rank(pipeline_schedule, grid->shape().pp, config.num_hidden_layers,
-                                  pp_rank, pipeline_layers);
+  return stages_of_rank(parallel_config, config, pp_rank);
 }
 
 std::vector<model::ParamSpec> ParallelSetup::layout_of_data_rank(
@@ -73,10 +70,28 @@ std::vector<model::ParamSpec> ParallelSetup::layout_of_rank(
     int pp_rank, int r, const model::ModelConfig& config,
     const std::vector<model::ParamSpec>& own) const {
   if (rank_ownership().keeps_everything()) return own;
-  parallel::RankOwnership of_r{.experts = std::nullopt, .stages = stages_of(pp_rank, config)};
-  if (ownership)
-    of_r.experts = parallel::ExpertOwnership::of_rank(expert_parallel->owner, r % grid->shape().ep);
-  return parallel::filter_specs(model::parameter_specs(config), config, of_r);
+  return parallel::filter_specs(
+      model::parameter_specs(config), config,
+      ownership_of_rank(parallel_config, config,
+                        ownership ? expert_parallel->owner : std::vector<std::vector<int>>{},
+                        pp_rank, r % grid->shape().ep));
+}
+
+std::vector<model::StageSpec> stages_of_rank(const ParallelConfig& layout,
+                                             const model::ModelConfig& model, int pp_rank) {
+  if (layout.pp <= 1) return {};
+  return parallel::chunks_of_rank(layout.pipeline_schedule, static_cast<int>(layout.pp),
+                                  model.num_hidden_layers, pp_rank, layout.pipeline_layers);
+}
+
+parallel::RankOwnership ownership_of_rank(const ParallelConfig& layout,
+                                          const model::ModelConfig& model,
+                                          const std::vector<std::vector<int>>& owner, int pp_rank,
+                                          int ep_rank) {
+  parallel::RankOwnership out;
+  if (layout.ep > 1) out.experts = parallel::ExpertOwnership::of_rank(owner, ep_rank);
+  out.stages = stages_of_rank(layout, model, pp_rank);
+  return out;
 }
 
 double ParallelSetup::exposed_seconds() const {

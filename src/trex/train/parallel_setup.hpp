@@ -36,8 +36,7 @@ struct ParallelSetup {
   // copy of the embedding (model::holds_tied_embedding).
   std::vector<model::StageSpec> stages;
   bool tied_embedding = false;
-  parallel::PipelineSchedule pipeline_schedule = parallel::PipelineSchedule::k1F1B;
-  std::vector<int64_t> pipeline_layers;  // per chunk; empty: balanced
+  ParallelConfig parallel_config;  // the run's [parallel] section
   // Everything this rank stores: its experts of its stages' layers.
   parallel::RankOwnership rank_ownership() const { return {ownership, stages}; }
 
@@ -73,6 +72,17 @@ struct ParallelSetup {
 
 // The model config of the run: the init checkpoint's, else model_config.
 model::ModelConfig run_model_config(const RunConfig& config);
+
+// What world rank (pipeline stage pp_rank, EP rank ep_rank) of the grid of
+// `layout` stores: the chunks of its stage (with pp > 1) and the experts
+// `owner` (run_expert_owners) gives its EP rank (with ep > 1). The one rule
+// build_model, the checkpoint layouts and the dry-run accounting share.
+std::vector<model::StageSpec> stages_of_rank(const ParallelConfig& layout,
+                                             const model::ModelConfig& model, int pp_rank);
+parallel::RankOwnership ownership_of_rank(const ParallelConfig& layout,
+                                          const model::ModelConfig& model,
+                                          const std::vector<std::vector<int>>& owner, int pp_rank,
+                                          int ep_rank);
 
 // The owner EP rank of every routed expert of every MoE block (main layers,
 // then MTP): contiguous, or parallel.expert_placement's map (checked against

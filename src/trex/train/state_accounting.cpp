@@ -7,7 +7,6 @@
 #include "trex/core/error.hpp"
 #include "trex/model/params.hpp"
 #include "trex/parallel/expert_shard.hpp"
-#include "trex/parallel/pipeline.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/parallel_setup.hpp"
@@ -19,12 +18,8 @@ namespace {
 std::vector<model::ParamSpec> layout_of(const RunConfig& c, const model::ModelConfig& m,
                                         const std::vector<std::vector<int>>& owner, int pp_rank,
                                         int ep_rank) {
-  parallel::RankOwnership ownership;
-  if (c.parallel.ep > 1) ownership.experts = parallel::ExpertOwnership::of_rank(owner, ep_rank);
-  if (c.parallel.pp > 1)
-    ownership.stages =
-        parallel::chunks_of_rank(c.parallel.pipeline_schedule, static_cast<int>(c.parallel.pp),
-                                 m.num_hidden_layers, pp_rank, c.parallel.pipeline_layers);
+  const parallel::RankOwnership ownership =
+      ownership_of_rank(c.parallel, m, owner, pp_rank, ep_rank);
   if (ownership.keeps_everything()) return model::parameter_specs(m);
   return parallel::filter_specs(model::parameter_specs(m), m, ownership);
 }
