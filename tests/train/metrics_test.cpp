@@ -62,6 +62,7 @@ TEST(TrainMetrics, StepRecordHasTheDocumentedScalarsInOrder) {
                                                             .gradient_bytes = 3 << 20};
   m.pipeline_bubble = 0.2;
   m.ep_bytes_sent = 4096;
+  m.activation_peak_bytes = 5 << 20;
   m.expert_load = {{1, 3}, {}, {2, 2}};
   const trex::train::MetricsRecord r = trex::train::step_record(m);
   EXPECT_EQ(r.step, 9);
@@ -82,6 +83,7 @@ TEST(TrainMetrics, StepRecordHasTheDocumentedScalarsInOrder) {
       {"tokens_per_s", 128.0},
       {"model_tflops", 4.0},
       {"mfu", 0.25},
+      {"activation_peak_mib", 5.0},
       {"comm_exposed_s", 0.25},
       {"grad_reduce_wait_s", 0.125},
       {"grad_groups_overlapped", 3.0},

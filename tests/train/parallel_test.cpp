@@ -13,9 +13,11 @@
 #include "trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/model/activation_memory.hpp"
 #include "trex/model/model.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/state_accounting.hpp"
 #include "trex/train/trainer.hpp"
@@ -160,7 +162,60 @@ TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
   EXPECT_THROW(trex::train::state_of_rank(c, m, 2), trex::Error);
   const std::string table = trex::train::format_state_account(trex::train::account_state(c, m), c);
   EXPECT_NE(table.find("DP=2 x EP=1 x PP=1, ZeRO-1"), std::string::npos) << table;
-  EXPECT_NE(table.find("not included yet: activations"), std::string::npos) << table;
+  EXPECT_NE(table.find("activations: the cached micro-batches"), std::string::npos) << table;
+}
+
+// Activations and buffers per role: one micro-batch at a time without a
+// pipeline (its cache plus the work set, and the sum of the earlier
+// micro-batches' gradients); under 1F1B stage s keeps pp - s micro-batches
+// in flight, and the accounting walks the schedule's own programs.
+TEST(TrainStateAccounting, ActivationsFollowThePipelineSchedule) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.global_batch = 8;
+  c.micro_batch = 1;
+  c.seq_len = 32;
+  const trex::model::ModelConfig m = tiny_model_config();
+  trex::model::ActivationShape shape;
+  shape.sequences = 1;
+  shape.seq_len = 32;
+  shape.mtp_loss = c.mtp_weight != 0.0;
+  const trex::model::StageSpec whole = trex::model::whole_model_stage(m);
+  const trex::train::StateAccount one = trex::train::account_state(c, m);
+  ASSERT_EQ(one.roles.size(), 1u);
+  EXPECT_EQ(one.micro_batches_per_rank, 8);
+  EXPECT_EQ(one.roles[0].in_flight, 1);
+  EXPECT_EQ(one.roles[0].activation_caches,
+            trex::model::stage_cache_bytes(m, whole, shape).total());
+  EXPECT_EQ(one.roles[0].activations, one.roles[0].activation_caches +
+                                          trex::model::transient_activation_bytes(m, whole, shape));
+  EXPECT_GE(one.roles[0].comm, one.roles[0].grads);  // the earlier micro-batches' sum
+
+  c.parallel.pp = 2;
+  const trex::train::StateAccount pp2 = trex::train::account_state(c, m);
+  ASSERT_EQ(pp2.roles.size(), 2u);
+  EXPECT_EQ(pp2.roles[0].in_flight, 2);
+  EXPECT_EQ(pp2.roles[1].in_flight, 1);
+  const std::vector<trex::model::StageSpec> chunks =
+      trex::parallel::chunks_of_rank(c.parallel.pipeline_schedule, 2, m.num_hidden_layers, 0);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(pp2.roles[0].activation_caches,
+            2 * trex::model::stage_cache_bytes(m, chunks[0], shape).total());
+  c.recompute = trex::model::ActivationRecompute::kFull;
+  const trex::train::StateAccount full = trex::train::account_state(c, m);
+  EXPECT_LT(full.roles[0].activation_caches, pp2.roles[0].activation_caches / 2);
+
+  const nlohmann::json json = nlohmann::json::parse(trex::train::state_account_json(full, c));
+  EXPECT_EQ(json["total_parameters"], full.total_parameters);
+  ASSERT_EQ(json["roles"].size(), 2u);
+  for (const auto& role : json["roles"]) {
+    int64_t sum = 0;
+    for (const char* key : {"params", "grads", "master", "moments", "comm", "activations"})
+      sum += role[key].get<int64_t>();
+    EXPECT_EQ(role["total"].get<int64_t>(), sum);
+  }
+  EXPECT_EQ(json["roles"][0]["name"], "stage 0 / EP rank 0");
 }
 
 TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {

@@ -89,7 +89,7 @@ TEST(TrainCli, DryRunPrintsEachRolesStateWithoutTraining) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("DP=2 x EP=1 x PP=2, ZeRO-1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("largest rank: stage"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("not included yet: activations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("activations: the cached micro-batches"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
   run["parallel"]["pipeline_layers"] = {3, 3};  // tiny-v4 has 4 layers
   trex::write_file_atomic(dir.file("run.json"), run.dump(2));
@@ -97,6 +97,30 @@ TEST(TrainCli, DryRunPrintsEachRolesStateWithoutTraining) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("pipeline_layers sums to 6 layers; the model has 4"), std::string::npos)
       << bad.output;
+}
+
+// `trex model memory`: a planner layout string on N devices, as JSON; a
+// layout only the planner models is refused naming the feature.
+TEST(TrainCli, ModelMemoryPrintsTheRolesOfALayoutAsJson) {
+  const std::string model = trex::test::source_dir() + "/configs/models/tiny-v4.json";
+  const auto r = run_trex("model memory --model " + model +
+                          " --devices 8 --layout pp2,ep2,zero1,full --seq 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layout"]["dp"], 2);
+  EXPECT_EQ(j["layout"]["recompute"], "full");
+  ASSERT_EQ(j["roles"].size(), 4u);  // 2 stages x 2 EP ranks
+  for (const auto& role : j["roles"]) {
+    EXPECT_EQ(role["ranks"], 2);
+    EXPECT_GT(role["activations"].get<int64_t>(), 0);
+    EXPECT_GT(role["params"].get<int64_t>(), 0);
+  }
+  const auto tp = run_trex("model memory --model " + model + " --devices 8 --layout tp2,pp2");
+  EXPECT_NE(tp.exit_code, 0);
+  EXPECT_NE(tp.output.find("only the planner models (TP2)"), std::string::npos) << tp.output;
+  const auto odd = run_trex("model memory --model " + model + " --devices 6 --layout pp4");
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("not a multiple of pp x ep = 4"), std::string::npos) << odd.output;
 }
 
 TEST(TrainExport, TransformersExportRoundTripsLogits) {

@@ -92,64 +92,6 @@ void print_notes(const std::vector<Estimate>& estimates, const ModelShape& model
   if (o.compare) std::printf("\nside by side:\n%s", format_side_by_side(estimates).c_str());
 }
 
-// "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,unfused,naive,fp8"
-Layout parse_layout(const std::string& text) {
-  Layout l;
-  std::stringstream ss(text);
-  std::string tok;
-  bool vpp_given = false;
-  while (std::getline(ss, tok, ',')) {
-    auto number = [&](size_t prefix) {
-      try {
-        size_t used = 0;
-        long long v = std::stoll(tok.substr(prefix), &used);
-        if (used != tok.size() - prefix || v < 0) throw std::invalid_argument(tok);
-        return static_cast<int64_t>(v);
-      } catch (const std::exception&) {
-        throw Error("bad layout token '" + tok + "'").field("--layout");
-      }
-    };
-    if (tok.rfind("tp", 0) == 0) {
-      l.tp = number(2);
-    } else if (tok.rfind("pp", 0) == 0) {
-      l.pp = number(2);
-    } else if (tok.rfind("vpp", 0) == 0) {
-      l.vpp = number(3), vpp_given = true;
-    } else if (tok.rfind("ep", 0) == 0) {
-      l.ep = number(2);
-    } else if (tok.rfind("cp", 0) == 0) {
-      l.cp = number(2);
-    } else if (tok.rfind("mbs", 0) == 0) {
-      l.mbs = number(3);
-    } else if (tok.rfind("zero", 0) == 0) {
-      l.zero = static_cast<int>(number(4));
-    } else if (tok == "1f1b" || tok == "interleaved" || tok == "dualpipe" || tok == "dualpipev") {
-      l.schedule = parse_schedule(tok);
-    } else if (tok == "none" || tok == "selective" || tok == "full") {
-      l.recompute = parse_recompute(tok);
-    } else if (tok == "offload") {
-      l.offload_optimizer = true;
-    } else if (tok == "no-overlap") {
-      l.overlap = false;
-      l.ep_overlap = false;
-    } else if (tok == "no-ep-overlap") {
-      l.ep_overlap = false;
-    } else if (tok == "unfused") {
-      l.fused_kernels = false;
-    } else if (tok == "naive") {
-      l.topology_aware = false;
-    } else if (tok == "rebalance") {
-      l.expert_rebalancing = true;
-    } else if (tok == "fp8") {
-      l.fp8 = true;
-    } else if (!tok.empty()) {
-      throw Error("unknown layout token '" + tok + "'").field("--layout");
-    }
-  }
-  if (l.schedule == Schedule::kInterleaved && !vpp_given) l.vpp = 2;
-  return l;
-}
-
 void run_plan(const PlanOptions& o) {
   if (o.model.empty()) throw Error("--model is required").field("--model");
   if (o.cluster.empty()) throw Error("--cluster is required").field("--cluster");

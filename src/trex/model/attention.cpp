@@ -78,6 +78,16 @@ void AttentionDims::validate() const {
   if (ratio == 4) indexer().validate();
 }
 
+kernels::AttentionKeySetDims key_set_dims(const AttentionDims& dims, const SeqShape& shape) {
+  kernels::AttentionKeySetDims k;
+  k.core = {shape.S, dims.window};
+  k.heads = dims.heads;
+  k.compressed = dims.has_compressor();
+  k.ratio = dims.ratio;
+  k.blocks = k.compressed ? dims.compressor().blocks(shape.S) : 0;
+  return k;
+}
+
 namespace {
 
 template <class T>
@@ -107,17 +117,6 @@ void require_weights(const AttentionDims& dims, const AttentionWeights<T>& w) {
     need(w.indexer.compressor.ape, "attn.indexer.compressor.ape");
     need(w.indexer.compressor.norm, "attn.indexer.compressor.norm.weight");
   }
-}
-
-// How the key sets of this layer's queries are built.
-kernels::AttentionKeySetDims key_set_dims(const AttentionDims& dims, const SeqShape& shape) {
-  kernels::AttentionKeySetDims k;
-  k.core = {shape.S, dims.window};
-  k.heads = dims.heads;
-  k.compressed = dims.has_compressor();
-  k.ratio = dims.ratio;
-  k.blocks = k.compressed ? dims.compressor().blocks(shape.S) : 0;
-  return k;
 }
 
 // The key sets of every query row (kernels::AttentionKeyTensors).

@@ -118,6 +118,10 @@ struct AttentionCache {
   }
 };
 
+// How the key sets of a layer's queries are built: the window, then the
+// compressed entries a query sees (all visible ones, or the indexer's top k_I).
+kernels::AttentionKeySetDims key_set_dims(const AttentionDims& dims, const SeqShape& shape);
+
 // out [B·S, d] is written. Returns the indexer loss L_I (0 unless computed).
 // The ops run on ctx's backend, the projections (and the compressor's and
 // indexer's) in ctx.precision.

@@ -49,6 +49,12 @@ struct Layout {
   std::string describe() const;  // "TP2 PP8 VPP4 EP64 CP1 mbs1 ..."
 };
 
+// A layout from its text form, comma-separated tokens:
+// "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,
+// no-ep-overlap,unfused,naive,rebalance,fp8" (unnamed fields keep Layout's
+// defaults). Throws trex::Error (field "--layout") naming a bad token.
+Layout parse_layout(const std::string& text);
+
 struct Job {
   int64_t devices = 0;
   int64_t global_batch = 0;  // sequences per step

@@ -133,6 +133,7 @@ MetricsRecord step_record(const StepMetrics& m) {
   rec.set("tokens_per_s", static_cast<double>(m.tokens) / m.seconds);
   rec.set("model_tflops", m.flops / m.seconds / 1e12);
   rec.set("mfu", m.world_peak_flops > 0 ? m.flops / m.seconds / m.world_peak_flops : 0.0);
+  rec.set("activation_peak_mib", static_cast<double>(m.activation_peak_bytes) / (1024.0 * 1024.0));
   if (m.communication) {
     const StepMetrics::Communication& c = *m.communication;
     rec.set("comm_exposed_s", c.exposed_seconds);

@@ -89,8 +89,11 @@ struct StepMetrics {
     int64_t gradient_bytes = 0;  // the largest gradient memory held during the step
   };
   std::optional<Communication> communication;
-  std::optional<double> pipeline_bubble;          // pp > 1: the worst stage's bubble fraction
-  std::optional<int64_t> ep_bytes_sent;           // ep > 1: token-row bytes sent to other EP ranks
+  std::optional<double> pipeline_bubble;  // pp > 1: the worst stage's bubble fraction
+  std::optional<int64_t> ep_bytes_sent;   // ep > 1: token-row bytes sent to other EP ranks
+  // The most bytes of the backend's buffers alive at once during the step on
+  // this rank: activations and work arrays (the dry-run's "activations").
+  int64_t activation_peak_bytes = 0;
   std::vector<std::vector<int64_t>> expert_load;  // tokens routed to each expert of each block
 };
 
@@ -99,7 +102,7 @@ StepMetrics step_metrics(int64_t step, const StepOutcome& outcome, double mtp_we
 
 // The record of a step, scalars in the documented order: losses, lr,
 // [fault_injected], grad_norm, skipped, loss_z, spike, throughput and MFU,
-// [communication], [pipeline_bubble], [ep_bytes_sent], expert imbalance per
+// activation_peak_mib, [communication], [pipeline_bubble], [ep_bytes_sent], expert imbalance per
 // block and its maximum.
 MetricsRecord step_record(const StepMetrics& step);
 

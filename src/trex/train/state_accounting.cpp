@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "trex/core/error.hpp"
+#include "trex/model/activation_memory.hpp"
 #include "trex/model/params.hpp"
 #include "trex/parallel/expert_shard.hpp"
+#include "trex/parallel/pipeline.hpp"
 #include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/parallel_setup.hpp"
@@ -46,6 +50,108 @@ std::vector<int64_t> moments_by_data_rank(const RunConfig& c,
   return out;
 }
 
+// Elements of this data rank's ZeRO ranges of a layout (the ZeRO-2 shard).
+int64_t zero_shard_elements(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
+                            int data_rank) {
+  const int ep = static_cast<int>(c.parallel.ep), dp = static_cast<int>(c.parallel.dp);
+  const parallel::ZeroPartition zero =
+      parallel::partition_for_zero_by_role(layout, ep * dp, ep > 1 ? dp : ep * dp);
+  int64_t out = 0;
+  for (const parallel::OptimizerShard& r :
+       zero.ranges(data_rank, ep > 1 ? data_rank / ep : data_rank))
+    out += r.size();
+  return out;
+}
+
+// Micro-batches of a step each data rank runs (ParallelGradients::my_micro_batches).
+int64_t micro_batches_per_data_rank(const RunConfig& config) {
+  const int64_t data = config.parallel.data_size();
+  return (config.accumulation_steps() + data - 1) / data;
+}
+
+// The micro-batch every stage runs (model/activation_memory.hpp).
+model::ActivationShape activation_shape(const RunConfig& c) {
+  model::ActivationShape shape;
+  shape.sequences = c.micro_batch;
+  shape.seq_len = c.seq_len;
+  shape.recompute = c.recompute;
+  shape.value_bytes = static_cast<int64_t>(sizeof(float));
+  shape.mtp_loss = c.mtp_weight != 0.0;
+  return shape;
+}
+
+struct RankActivations {
+  int64_t peak = 0, caches = 0;
+  int in_flight = 0;
+};
+
+// The peak over pp rank `pp_rank`'s program of (caches of the micro-batches
+// in flight + the running action's work set). pp = 1: one micro-batch at a
+// time through the whole model.
+RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfig& m, int pp_rank,
+                                     int64_t micro_batches) {
+  const model::ActivationShape shape = activation_shape(c);
+  auto cache = [&](const model::StageSpec& s) {
+    return model::stage_cache_bytes(m, s, shape).total();
+  };
+  auto work = [&](const model::StageSpec& s) {
+    return model::transient_activation_bytes(m, s, shape);
+  };
+  RankActivations out;
+  if (c.parallel.pp == 1) {
+    const model::StageSpec whole = model::whole_model_stage(m);
+    out.caches = cache(whole);
+    out.peak = out.caches + work(whole);
+    out.in_flight = 1;
+    return out;
+  }
+  const parallel::PipelinePlan plan = parallel::make_pipeline_plan(
+      c.parallel.pipeline_schedule, static_cast<int>(c.parallel.pp),
+      static_cast<int>(micro_batches), m.num_hidden_layers, c.parallel.pipeline_layers);
+  int64_t live = 0;
+  int live_count = 0;
+  for (const parallel::PipeAction& a : plan.programs[static_cast<size_t>(pp_rank)]) {
+    const model::StageSpec& chunk = plan.chunks[static_cast<size_t>(a.chunk)];
+    if (a.op == parallel::PipeOp::kForward) {
+      live += cache(chunk);
+      ++live_count;
+    }
+    if (live + work(chunk) > out.peak) {
+      out.peak = live + work(chunk);
+      out.caches = live;
+      out.in_flight = live_count;
+    }
+    if (a.op == parallel::PipeOp::kBackward) {
+      live -= cache(chunk);
+      --live_count;
+    }
+  }
+  return out;
+}
+
+// Communication and accumulation buffers of a rank: the sum of its earlier
+// micro-batches' gradients (ZeRO-0/1 without a pipeline), the ZeRO-2 shard,
+// the reducer's buckets in flight (two, padded), the pipeline's stage
+// streams (one received, one sent).
+int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
+                   const std::vector<model::ParamSpec>& layout, int data_rank,
+                   int64_t micro_batches) {
+  const int64_t value = static_cast<int64_t>(sizeof(float));
+  const int64_t grads = parallel::total_numel(layout) * value;
+  int64_t out = 0;
+  if (c.parallel.zero >= 2) {
+    out += zero_shard_elements(c, layout, data_rank) * value;
+  } else if (c.parallel.pp == 1 && micro_batches > 1) {
+    out += grads;
+  }
+  if (c.parallel.data_size() > 1 || c.parallel.pp > 1) {
+    const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
+    out += 2 * std::min(grads, bucket);
+  }
+  if (c.parallel.pp > 1) out += 2 * c.micro_batch * c.seq_len * m.hc_mult * m.hidden_size * value;
+  return out;
+}
+
 // The EP map, as ParallelSetup::build reads it (only with EP).
 std::vector<std::vector<int>> expert_owners(const RunConfig& c, const model::ModelConfig& m) {
   return c.parallel.ep > 1 ? run_expert_owners(c, m) : std::vector<std::vector<int>>{};
@@ -68,7 +174,9 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
   const std::vector<std::vector<int>> owner = expert_owners(config, model);
   StateAccount out;
   out.total_parameters = parallel::total_numel(model::parameter_specs(model));
-  for (int p = 0; p < static_cast<int>(config.parallel.pp); ++p)
+  out.micro_batches_per_rank = micro_batches_per_data_rank(config);
+  for (int p = 0; p < static_cast<int>(config.parallel.pp); ++p) {
+    const RankActivations acts = activations_of_stage(config, model, p, out.micro_batches_per_rank);
     for (int e = 0; e < static_cast<int>(config.parallel.ep); ++e) {
       const std::vector<model::ParamSpec> layout = layout_of(config, model, owner, p, e);
       StateRole role;
@@ -83,9 +191,15 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
            d += static_cast<int>(config.parallel.ep)) {
         role.moments_max = std::max(role.moments_max, moments[static_cast<size_t>(d)]);
         role.moments_min = std::min(role.moments_min, moments[static_cast<size_t>(d)]);
+        role.comm =
+            std::max(role.comm, comm_bytes(config, model, layout, d, out.micro_batches_per_rank));
       }
+      role.activations = acts.peak;
+      role.activation_caches = acts.caches;
+      role.in_flight = acts.in_flight;
       out.roles.push_back(role);
     }
+  }
   return out;
 }
 
@@ -110,34 +224,79 @@ RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model
 
 std::string format_state_account(const StateAccount& account, const RunConfig& config) {
   std::string out;
-  char line[256];
+  char line[320];
   std::snprintf(
       line, sizeof line,
-      "state per rank, DP=%lld x EP=%lld x PP=%lld, ZeRO-%lld, fp32 parameters and "
-      "gradients, %s moments (MiB)\n",
+      "memory per rank, DP=%lld x EP=%lld x PP=%lld, ZeRO-%lld, fp32 parameters and "
+      "gradients, %s moments; micro-batch %lld x %lld tokens, %lld per data rank, recompute %s "
+      "(MiB)\n",
       static_cast<long long>(config.parallel.dp), static_cast<long long>(config.parallel.ep),
       static_cast<long long>(config.parallel.pp), static_cast<long long>(config.parallel.zero),
-      config.optimizer.moment_dtype == MomentDType::kBF16 ? "bf16" : "fp32");
+      config.optimizer.moment_dtype == MomentDType::kBF16 ? "bf16" : "fp32",
+      static_cast<long long>(config.micro_batch), static_cast<long long>(config.seq_len),
+      static_cast<long long>(account.micro_batches_per_rank),
+      model::activation_recompute_name(config.recompute));
   out += line;
-  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %12s\n", "stage", "EP", "ranks",
-                "parameters", "gradients", "moments min-max", "total max");
+  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %12s %9s %10s %12s\n", "stage",
+                "EP", "ranks", "parameters", "gradients", "moments min-max", "activations",
+                "in flight", "comm", "total max");
   out += line;
   for (const StateRole& r : account.roles) {
-    std::snprintf(line, sizeof line, "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %12.1f\n",
+    std::snprintf(line, sizeof line,
+                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %12.1f %9d %10.1f %12.1f\n",
                   r.pp_rank, r.ep_rank, static_cast<long long>(r.ranks), mib(r.params),
-                  mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.total_max()));
+                  mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.activations),
+                  r.in_flight, mib(r.comm), mib(r.total_max()));
     out += line;
   }
   const StateRole& big = account.largest();
   std::snprintf(line, sizeof line,
-                "largest rank: stage %d, EP rank %d: %.1f MiB; whole model %lld parameters "
-                "(%.1f MiB in fp32)\n",
-                big.pp_rank, big.ep_rank, mib(big.total_max()),
+                "largest rank: stage %d, EP rank %d: %.1f MiB (state %.1f); whole model %lld "
+                "parameters (%.1f MiB in fp32)\n",
+                big.pp_rank, big.ep_rank, mib(big.total_max()), mib(big.state_max()),
                 static_cast<long long>(account.total_parameters),
                 mib(account.total_parameters * static_cast<int64_t>(sizeof(float))));
   out += line;
-  out += "not included yet: activations and communication buffers\n";
+  out +=
+      "activations: the cached micro-batches (exact) plus one op's work set (an upper "
+      "estimate); comm: gradient accumulation, two reduction buckets, the stage streams\n";
   return out;
+}
+
+std::string state_account_json(const StateAccount& account, const RunConfig& config) {
+  nlohmann::json roles = nlohmann::json::array();
+  for (const StateRole& r : account.roles)
+    roles.push_back(
+        {{"name", "stage " + std::to_string(r.pp_rank) + " / EP rank " + std::to_string(r.ep_rank)},
+         {"pp_rank", r.pp_rank},
+         {"ep_rank", r.ep_rank},
+         {"ranks", r.ranks},
+         {"params", r.params},
+         {"grads", r.grads},
+         // The engine's parameters are fp32: they are the master weights.
+         {"master", 0},
+         {"moments", r.moments_max},
+         {"moments_min", r.moments_min},
+         {"comm", r.comm},
+         {"activations", r.activations},
+         {"activation_caches", r.activation_caches},
+         {"micro_batches_in_flight", r.in_flight},
+         {"total", r.total_max()}});
+  const nlohmann::json out = {
+      {"total_parameters", account.total_parameters},
+      {"parameter_bytes", 4},
+      {"layout",
+       {{"dp", config.parallel.dp},
+        {"ep", config.parallel.ep},
+        {"pp", config.parallel.pp},
+        {"zero", config.parallel.zero},
+        {"schedule", parallel::pipeline_schedule_name(config.parallel.pipeline_schedule)},
+        {"recompute", model::activation_recompute_name(config.recompute)},
+        {"seq_len", config.seq_len},
+        {"micro_batch", config.micro_batch},
+        {"micro_batches_per_rank", account.micro_batches_per_rank}}},
+      {"roles", roles}};
+  return out.dump(2) + "\n";
 }
 
 }  // namespace trex::train

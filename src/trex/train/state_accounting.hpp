@@ -4,8 +4,11 @@
 // code (parallel::RankOwnership for its experts and pipeline stages, the ZeRO
 // partition by role, Optimizer::state_elements) and without allocating a
 // tensor: the bytes the trainer then allocates (the multi-rank tests check
-// them rank by rank). Activations and communication buffers are not in it yet
-// (docs/distributed.md, "Memory per parameter").
+// them rank by rank). Beside the state, each role's peak activations
+// (model/activation_memory.hpp: the caches of the micro-batches its pipeline
+// schedule keeps in flight, exact, plus the largest transient work set, an
+// upper estimate) and its communication buffers (the gradient accumulation
+// buffer, the reducer's buckets, the pipeline's stage streams).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,13 +35,21 @@ struct StateRole {
   int64_t ranks = 0;
   int64_t params = 0, grads = 0;
   int64_t moments_max = 0, moments_min = 0;
-  int64_t total_max() const { return params + grads + moments_max; }
+  int64_t state_max() const { return params + grads + moments_max; }
+  // Peak activations: the largest (cached micro-batches + one op's work set)
+  // over the rank's pipeline program; `activation_caches` is the cached part
+  // at that moment, `in_flight` how many micro-batch caches it holds.
+  int64_t activations = 0, activation_caches = 0;
+  int in_flight = 0;
+  int64_t comm = 0;  // gradient accumulation + reduction buckets + stage streams
+  int64_t total_max() const { return state_max() + activations + comm; }
 };
 
 struct StateAccount {
-  int64_t total_parameters = 0;  // elements of the whole model, MTP blocks included
-  std::vector<StateRole> roles;  // pp-major, then EP rank
-  const StateRole& largest() const;
+  int64_t total_parameters = 0;        // elements of the whole model, MTP blocks included
+  int64_t micro_batches_per_rank = 0;  // of a step, on each data rank (pipeline)
+  std::vector<StateRole> roles;        // pp-major, then EP rank
+  const StateRole& largest() const;    // by total_max
 };
 
 // `model` is the run's model config (run_model_config). Throws trex::Error on
@@ -46,7 +57,10 @@ struct StateAccount {
 StateAccount account_state(const RunConfig& config, const model::ModelConfig& model);
 RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model, int world_rank);
 
-// The per-role table `trex train --dry-run` prints.
+// The per-role table `trex train --dry-run` prints, and its JSON form
+// {"total_parameters", "roles": [{"name", "ranks", "params", "grads", "master",
+// "moments", "comm", "activations", "total", ...}]} (bytes).
 std::string format_state_account(const StateAccount& account, const RunConfig& config);
+std::string state_account_json(const StateAccount& account, const RunConfig& config);
 
 }  // namespace trex::train

@@ -157,6 +157,8 @@ struct Trainer::Impl {
     FaultInjector::PoisonedRow poisoned =
         faults.poison_activation(step, params, model.config(), batches.micro_batches);
     StepSettings settings = StepSettings::of(config, lr);
+    const kernels::Backend& ops = model.op_context().ops();
+    ops.reset_peak_buffer_bytes();
     settings.on_gradients = [&] {
       poisoned.restore();
       if (gradient_hook) gradient_hook(step, params);
@@ -174,6 +176,7 @@ struct Trainer::Impl {
     }
 
     StepMetrics m = step_metrics(step, outcome, config.mtp_weight);
+    m.activation_peak_bytes = ops.peak_buffer_bytes();
     const double observed_loss = faults.observed_loss(step, m.loss, totals.finite);
     m.spike = spike_detector.observe(observed_loss);
     if (m.spike.spike) {
