@@ -125,4 +125,24 @@ TEST(ActivationMemory, RecomputeModesAreOrdered) {
   EXPECT_EQ(full, 2 * 64 * 8 + 4 * (2 * 64 * c.hc_mult * c.hidden_size) * 4);
 }
 
+// forward_backward reuses one cache: after a packed batch, an unpacked one,
+// then the packed batch again, the model holds what the packed batch alone
+// left (no attention cache of the other form stays behind).
+TEST(ActivationMemory, AReusedCacheKeepsOnlyTheCurrentBatchsForm) {
+  Model<float> m = trex::test::pipeline_model<float>();
+  const trex::kernels::Backend& ops = m.op_context().ops();
+  const LossOptions loss = trex::test::pipeline_loss_options();
+  const std::vector<Batch> batches = trex::test::pipeline_micro_batches(m.config(), 3);
+  const Batch& packed = batches[2];
+  ASSERT_FALSE(packed.document_ids.empty());
+  const Batch unpacked = unpacked_batch(m.config(), packed.B, packed.S);
+  const int64_t before = ops.live_buffer_bytes();
+  m.forward_backward(packed, loss);
+  const int64_t packed_alone = ops.live_buffer_bytes() - before;
+  m.forward_backward(unpacked, loss);
+  m.forward_backward(packed, loss);
+  EXPECT_EQ(ops.live_buffer_bytes() - before, packed_alone);
+  EXPECT_GT(packed_alone, 0);
+}
+
 }  // namespace

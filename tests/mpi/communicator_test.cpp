@@ -75,10 +75,21 @@ TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
   std::vector<float> gathered_want(static_cast<size_t>(total)), gathered(gathered_want.size());
   w->all_gather(own.data(), gathered_want.data(), counts, DType::kF32);
 
+  int64_t own_offset = 0;
+  for (int i = 0; i < r; ++i) own_offset += counts[static_cast<size_t>(i)];
+  // In place: this rank's block already lies in the output and is sent from there.
+  auto gather_in_place = [&](int64_t round) {
+    std::fill(gathered.begin(), gathered.end(), -1.0f);
+    std::copy(own.begin(), own.end(), gathered.begin() + own_offset);
+    trex::parallel::all_gather_in_rounds(*w, gathered.data() + own_offset, gathered.data(), counts,
+                                         round);
+  };
   for (int64_t round : {int64_t{1}, int64_t{3}, int64_t{1} << 20}) {  // variable counts
     std::fill(gathered.begin(), gathered.end(), -1.0f);
     trex::parallel::all_gather_in_rounds(*w, own.data(), gathered.data(), counts, round);
     EXPECT_EQ(gathered, gathered_want) << "unpadded rounds of " << round;
+    gather_in_place(round);
+    EXPECT_EQ(gathered, gathered_want) << "unpadded rounds of " << round << ", in place";
   }
 
   struct EqualCounts {
@@ -102,6 +113,8 @@ TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
     std::fill(gathered.begin(), gathered.end(), -1.0f);
     trex::parallel::all_gather_in_rounds(*w, own.data(), gathered.data(), counts, round);
     EXPECT_EQ(gathered, gathered_want) << "rounds of " << round << " (padded: equal counts)";
+    gather_in_place(round);
+    EXPECT_EQ(gathered, gathered_want) << "rounds of " << round << " (padded), in place";
   }
 }
 

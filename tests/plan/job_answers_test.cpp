@@ -27,7 +27,7 @@ TEST(PlanJob, TokenBudgetGivesStepsHoursDeviceHoursAndCost) {
   const ModelShape model = load_model_shape(repo("configs/models/deepseek-v3.json"), 1000);
   Estimate e;
   e.time.step = 10;
-  Job job{64, 100, 1000};
+  Job job = Job::of(64, 100, 1000);
   JobQuestions q;
   q.tokens = 1e9;  // 10,000 steps of 100 x 1000 tokens
   q.price_per_device_hour = 2;
@@ -59,7 +59,7 @@ TEST(PlanJob, CheckpointHoldsMasterWeightsAndOptimizerState) {
   e.time.step = 1;
   JobQuestions q;
   q.storage_gbps = 100;
-  const JobAnswers a = answer_job(e, model, Job{8, 8, 4096}, q);
+  const JobAnswers a = answer_job(e, model, Job::of(8, 8, 4096), q);
   EXPECT_NEAR(a.checkpoint_save_s, 12 * params / 100e9, 1e-6);
 }
 
@@ -151,7 +151,7 @@ TEST(PlanJob, StepTimeIsMonotonicInWorkAndEfficiency) {
   l.pp = 8, l.ep = 64, l.schedule = Schedule::k1F1B;
   double previous = 0;
   for (int64_t batch : {1024, 2048, 4096, 8192}) {  // more sequences: a longer step
-    const Estimate e = evaluate(model, cluster, Job{1024, batch, 4096}, l);
+    const Estimate e = evaluate(model, cluster, Job::of(1024, batch, 4096), l);
     ASSERT_TRUE(e.valid);
     EXPECT_GT(e.time.step, previous) << batch;
     previous = e.time.step;
@@ -159,7 +159,7 @@ TEST(PlanJob, StepTimeIsMonotonicInWorkAndEfficiency) {
   previous = 0;
   for (double max : {0.9, 0.75, 0.6, 0.45}) {  // slower GEMMs: a longer step
     cluster.efficiency.gemm.max = max;
-    const Estimate e = evaluate(model, cluster, Job{1024, 4096, 4096}, l);
+    const Estimate e = evaluate(model, cluster, Job::of(1024, 4096, 4096), l);
     EXPECT_GT(e.time.step, previous) << max;
     previous = e.time.step;
   }

@@ -750,7 +750,7 @@ TEST(PlanTime, GoodputScalesThroughputButNotTheStep) {
   // Whole-run accounting: the same steps, a `goodput` share of the wall clock.
   const ModelShape model = load_model_shape(model_path("deepseek-v3"), 4096);
   const ClusterSpec cluster = ClusterSpec::load(cluster_path("h800-ib"));
-  Job job{2048, 15360, 4096};
+  Job job = Job::of(2048, 15360, 4096);
   Layout l;
   l.pp = 16, l.ep = 64, l.schedule = Schedule::kDualPipe, l.fp8 = true;
   const Estimate steady = evaluate(model, cluster, job, l);

@@ -188,8 +188,12 @@ TEST(TrainStateAccounting, ActivationsFollowThePipelineSchedule) {
   EXPECT_EQ(one.roles[0].in_flight, 1);
   EXPECT_EQ(one.roles[0].activation_caches,
             trex::model::stage_cache_bytes(m, whole, shape).total());
-  EXPECT_EQ(one.roles[0].activations, one.roles[0].activation_caches +
-                                          trex::model::transient_activation_bytes(m, whole, shape));
+  shape.local_experts = m.n_routed_experts;
+  EXPECT_EQ(
+      one.roles[0].activation_buffers,
+      one.roles[0].activation_caches + trex::model::transient_activation_bytes(m, whole, shape));
+  EXPECT_EQ(one.roles[0].activations,
+            one.roles[0].activation_buffers + trex::model::kernel_work_bytes(m, whole, shape));
   EXPECT_GE(one.roles[0].comm, one.roles[0].grads);  // the earlier micro-batches' sum
 
   c.parallel.pp = 2;
@@ -216,6 +220,7 @@ TEST(TrainStateAccounting, ActivationsFollowThePipelineSchedule) {
     EXPECT_EQ(role["total"].get<int64_t>(), sum);
   }
   EXPECT_EQ(json["roles"][0]["name"], "stage 0 / EP rank 0");
+  EXPECT_EQ(json["roles"][0]["activation_buffers"], full.roles[0].activation_buffers);
 }
 
 TEST(TrainParallel, WorldSizeMismatchSaysHowToLaunch) {

@@ -118,6 +118,35 @@ TEST(TrainCli, ModelMemoryPrintsTheRolesOfALayoutAsJson) {
   const auto tp = run_trex("model memory --model " + model + " --devices 8 --layout tp2,pp2");
   EXPECT_NE(tp.exit_code, 0);
   EXPECT_NE(tp.output.find("only the planner models (TP2)"), std::string::npos) << tp.output;
+  // `trex plan --layout` on a layout the engine runs reports the same bytes
+  // (plus the device's runtime reserve); --no-engine-memory its own model.
+  TempDir dir;
+  const std::string plan_args = "plan --model " + model + " --cluster " + trex::test::source_dir() +
+                                "/configs/clusters/h200-nvlink.json --devices 8 --global-batch 8 "
+                                "--seq 64 --optimizer muon --layout pp2,ep2,zero1,full --json ";
+  const auto planned = run_trex(plan_args + dir.file("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("memory from the engine's own accounting"), std::string::npos)
+      << planned.output;
+  const auto same = run_trex("model memory --model " + model +
+                             " --devices 8 --layout pp2,ep2,zero1,full --seq 64 "
+                             "--global-batch 8 --json");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  const nlohmann::json roles = nlohmann::json::parse(same.output)["roles"];
+  int64_t largest = 0;
+  for (const auto& role : roles) largest = std::max(largest, role["total"].get<int64_t>());
+  const nlohmann::json memory =
+      nlohmann::json::parse(trex::read_file(dir.file("plan.json")))["memory_gib"];
+  EXPECT_TRUE(memory["from_engine"].get<bool>());
+  EXPECT_NEAR(memory["total_bytes"].get<double>() -
+                  memory["reserved"].get<double>() * 1024.0 * 1024.0 * 1024.0,
+              static_cast<double>(largest), 1.0);
+  const auto modelled = run_trex(plan_args + dir.file("own.json") + " --no-engine-memory");
+  ASSERT_EQ(modelled.exit_code, 0) << modelled.output;
+  EXPECT_FALSE(
+      nlohmann::json::parse(trex::read_file(dir.file("own.json")))["memory_gib"]["from_engine"]
+          .get<bool>());
+
   const auto odd = run_trex("model memory --model " + model + " --devices 6 --layout pp4");
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("not a multiple of pp x ep = 4"), std::string::npos) << odd.output;

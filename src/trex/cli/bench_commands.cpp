@@ -20,6 +20,7 @@
 
 #include "trex/cli/commands.hpp"
 #include "trex/core/error.hpp"
+#include "trex/core/process_memory.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
 #include "trex/kernels/cpu/peak.hpp"
@@ -82,13 +83,6 @@ struct StepBenchOptions {
   bool json = false;
 };
 
-// Peak resident set size of this process so far (Linux reports kilobytes).
-int64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
-}
-
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -121,7 +115,7 @@ int run_step(const StepBenchOptions& o) {
   if (o.recompute != "none" && o.recompute != "selective" && o.recompute != "full")
     throw Error("--recompute must be none, selective or full").field("recompute");
   const bool bf16 = o.dtype == "bf16";
-  const int64_t baseline_rss = peak_rss_bytes();
+  const int64_t baseline_rss = peak_resident_bytes();
 
   // The trainer's defaults (docs/training.md) for everything a step does.
   const train::RunConfig defaults;
@@ -185,7 +179,7 @@ int run_step(const StepBenchOptions& o) {
     last_loss = gradients.last().total;
   }
   profile::set_enabled(false);
-  const int64_t peak_rss = peak_rss_bytes();
+  const int64_t peak_rss = peak_resident_bytes();
   // Activations and work buffers: the most backend memory alive at once during the timed steps.
   const int64_t peak_buffers = backend.peak_buffer_bytes();
 

@@ -9,12 +9,12 @@
 #include <string>
 
 #include "trex/cli/commands.hpp"
+#include "trex/cli/engine_memory.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/model/config.hpp"
 #include "trex/model/flops.hpp"
 #include "trex/model/param_counts.hpp"
-#include "trex/plan/job_answers.hpp"
 #include "trex/plan/planner.hpp"
 #include "trex/train/state_accounting.hpp"
 
@@ -246,65 +246,19 @@ struct MemoryOptions {
   int64_t devices = 1;
   std::string layout = "pp1";
   int64_t seq = 4096;
-  int64_t micro_batch = 1;
+  int64_t micro_batch = 0;   // 0: the layout's mbs
   int64_t global_batch = 0;  // 0: enough micro-batches to fill the pipeline
   std::string optimizer = "muon";
   std::string moments = "fp32";
   bool as_json = false;
 };
 
-// The run config of a planner layout string that `trex train` can run, or a
-// trex::Error (field "--layout") naming what only the planner models.
-train::RunConfig run_config_of_layout(const MemoryOptions& o, const model::ModelConfig& m) {
-  const plan::Layout l = plan::parse_layout(o.layout);
-  // The engine's own selective recomputation (norms, mHC, the attention core)
-  // is what "selective" means here; the planner costs Megatron's instead.
-  plan::Layout engine_recompute = l;
-  engine_recompute.recompute = plan::Recompute::kNone;
-  const std::vector<std::string> only = plan::planner_only_features(engine_recompute);
-  if (!only.empty()) {
-    std::string list;
-    for (const std::string& f : only) list += (list.empty() ? "" : ", ") + f;
-    throw Error("layout '" + o.layout + "' uses what only the planner models (" + list +
-                "); `trex plan --layout` estimates it")
-        .field("--layout");
-  }
-  if (o.devices < 1 || o.devices % (l.pp * l.ep) != 0)
-    throw Error(std::to_string(o.devices) +
-                " devices are not a multiple of pp x ep = " + std::to_string(l.pp * l.ep))
-        .field("--devices");
-  if (l.ep > 1 && m.n_routed_experts % l.ep != 0)
-    throw Error("ep" + std::to_string(l.ep) + " does not divide the model's " +
-                std::to_string(m.n_routed_experts) + " routed experts")
-        .field("--layout");
-  train::RunConfig c;
-  c.parallel.pp = l.pp;
-  c.parallel.ep = l.ep;
-  c.parallel.dp = o.devices / (l.pp * l.ep);  // the planner's DP folds EP in; the engine's not
-  c.parallel.zero = l.zero;
-  c.parallel.pipeline_schedule = l.schedule == plan::Schedule::kDualPipeV
-                                     ? parallel::PipelineSchedule::kDualPipeV
-                                     : parallel::PipelineSchedule::k1F1B;
-  c.recompute = l.recompute == plan::Recompute::kFull ? model::ActivationRecompute::kFull
-                : l.recompute == plan::Recompute::kSelective
-                    ? model::ActivationRecompute::kSelective
-                    : model::ActivationRecompute::kNone;
-  c.seq_len = o.seq;
-  c.micro_batch = o.micro_batch * l.mbs;
-  const int64_t fill = l.pp == 1 ? 1 : (l.schedule == plan::Schedule::kDualPipeV ? 2 * l.pp : l.pp);
-  c.global_batch =
-      o.global_batch > 0 ? o.global_batch : c.micro_batch * c.parallel.data_size() * fill;
-  if (c.global_batch % c.micro_batch != 0)
-    throw Error("--global-batch must be a multiple of the micro-batch").field("--global-batch");
-  c.optimizer.use_muon = o.optimizer == "muon";
-  c.optimizer.moment_dtype =
-      o.moments == "bf16" ? train::MomentDType::kBF16 : train::MomentDType::kF32;
-  return c;
-}
-
 void run_memory(const MemoryOptions& o) {
   const model::ModelConfig m = model::ModelConfig::load(o.model);
-  const train::RunConfig c = run_config_of_layout(o, m);
+  const train::RunConfig c = engine_run_config(
+      plan::parse_layout(o.layout),
+      {o.devices, o.seq, o.micro_batch, o.global_batch, o.optimizer == "muon", o.moments == "bf16"},
+      m);
   const train::StateAccount account = train::account_state(c, m);
   if (o.as_json) {
     std::cout << train::state_account_json(account, c);
@@ -351,8 +305,8 @@ void add_model_commands(CLI::App& app) {
                    "Layout as `trex plan --layout` takes it, e.g. pp4,ep64,zero1,full,dualpipev")
       ->capture_default_str();
   memory->add_option("--seq", memory_options->seq, "Sequence length")->capture_default_str();
-  memory->add_option("--micro-batch", memory_options->micro_batch, "Sequences per micro-batch")
-      ->capture_default_str();
+  memory->add_option("--micro-batch", memory_options->micro_batch,
+                     "Sequences per micro-batch (default: the layout's mbs, 1)");
   memory->add_option("--global-batch", memory_options->global_batch,
                      "Sequences per step (default: enough micro-batches to fill the pipeline)");
   memory->add_option("--optimizer", memory_options->optimizer, "Matrix optimizer")

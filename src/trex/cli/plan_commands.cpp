@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "trex/cli/commands.hpp"
+#include "trex/cli/engine_memory.hpp"
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/parallel/expert_plan.hpp"
@@ -39,6 +41,7 @@ struct PlanOptions {
        naive_placement = false;
   JobQuestions questions;
   bool compare = false;
+  bool no_engine_memory = false;
   std::string compare_svg;
   std::string root = ".";  // the repository (validation points) for the uncertainty
 };
@@ -62,7 +65,11 @@ void print_notes(const std::vector<Estimate>& estimates, const ModelShape& model
   std::printf("\n");
   for (size_t i = 0; i < estimates.size(); ++i) {
     const std::vector<std::string> only = planner_only_features(estimates[i].layout);
-    std::string text = only.empty() ? "trex train runs this layout" : "planner only:";
+    std::string text = !only.empty() ? "planner only:"
+                       : estimates[i].memory_from_engine
+                           ? "trex train runs this layout (memory from the engine's own "
+                             "accounting, as trex model memory: fp32 parameters and gradients)"
+                           : "trex train runs this layout";
     for (size_t k = 0; k < only.size(); ++k) text += (k ? ", " : " ") + only[k];
     if (!rows.empty()) {
       const std::vector<std::string> outside = outside_region(estimates[i].layout, region);
@@ -132,6 +139,30 @@ void run_plan(const PlanOptions& o) {
   if (!o.layout.empty()) {
     Layout layout = parse_layout(o.layout);
     if (o.rebalance) layout.expert_rebalancing = true;
+    // A layout `trex train` runs gets the engine's own accounting (as `trex
+    // model memory`) when --model is a model config the engine reads.
+    std::optional<model::ModelConfig> engine_model;
+    if (!o.no_engine_memory) {
+      try {
+        engine_model = model::ModelConfig::load(o.model);
+      } catch (const Error&) {
+        engine_model.reset();  // a planner-only model shape: the planner's memory model
+      }
+    }
+    if (engine_model)
+      job.engine_memory = [&](const Layout& l) -> std::optional<MemoryEstimate> {
+        try {
+          const train::RunConfig c =
+              engine_run_config(l,
+                                {job.devices, job.seq_len, 0, job.global_batch,
+                                 job.optimizer == Optimizer::kMuon, job.moment_bytes == 2},
+                                *engine_model);
+          return largest_rank_memory(train::account_state(c, *engine_model));
+        } catch (const Error& e) {
+          std::printf("engine accounting not used: %s\n", e.what());
+          return std::nullopt;  // the planner's model then
+        }
+      };
     Estimate e = evaluate(model, cluster, job, layout);
     if (!e.valid) throw Error("layout cannot run: " + e.invalid_reason).field("--layout");
     std::cout << format_estimates({e});
@@ -299,6 +330,9 @@ void add_plan_commands(CLI::App& app) {
   plan->add_option("--layout", options->layout,
                    "Evaluate one layout instead of searching, e.g. "
                    "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8");
+  plan->add_flag("--no-engine-memory", options->no_engine_memory,
+                 "With --layout: the planner's memory model even for a layout trex train runs "
+                 "(default: the engine's own accounting, as trex model memory)");
   plan->add_option("--optimizer", options->optimizer, "adamw or muon")->capture_default_str();
   plan->add_option("--moment-dtype", options->moment_dtype,
                    "Optimizer moments: f32, or bf16 (DeepSeek-V3); the fp32 master stays")

@@ -1,5 +1,5 @@
-// `[mpirun -np N] trex train --config RUN.json [--resume] [--steps N] [--out-dir D] [--dry-run]`
-// and `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype
+// `[mpirun -np N] trex train --config RUN.json [--resume] [--steps N] [--out-dir D] [--dry-run
+// [--json]]` and `trex export --checkpoint DIR --out DIR2 [--scheme transformers|released] [--dtype
 // bf16|fp32]`.
 #include <filesystem>
 #include <iostream>
@@ -27,6 +27,7 @@ struct TrainCliOptions {
   double peak_gflops = -1;
   bool quiet = false;
   bool dry_run = false;
+  bool json = false;
 };
 
 int run_train(const TrainCliOptions& o) {
@@ -38,8 +39,10 @@ int run_train(const TrainCliOptions& o) {
   if (o.dry_run) {
     // The run's per-rank state from its config alone: nothing is allocated,
     // no data read, no process launched (any grid size).
-    std::cout << train::format_state_account(
-        train::account_state(config, train::run_model_config(config)), config);
+    const train::StateAccount account =
+        train::account_state(config, train::run_model_config(config));
+    std::cout << (o.json ? train::state_account_json(account, config)
+                         : train::format_state_account(account, config));
     return 0;
   }
   // The loaders read the training JSONL leniently unless data.strict is set.
@@ -129,8 +132,9 @@ void add_train_commands(CLI::App& app) {
                 "MFU denominator (GFLOP/s); default: the config's, else measured at start");
   t->add_flag("--quiet", train->quiet, "No progress bar or log lines, only the summary");
   t->add_flag("--dry-run", train->dry_run,
-              "Print each rank's parameter, gradient and optimizer-state bytes for the config's "
-              "[parallel] layout (any number of ranks) without training");
+              "Print each rank's parameter, gradient, optimizer-state, activation and buffer "
+              "bytes for the config's [parallel] layout (any number of ranks) without training");
+  t->add_flag("--json", train->json, "With --dry-run: print JSON (as `trex model memory --json`)");
   t->callback([train] {
     const int rc = run_train(*train);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -364,6 +364,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   write_safetensors_unchecked(path, as_streams(tensors), metadata);
 }
 
+void write_safetensors_streaming(const std::string& path,
+                                 const std::vector<TensorToStream>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
+  validate_tensor_headers(tensors, path);
+  write_safetensors_unchecked(path, tensors, metadata);
+}
+
 void write_checkpoint(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                       const std::map<std::string, std::string>& metadata, size_t max_shard_bytes) {
   validate_tensors_to_write(tensors, dir);

@@ -187,6 +187,10 @@ void write_checkpoint_index(const std::string& path,
 // nbytes != numel * dtype_size, or null data with nonzero nbytes.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata);
+// The same file from streamed tensors: the writer holds no tensor whole.
+void write_safetensors_streaming(const std::string& path,
+                                 const std::vector<TensorToStream>& tensors,
+                                 const std::map<std::string, std::string>& metadata);
 
 // Convenience for writers holding fp32 master weights: the bf16 bytes of `values`.
 std::vector<uint16_t> to_bf16(const float* values, int64_t n);

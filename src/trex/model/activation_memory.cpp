@@ -202,4 +202,40 @@ int64_t transient_activation_bytes(const ModelConfig& config, const StageSpec& s
   return (streams + work) * vb;
 }
 
+int64_t kernel_work_bytes(const ModelConfig& config, const StageSpec& stage,
+                          const ActivationShape& shape) {
+  const ModelConfig& c = config;
+  if (stage.first_layer == stage.last_layer && !stage.has_head) return 0;
+  const int64_t d = c.hidden_size, I = c.moe_intermediate_size;
+  const int64_t N = shape.sequences * shape.seq_len;
+  // A bf16 GEMM converts both operands first, into per-thread buffers that
+  // keep the largest size they have held (kernels/cpu/gemm.cpp; fp32 where
+  // the CPU has no bf16 matmul): the stage's largest weight (one expert's
+  // projection, an attention or MTP projection, the LM head) and its largest
+  // activation operand.
+  int64_t weight = 0, operand = 0;
+  auto blocks = [&](int64_t layer) {
+    const AttentionDims ad = AttentionDims::from_config(c, layer);
+    const int64_t hc = ad.heads * ad.head_dim, gd = ad.o_groups * ad.o_lora;
+    weight = std::max({weight, I * d, ad.q_lora * d, hc * ad.q_lora, ad.head_dim * d,
+                       gd * (hc / ad.o_groups), d * gd});
+    operand = std::max({operand, N * d, N * hc, N * gd});
+  };
+  for (int64_t l = stage.first_layer; l < stage.last_layer; ++l) blocks(l);
+  int64_t logits = 0;
+  if (stage.has_head) {
+    const int64_t V = c.vocab_size;
+    // The LM loss's chunk of at most 2^25 logits and its gradient (lm_loss.hpp).
+    const int64_t chunk = std::min(N, std::max<int64_t>(1, (int64_t{1} << 25) / V));
+    logits = 2 * chunk * V;
+    weight = std::max(weight, V * d);
+    operand = std::max(operand, chunk * V);  // the head's weight gradient reads the logits'
+    if (c.num_nextn_predict_layers > 0 && shape.mtp_loss && shape.seq_len >= 2) {
+      blocks(c.num_hidden_layers);
+      weight = std::max(weight, d * d);
+    }
+  }
+  return (weight + operand + logits) * shape.value_bytes;
+}
+
 }  // namespace trex::model

@@ -30,6 +30,7 @@ struct ActivationShape {
   // MoE layer, as a multiple of the tokens × top-k of the micro-batch: 1 with
   // the local dispatcher (and on an EP rank under balanced routing).
   double routed_rows_share = 1.0;
+  int64_t local_experts = -1;  // routed experts this rank holds; -1: all
 };
 
 struct ActivationBytes {
@@ -44,11 +45,18 @@ ActivationBytes stage_cache_bytes(const ModelConfig& config, const StageSpec& st
                                   const ActivationShape& shape);
 
 // The largest working set on top of the caches while the stage runs one
-// micro-batch: one block's backward (its gradient streams, the MoE's
-// dispatched rows and their gradients, the recomputed block under full
-// recomputation) or the head's loss. An upper estimate from the same shapes,
-// not a count of every temporary.
+// micro-batch, in backend buffers: one block's forward or backward work
+// arrays (its gradient streams, the MoE's dispatched rows and their
+// gradients, the recomputed block under full recomputation). An upper
+// estimate from the same shapes, not a count of every temporary.
 int64_t transient_activation_bytes(const ModelConfig& config, const StageSpec& stage,
                                    const ActivationShape& shape);
+
+// Memory the kernels take for themselves (not backend buffers) while the
+// stage runs: the bf16 GEMMs' per-thread operand copies (the stage's largest
+// weight and activation operand) and, on the head stage, the LM loss's
+// logits chunk and its gradient. An estimate.
+int64_t kernel_work_bytes(const ModelConfig& config, const StageSpec& stage,
+                          const ActivationShape& shape);
 
 }  // namespace trex::model

@@ -324,6 +324,13 @@ double block_forward(const ModelConfig& c, const BlockBinding<T>& w, int64_t lay
   bc.gradient_weight = gradient_weight;
   const AttentionDims attn_dims = AttentionDims::from_config(c, layer);
   bc.segments = segments;
+  // A reused cache keeps only the attention caches this batch's form uses: a
+  // packed batch after an unpacked one (or the reverse) would otherwise hold
+  // the other form's arrays, a whole attention cache, until the next call.
+  if (segments.empty())
+    bc.segment_attn.clear();
+  else
+    bc.attn = AttentionCache<T>{};
   bc.balance_segments = balance_segments;
   double indexer_loss = 0.0;
   {

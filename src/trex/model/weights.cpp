@@ -362,6 +362,50 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
   require(scheme != NamingScheme::kTransformersHybrid,
           "the hybrid naming is read-only; write the released or the transformers scheme");
   std::filesystem::create_directories(dir);
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"writer", "trex"}};
+  if (scheme == NamingScheme::kReleased) {
+    // Streamed from the store tensor by tensor (converted in pieces), so a
+    // save holds no copy of the model; the released names are the store's.
+    std::vector<TensorToStream> streams;
+    const size_t element = float_dtype == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
+    for (const ParamSpec& spec : params.specs()) {
+      const T* src = params.value(spec.name);
+      const int64_t n = spec.numel();
+      streams.push_back({spec.name, float_dtype, spec.shape, static_cast<size_t>(n) * element,
+                         [src, n, float_dtype](const TensorToStream::Sink& sink) {
+                           constexpr int64_t kPiece = int64_t{1} << 22;  // values per piece
+                           std::vector<float> f32;
+                           for (int64_t begin = 0; begin < n; begin += kPiece) {
+                             const int64_t count = std::min(kPiece, n - begin);
+                             f32.assign(src + begin, src + begin + count);
+                             if (float_dtype == DType::kF32) {
+                               sink(std::string_view(reinterpret_cast<const char*>(f32.data()),
+                                                     f32.size() * sizeof(float)));
+                             } else {
+                               const std::vector<uint16_t> bf16 = to_bf16(f32.data(), count);
+                               sink(std::string_view(reinterpret_cast<const char*>(bf16.data()),
+                                                     bf16.size() * sizeof(uint16_t)));
+                             }
+                           }
+                         }});
+    }
+    const std::vector<std::string> names = hash_table_names(config);
+    for (size_t i = 0; i < names.size() && i < hash_tables.size(); ++i) {
+      const std::vector<int64_t>& table = hash_tables[i];
+      streams.push_back({names[i],
+                         DType::kI64,
+                         {config.vocab_size, config.num_experts_per_tok},
+                         table.size() * sizeof(int64_t),
+                         [&table](const TensorToStream::Sink& sink) {
+                           sink(std::string_view(reinterpret_cast<const char*>(table.data()),
+                                                 table.size() * sizeof(int64_t)));
+                         }});
+    }
+    write_checkpoint_streaming(dir, streams, metadata, max_shard_bytes);
+    save_checkpoint_config(dir, config, scheme, float_dtype);
+    return;
+  }
+  // The transformers scheme fuses each layer's experts: assembled in memory.
   const std::vector<NamedTensor> tensors =
       export_tensors(config, params, false, scheme, &hash_tables);
   std::vector<std::vector<uint16_t>> bf16(tensors.size());
@@ -379,7 +423,7 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
       writes.push_back({t.name, DType::kF32, t.shape, t.f32.data(), t.f32.size() * sizeof(float)});
     }
   }
-  write_checkpoint(dir, writes, {{"format", "pt"}, {"writer", "trex"}}, max_shard_bytes);
+  write_checkpoint(dir, writes, metadata, max_shard_bytes);
   save_checkpoint_config(dir, config, scheme, float_dtype);
 }
 

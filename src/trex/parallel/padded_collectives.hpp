@@ -37,7 +37,8 @@ class PaddedReduceScatter {
 // Σ counts) in rounds of at most `round_elements` per rank, so no message (and
 // no staging buffer) holds more than size() · round_elements floats: on an
 // equal-count communicator each round's blocks are padded to one count,
-// otherwise each rank sends what it has left (no padding). Blocking.
+// otherwise each rank sends what it has left (no padding). Blocking. `send`
+// may be this rank's own block of `recv` (each round stages its piece first).
 void all_gather_in_rounds(Communicator& comm, const float* send, float* recv,
                           std::span<const int64_t> counts,
                           int64_t round_elements = int64_t{1} << 22);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "trex/core/error.hpp"
+#include "trex/plan/job_answers.hpp"
 
 namespace trex::plan {
 
@@ -546,6 +547,16 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
       e.time = t;
     }
     if (mem.total() > e.memory.total()) e.memory = mem;
+  }
+
+  if (job.engine_memory && planner_only_features(l).empty()) {
+    if (std::optional<MemoryEstimate> engine = job.engine_memory(l)) {
+      e.modelled_memory = e.memory;
+      engine->reserved = e.memory.reserved;
+      engine->capacity = e.memory.capacity;
+      e.memory = *engine;
+      e.memory_from_engine = true;
+    }
   }
 
   const double tokens = static_cast<double>(job.global_batch) * seq;

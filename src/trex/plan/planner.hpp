@@ -3,6 +3,8 @@
 // a model on a cluster (evaluate), and a search over layouts (search). Models
 // and defaults are documented in docs/planner.md.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,8 @@ struct Layout {
 // defaults). Throws trex::Error (field "--layout") naming a bad token.
 Layout parse_layout(const std::string& text);
 
+struct MemoryEstimate;
+
 struct Job {
   int64_t devices = 0;
   int64_t global_batch = 0;  // sequences per step
@@ -78,6 +82,23 @@ struct Job {
   // kEndToEndGoodput is the default for such accounting (docs/planner.md).
   // Throughput, TFLOP/s and MFU are multiplied by it; the step time is not.
   double goodput = 1.0;
+  // The engine's own memory accounting of a layout `trex train` runs (the
+  // largest rank of `trex model memory`), bound by the caller — the cli binds
+  // train::account_state; the plan layer does not depend on the trainer. When
+  // it returns a value for a layout with no planner-only feature, evaluate()
+  // reports that rank's bytes (plus the device's runtime reserve) instead of
+  // its own model, and keeps its model's figure in Estimate::modelled_memory.
+  std::function<std::optional<MemoryEstimate>(const Layout&)> engine_memory;
+
+  // A job of `devices` devices, `global_batch` sequences of `seq_len` tokens per
+  // step, defaults elsewhere.
+  static Job of(int64_t devices, int64_t global_batch, int64_t seq_len) {
+    Job j;
+    j.devices = devices;
+    j.global_batch = global_batch;
+    j.seq_len = seq_len;
+    return j;
+  }
 };
 
 // Bytes per routed-expert weight, scales included: bf16; FP8 e4m3 with one
@@ -139,6 +160,10 @@ struct Estimate {
   int64_t dp = 0;
   int64_t micro_batches = 0;  // per pipeline per step
   MemoryEstimate memory;
+  // memory is the engine's accounting (Job::engine_memory); modelled_memory
+  // is then the planner's own figure for the same layout.
+  bool memory_from_engine = false;
+  MemoryEstimate modelled_memory;
   TimeEstimate time;
   double tokens_per_s_per_device = 0;
   double model_tflops_per_device = 0;     // Megatron-Bridge FLOPs / step time

@@ -106,12 +106,15 @@ std::string explain(const Estimate& e, const ModelShape& model, const ClusterSpe
                 static_cast<long long>(e.dp), static_cast<long long>(e.micro_batches));
   out << buf;
   const MemoryEstimate& m = e.memory;
-  out << "memory per device (most loaded pipeline rank), GiB:\n";
+  out << (e.memory_from_engine
+              ? "memory per device (largest rank), GiB, from the engine's own accounting "
+                "(trex model memory: fp32 parameters and gradients):\n"
+              : "memory per device (most loaded pipeline rank), GiB:\n");
   auto mem_line = [&](const char* name, double bytes) {
     std::snprintf(buf, sizeof buf, "  %-26s %8.2f\n", name, bytes / kGiB);
     out << buf;
   };
-  mem_line("weights (bf16)", m.weights);
+  mem_line(e.memory_from_engine ? "weights (fp32)" : "weights (bf16)", m.weights);
   mem_line("gradients", m.gradients);
   mem_line("optimizer states", m.optimizer);
   mem_line("activations (in flight)", m.activations);
@@ -121,6 +124,12 @@ std::string explain(const Estimate& e, const ModelShape& model, const ClusterSpe
   std::snprintf(buf, sizeof buf, "  %-26s %8.2f of %.2f  %s\n", "total", m.total() / kGiB,
                 m.capacity / kGiB, m.fits() ? "fits" : "DOES NOT FIT");
   out << buf;
+  if (e.memory_from_engine) {
+    std::snprintf(buf, sizeof buf,
+                  "  (the planner's own model, bf16 weights with fp32 master: %.2f GiB)\n",
+                  e.modelled_memory.total() / kGiB);
+    out << buf;
+  }
   const TimeEstimate& t = e.time;
   out << "step time on the slowest pipeline rank, s (share of step):\n";
   auto time_line = [&](const char* name, double s) {
@@ -164,55 +173,60 @@ nlohmann::json estimate_json(const Estimate& e) {
   const Layout& l = e.layout;
   const MemoryEstimate& m = e.memory;
   const TimeEstimate& t = e.time;
-  return {{"layout",
-           {{"tp", l.tp},
-            {"pp", l.pp},
-            {"vpp", l.vpp},
-            {"ep", l.ep},
-            {"cp", l.cp},
-            {"dp", e.dp},
-            {"mbs", l.mbs},
-            {"schedule", to_string(l.schedule)},
-            {"recompute", to_string(l.recompute)},
-            {"zero", l.zero},
-            {"offload_optimizer", l.offload_optimizer},
-            {"overlap", l.overlap},
-            {"fused_kernels", l.fused_kernels},
-            {"topology_aware", l.topology_aware},
-            {"fp8", l.fp8}}},
-          {"micro_batches", e.micro_batches},
-          {"memory_gib",
-           {{"weights", m.weights / kGiB},
-            {"gradients", m.gradients / kGiB},
-            {"optimizer", m.optimizer / kGiB},
-            {"activations", m.activations / kGiB},
-            {"logits", m.logits / kGiB},
-            {"comm_buffers", m.comm_buffers / kGiB},
-            {"reserved", m.reserved / kGiB},
-            {"total", m.total() / kGiB},
-            {"capacity", m.capacity / kGiB},
-            {"fits", m.fits()}}},
-          {"time_s",
-           {{"gemm", t.gemm},
-            {"attention", t.attention},
-            {"vector", t.vector},
-            {"launch", t.launch},
-            {"recompute", t.recompute},
-            {"a2a_total", t.a2a_total},
-            {"a2a_exposed", t.a2a_exposed},
-            {"overlap_penalty", t.overlap_penalty},
-            {"tp_cp_exposed", t.tp_cp_exposed},
-            {"pp_exposed", t.pp_exposed},
-            {"bubble", t.bubble},
-            {"dp_total", t.dp_total},
-            {"dp_exposed", t.dp_exposed},
-            {"optimizer", t.optimizer},
-            {"offload_exposed", t.offload_exposed},
-            {"step", t.step}}},
-          {"tokens_per_s_per_device", e.tokens_per_s_per_device},
-          {"model_tflops_per_device", e.model_tflops_per_device},
-          {"mfu", e.mfu},
-          {"goodput", e.goodput}};
+  return {
+      {"layout",
+       {{"tp", l.tp},
+        {"pp", l.pp},
+        {"vpp", l.vpp},
+        {"ep", l.ep},
+        {"cp", l.cp},
+        {"dp", e.dp},
+        {"mbs", l.mbs},
+        {"schedule", to_string(l.schedule)},
+        {"recompute", to_string(l.recompute)},
+        {"zero", l.zero},
+        {"offload_optimizer", l.offload_optimizer},
+        {"overlap", l.overlap},
+        {"fused_kernels", l.fused_kernels},
+        {"topology_aware", l.topology_aware},
+        {"fp8", l.fp8}}},
+      {"micro_batches", e.micro_batches},
+      {"memory_gib",
+       {{"weights", m.weights / kGiB},
+        {"gradients", m.gradients / kGiB},
+        {"optimizer", m.optimizer / kGiB},
+        {"activations", m.activations / kGiB},
+        {"logits", m.logits / kGiB},
+        {"comm_buffers", m.comm_buffers / kGiB},
+        {"reserved", m.reserved / kGiB},
+        {"total", m.total() / kGiB},
+        {"capacity", m.capacity / kGiB},
+        {"fits", m.fits()},
+        // bytes, the engine's exact figures when memory_from_engine
+        {"total_bytes", m.total()},
+        {"from_engine", e.memory_from_engine},
+        {"planner_model_total", (e.memory_from_engine ? e.modelled_memory : m).total() / kGiB}}},
+      {"time_s",
+       {{"gemm", t.gemm},
+        {"attention", t.attention},
+        {"vector", t.vector},
+        {"launch", t.launch},
+        {"recompute", t.recompute},
+        {"a2a_total", t.a2a_total},
+        {"a2a_exposed", t.a2a_exposed},
+        {"overlap_penalty", t.overlap_penalty},
+        {"tp_cp_exposed", t.tp_cp_exposed},
+        {"pp_exposed", t.pp_exposed},
+        {"bubble", t.bubble},
+        {"dp_total", t.dp_total},
+        {"dp_exposed", t.dp_exposed},
+        {"optimizer", t.optimizer},
+        {"offload_exposed", t.offload_exposed},
+        {"step", t.step}}},
+      {"tokens_per_s_per_device", e.tokens_per_s_per_device},
+      {"model_tflops_per_device", e.model_tflops_per_device},
+      {"mfu", e.mfu},
+      {"goodput", e.goodput}};
 }
 
 std::string candidates_svg(const SearchResult& r, const ClusterSpec& cluster,

@@ -39,7 +39,7 @@ double metric_of(const Estimate& e, const std::string& metric) {
 // performance pages: "we force-balance the token distribution among experts"),
 // GBS sequences of 4096 tokens.
 Job benchmark_job(int64_t devices, int64_t global_batch) {
-  Job j{devices, global_batch, 4096};
+  Job j = Job::of(devices, global_batch, 4096);
   j.expert_imbalance = 1.0;
   return j;
 }
@@ -81,7 +81,7 @@ std::vector<ValidationPoint> validation_points() {
   // FP8 GEMMs, batch 15360 × 4K, recompute of RMSNorm and MLA up-projections.
   v.push_back(point(
       "DeepSeek-V3 pre-train, 2048 H800 (DualPipe PP16 EP64 ZeRO-1, FP8)", kV3,
-      "configs/clusters/h800-ib.json", Job{2048, 15360, 4096},
+      "configs/clusters/h800-ib.json", Job::of(2048, 15360, 4096),
       layout(1, 16, 1, 64, Schedule::kDualPipe, Recompute::kSelective, false, true, true), "mfu",
       0.406, "arXiv 2412.19437 (180K GPU-h/T tokens) -> 1543 tok/s/GPU x 260 GFLOP / 989 TF",
       /*end_to_end=*/true));
@@ -101,7 +101,7 @@ std::vector<ValidationPoint> validation_points() {
   // recompute, GBS 3840 × 4K, BF16.
   v.push_back(point(
       "MindSpeed-LLM DeepSeek-V3, 512 910C dies (TP2 PP8 EP32 DualPipeV, swap, full rc)", kV3,
-      kAscend, Job{512, 3840, 4096},
+      kAscend, Job::of(512, 3840, 4096),
       layout(2, 8, 1, 32, Schedule::kDualPipeV, Recompute::kFull, true, true, false), "mfu", 0.336,
       "MindSpeed-LLM features README: 914.97 tok/s per 910C (2 dies) x 260 GFLOP / 707.8 TF"));
   calibration("910C attention 0.35 and unfused-kernel factor 0.7 (checked against this point)");

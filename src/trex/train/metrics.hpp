@@ -137,6 +137,10 @@ struct TrainSummary {
   double final_loss = 0.0, final_lm_loss = 0.0, final_mtp_loss = 0.0;
   double final_validation_loss = -1.0;  // < 0: never evaluated
   bool interrupted = false;             // stopped by stop_after_step
+  // This process's resident memory: its peak, and what it held before the
+  // model was built (libraries, tokenizer, communicator): the part the
+  // memory accounting (trex train --dry-run) leaves out.
+  int64_t peak_resident_bytes = 0, resident_before_model = 0;
   std::string last_checkpoint;
   std::string metrics_jsonl;
   std::string tensorboard_dir;

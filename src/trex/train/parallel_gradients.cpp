@@ -308,12 +308,13 @@ void ParallelGradients::after_update() {
                     const std::vector<parallel::OptimizerShard>& parts) {
     if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
     const parallel::OptimizerShard& mine = parts[static_cast<size_t>(comm.rank())];
-    const std::vector<float> own(values.begin() + mine.begin, values.begin() + mine.end);
     std::vector<int64_t> counts;
     for (const parallel::OptimizerShard& part : parts) counts.push_back(part.size());
     // In bounded rounds (never the model in one message), padded to equal
-    // counts where the communicator needs it (NCCL's model).
-    parallel::all_gather_in_rounds(comm, own.data(), values.data() + parts.front().begin, counts);
+    // counts where the communicator needs it (NCCL's model); this rank's
+    // block is sent from where it lies (no copy of the shard).
+    parallel::all_gather_in_rounds(comm, values.data() + mine.begin,
+                                   values.data() + parts.front().begin, counts);
   };
   gather(setup_.grid->data(), zero_partition_.dense);
   gather(setup_.expert_comm(), zero_partition_.expert);

@@ -81,7 +81,7 @@ model::ActivationShape activation_shape(const RunConfig& c) {
 }
 
 struct RankActivations {
-  int64_t peak = 0, caches = 0;
+  int64_t peak = 0, caches = 0, buffers = 0;  // buffers: caches + backend work at the peak
   int in_flight = 0;
 };
 
@@ -90,18 +90,23 @@ struct RankActivations {
 // time through the whole model.
 RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfig& m, int pp_rank,
                                      int64_t micro_batches) {
-  const model::ActivationShape shape = activation_shape(c);
+  model::ActivationShape shape = activation_shape(c);
+  shape.local_experts = m.n_routed_experts / c.parallel.ep;
   auto cache = [&](const model::StageSpec& s) {
     return model::stage_cache_bytes(m, s, shape).total();
   };
   auto work = [&](const model::StageSpec& s) {
     return model::transient_activation_bytes(m, s, shape);
   };
+  auto kernel_work = [&](const model::StageSpec& s) {
+    return model::kernel_work_bytes(m, s, shape);
+  };
   RankActivations out;
   if (c.parallel.pp == 1) {
     const model::StageSpec whole = model::whole_model_stage(m);
     out.caches = cache(whole);
-    out.peak = out.caches + work(whole);
+    out.buffers = out.caches + work(whole);
+    out.peak = out.buffers + kernel_work(whole);
     out.in_flight = 1;
     return out;
   }
@@ -116,8 +121,9 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
       live += cache(chunk);
       ++live_count;
     }
-    if (live + work(chunk) > out.peak) {
-      out.peak = live + work(chunk);
+    if (live + work(chunk) + kernel_work(chunk) > out.peak) {
+      out.peak = live + work(chunk) + kernel_work(chunk);
+      out.buffers = live + work(chunk);
       out.caches = live;
       out.in_flight = live_count;
     }
@@ -130,9 +136,14 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
 }
 
 // Communication and accumulation buffers of a rank: the sum of its earlier
-// micro-batches' gradients (ZeRO-0/1 without a pipeline), the ZeRO-2 shard,
-// the reducer's buckets in flight (two, padded), the pipeline's stage
-// streams (one received, one sent).
+// micro-batches' gradients (ZeRO-0/1 without a pipeline), or the ZeRO-2
+// shard; the staging of the gradient reduction; the pipeline's stage streams
+// (one received, one sent). ZeRO-0/1 all-reduce every bucket in place, and
+// all of a step's buckets are in flight before the wait: Open MPI's
+// non-blocking all-reduce keeps a temporary of each message meanwhile, so the
+// staging is the part of the buffer reduced over more than one rank (dense
+// over the data group, experts over their replicas). ZeRO-2 reduce-scatters
+// bucket by bucket: two buckets.
 int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
                    const std::vector<model::ParamSpec>& layout, int data_rank,
                    int64_t micro_batches) {
@@ -141,12 +152,19 @@ int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
   int64_t out = 0;
   if (c.parallel.zero >= 2) {
     out += zero_shard_elements(c, layout, data_rank) * value;
-  } else if (c.parallel.pp == 1 && micro_batches > 1) {
-    out += grads;
-  }
-  if (c.parallel.data_size() > 1 || c.parallel.pp > 1) {
-    const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
-    out += 2 * std::min(grads, bucket);
+    if (c.parallel.data_size() > 1) {
+      const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
+      out += 2 * std::min(grads, bucket);
+    }
+  } else {
+    if (c.parallel.pp == 1 && micro_batches > 1) out += grads;
+    int64_t experts = 0;
+    for (const model::ParamSpec& spec : layout)
+      if (spec.role == model::ParamRole::kExpert) experts += spec.numel() * value;
+    const int64_t dense = grads - experts;
+    const bool ep = c.parallel.ep > 1;
+    if (c.parallel.data_size() > 1) out += ep ? dense : grads;
+    if (ep && c.parallel.dp > 1) out += experts;
   }
   if (c.parallel.pp > 1) out += 2 * c.micro_batch * c.seq_len * m.hc_mult * m.hidden_size * value;
   return out;
@@ -196,6 +214,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       }
       role.activations = acts.peak;
       role.activation_caches = acts.caches;
+      role.activation_buffers = acts.buffers;
       role.in_flight = acts.in_flight;
       out.roles.push_back(role);
     }
@@ -237,16 +256,16 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
       static_cast<long long>(account.micro_batches_per_rank),
       model::activation_recompute_name(config.recompute));
   out += line;
-  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %12s %9s %10s %12s\n", "stage",
-                "EP", "ranks", "parameters", "gradients", "moments min-max", "activations",
-                "in flight", "comm", "total max");
+  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %12s %12s %9s %10s %12s\n",
+                "stage", "EP", "ranks", "parameters", "gradients", "moments min-max", "activations",
+                "of which buf", "in flight", "comm", "total max");
   out += line;
   for (const StateRole& r : account.roles) {
     std::snprintf(line, sizeof line,
-                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %12.1f %9d %10.1f %12.1f\n",
+                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %12.1f %12.1f %9d %10.1f %12.1f\n",
                   r.pp_rank, r.ep_rank, static_cast<long long>(r.ranks), mib(r.params),
                   mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.activations),
-                  r.in_flight, mib(r.comm), mib(r.total_max()));
+                  mib(r.activation_buffers), r.in_flight, mib(r.comm), mib(r.total_max()));
     out += line;
   }
   const StateRole& big = account.largest();
@@ -259,7 +278,8 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
   out += line;
   out +=
       "activations: the cached micro-batches (exact) plus one op's work set (an upper "
-      "estimate); comm: gradient accumulation, two reduction buckets, the stage streams\n";
+      "estimate) and the kernels' own temporaries; \"of which buf\": the backend's buffers; "
+      "comm: gradient accumulation, reduction staging, the stage streams\n";
   return out;
 }
 
@@ -280,6 +300,7 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
          {"comm", r.comm},
          {"activations", r.activations},
          {"activation_caches", r.activation_caches},
+         {"activation_buffers", r.activation_buffers},
          {"micro_batches_in_flight", r.in_flight},
          {"total", r.total_max()}});
   const nlohmann::json out = {

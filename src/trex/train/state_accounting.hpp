@@ -8,7 +8,7 @@
 // (model/activation_memory.hpp: the caches of the micro-batches its pipeline
 // schedule keeps in flight, exact, plus the largest transient work set, an
 // upper estimate) and its communication buffers (the gradient accumulation
-// buffer, the reducer's buckets, the pipeline's stage streams).
+// buffer, the reduction's staging, the pipeline's stage streams).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,12 +36,15 @@ struct StateRole {
   int64_t params = 0, grads = 0;
   int64_t moments_max = 0, moments_min = 0;
   int64_t state_max() const { return params + grads + moments_max; }
-  // Peak activations: the largest (cached micro-batches + one op's work set)
-  // over the rank's pipeline program; `activation_caches` is the cached part
-  // at that moment, `in_flight` how many micro-batch caches it holds.
-  int64_t activations = 0, activation_caches = 0;
+  // Peak activations: the largest (cached micro-batches + one op's work set
+  // + the kernels' own temporaries) over the rank's pipeline program;
+  // `activation_caches` is the cached part at that moment,
+  // `activation_buffers` what the backend holds then (caches + work arrays:
+  // what its peak-buffer counter measures), `in_flight` how many micro-batch
+  // caches it holds.
+  int64_t activations = 0, activation_caches = 0, activation_buffers = 0;
   int in_flight = 0;
-  int64_t comm = 0;  // gradient accumulation + reduction buckets + stage streams
+  int64_t comm = 0;  // gradient accumulation + reduction staging + stage streams
   int64_t total_max() const { return state_max() + activations + comm; }
 };
 

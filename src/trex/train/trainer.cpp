@@ -8,6 +8,7 @@
 
 #include "trex/core/error.hpp"
 #include "trex/core/log.hpp"
+#include "trex/core/process_memory.hpp"
 #include "trex/core/progress.hpp"
 #include "trex/train/checkpoint.hpp"
 #include "trex/train/data/source.hpp"
@@ -45,6 +46,7 @@ struct Trainer::Impl {
   bool root = true;      // world rank 0: writes metrics, logs and checkpoints
   FaultInjector faults;  // debug.inject (tests of the guard only)
   io::Tokenizer tokenizer;
+  int64_t resident_before_model = 0;  // set between the tokenizer and the model (member order)
   model::Model<float> model;
   ParallelGradients gradients;  // ZeRO partition, gradient reducer, pipeline runner
   Optimizer optimizer;
@@ -71,6 +73,7 @@ struct Trainer::Impl {
         root(setup.is_root()),
         faults(config.debug_inject, root),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
+        resident_before_model(resident_bytes()),
         model(build_model(config, setup)),
         gradients(model, setup, config),
         optimizer(make_optimizer(config, model.params(), gradients.zero_ranges())),
@@ -388,6 +391,8 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
                 ? s.step_flops / out.seconds / (c.peak_gflops * 1e9 * world.size())
                 : 0.0;
   out.final_validation_loss = s.last_validation_loss;
+  out.peak_resident_bytes = peak_resident_bytes();
+  out.resident_before_model = s.resident_before_model;
   if (s.metrics) {
     out.metrics_jsonl = s.metrics->jsonl_path();
     out.tensorboard_dir = s.metrics->tensorboard_dir();

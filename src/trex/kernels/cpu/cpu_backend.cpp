@@ -1,6 +1,9 @@
 #include "trex/kernels/cpu/cpu_backend.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -72,14 +75,37 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device{}; }
 
  protected:
+  // Buffers of kMapBytes and more are mapped pages of their own, returned to
+  // the system when freed: through malloc, glibc raises its mmap threshold
+  // after such frees and then keeps later activations in its heap, so the
+  // process would hold the step's freed work arrays (hundreds of MiB on
+  // bench-cpu) that the backend's live-buffer count no longer shows. Fresh
+  // mappings read zero: no memset.
+  // Under AddressSanitizer every buffer goes through malloc, which it guards.
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr size_t kMapBytes = SIZE_MAX;
+#else
+  static constexpr size_t kMapBytes = size_t{1} << 20;
+#endif
   void* allocate_bytes(size_t bytes) const override {
+    if (bytes >= kMapBytes) {
+      void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (data == MAP_FAILED) throw std::bad_alloc();
+      return data;
+    }
     constexpr size_t kAlign = 64;
     void* data = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
     if (!data) throw std::bad_alloc();
     std::memset(data, 0, bytes);
     return data;
   }
-  void free_bytes(void* data, size_t) const override { std::free(data); }
+  void free_bytes(void* data, size_t bytes) const override {
+    if (bytes >= kMapBytes) {
+      munmap(data, bytes);
+      return;
+    }
+    std::free(data);
+  }
 
  private:
   void do_fill(const Tensor& x, double value) const override {

@@ -262,7 +262,40 @@ void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
 void Optimizer::save_state(const std::string& path) const {
   if (sharded())
     throw Error("a sharded (ZeRO) optimizer saves the state gathered from every shard").file(path);
-  save_state(path, first_moment(), second_moment());
+  // Streamed in pieces, so that saving holds neither moment as a whole fp32
+  // copy (the second moment exists only for AdamW's tensors; the file's is
+  // whole, zero elsewhere).
+  constexpr int64_t kPiece = int64_t{1} << 22;  // values per piece (16 MiB of fp32)
+  auto stream = [&](bool second) {
+    return [this, second](const TensorToStream::Sink& sink) {
+      std::vector<float> piece;
+      for (int64_t begin = 0; begin < size_; begin += kPiece) {
+        const int64_t end = std::min(size_, begin + kPiece);
+        piece.assign(static_cast<size_t>(end - begin), 0.0f);
+        if (!second) {
+          first_moment_.read(begin, piece);
+        } else {
+          for (const Slot& slot : slots_) {
+            if (slot.update != Update::kAdamW) continue;
+            const int64_t lo = std::max(begin, slot.state_offset);
+            const int64_t hi = std::min(end, slot.state_offset + specs_[slot.spec].numel());
+            if (lo < hi)
+              second_moment_.read(
+                  slot.second_offset + (lo - slot.state_offset),
+                  std::span(piece.data() + (lo - begin), static_cast<size_t>(hi - lo)));
+          }
+        }
+        sink(std::string_view(reinterpret_cast<const char*>(piece.data()),
+                              piece.size() * sizeof(float)));
+      }
+    };
+  };
+  const size_t bytes = static_cast<size_t>(size_) * sizeof(float);
+  ensure_parent_dir(path);
+  write_safetensors_streaming(path,
+                              {{"first_moment", DType::kF32, {size_}, bytes, stream(false)},
+                               {"second_moment", DType::kF32, {size_}, bytes, stream(true)}},
+                              state_metadata());
 }
 
 void Optimizer::save_state(const std::string& path, std::span<const float> whole_first_moment,
@@ -278,7 +311,12 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
       {"first_moment", DType::kF32, {size_}, whole_first_moment.data(), bytes},
       {"second_moment", DType::kF32, {size_}, whole_second_moment.data(), bytes},
   };
-  std::map<std::string, std::string> metadata = {
+  ensure_parent_dir(path);
+  write_safetensors(path, tensors, state_metadata());
+}
+
+std::map<std::string, std::string> Optimizer::state_metadata() const {
+  return {
       {"trex_optimizer", kind_of(options_)},
       {"step", std::to_string(step_)},
       {"param_count", std::to_string(size_)},
@@ -287,8 +325,6 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
       // a run may resume with either moment dtype.
       {"moment_dtype", moment_dtype_name(options_.moment_dtype)},
   };
-  ensure_parent_dir(path);
-  write_safetensors(path, tensors, metadata);
 }
 
 void Optimizer::load_state(const std::string& path) {

@@ -8,6 +8,7 @@
 // AdamW updates — Muon keeps momentum only. Moments are fp32 or bf16
 // (OptimizerOptions::moment_dtype); updates compute in fp32.
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -121,6 +122,8 @@ class Optimizer {
     int64_t param_offset = 0, state_offset = 0, second_offset = -1;
   };
 
+  // The metadata of a whole-state file (save_state).
+  std::map<std::string, std::string> state_metadata() const;
   // This optimizer's ranges of a whole-model buffer, concatenated.
   std::vector<float> gather_ranges(const void* whole) const;  // F32 values
   void adamw_step(const Slot& slot, float* weights, const float* grads, double lr);
