@@ -413,13 +413,12 @@ PipelineResult BasicPipelineRunner<T>::run(std::span<const model::Batch> micro_b
                     pl.chunk_rank[c + 1], tag(m, c, a.op));
     }
   };
-  constexpr size_t kLookahead = 2;
   size_t posted = 0;
   std::vector<model::LossBreakdown> parts(static_cast<size_t>(N));
   double busy = 0.0;
   try {
     for (size_t i = 0; i < program.size(); ++i) {
-      for (; posted < std::min(program.size(), i + 1 + kLookahead); ++posted)
+      for (; posted < std::min(program.size(), i + 1 + kPipelineReceiveLookahead); ++posted)
         post_receive(program[posted]);
       const PipeAction& a = program[i];
       const int m = a.micro_batch, c = a.chunk;

@@ -8,6 +8,7 @@
 // A rank holds only its chunks' parameters (chunks_of_rank, model::stages_hold)
 // and computes their gradients; the MTP block's tied copy of the embedding on
 // the head's rank is the one tensor two stages share.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -30,6 +31,11 @@ PipelineSchedule parse_pipeline_schedule(const std::string& name);
 // the first layers % parts ranges get one layer more (the head's chunk then
 // tends to carry fewer layers: it also runs the LM head and the MTP block).
 std::vector<std::pair<int64_t, int64_t>> partition_layers(int64_t layers, int parts);
+
+// Actions ahead of the running one whose receives the runner posts, so they
+// wait when the neighbour's send arrives; each holds a stage stream (what the
+// memory accounting counts).
+inline constexpr size_t kPipelineReceiveLookahead = 2;
 
 enum class PipeOp { kForward, kBackward };
 

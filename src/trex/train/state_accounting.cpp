@@ -137,9 +137,8 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
 
 // Communication and accumulation buffers of a rank: the sum of its earlier
 // micro-batches' gradients (ZeRO-0/1 without a pipeline), or the ZeRO-2
-// shard; the staging of the gradient reduction; the pipeline's stage streams
-// (one received, one sent). ZeRO-0/1 all-reduce every bucket in place, and
-// all of a step's buckets are in flight before the wait: Open MPI's
+// shard; the staging of the gradient reduction; the pipeline's stage streams. ZeRO-0/1 all-reduce
+// every bucket in place, and all of a step's buckets are in flight before the wait: Open MPI's
 // non-blocking all-reduce keeps a temporary of each message meanwhile, so the
 // staging is the part of the buffer reduced over more than one rank (dense
 // over the data group, experts over their replicas). ZeRO-2 reduce-scatters
@@ -166,7 +165,11 @@ int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
     if (c.parallel.data_size() > 1) out += ep ? dense : grads;
     if (ep && c.parallel.dp > 1) out += experts;
   }
-  if (c.parallel.pp > 1) out += 2 * c.micro_batch * c.seq_len * m.hc_mult * m.hidden_size * value;
+  // The runner's stage streams: the receives posted ahead and the running
+  // action's, its output and one send not yet completed.
+  if (c.parallel.pp > 1)
+    out += static_cast<int64_t>(parallel::kPipelineReceiveLookahead + 3) * c.micro_batch *
+           c.seq_len * m.hc_mult * m.hidden_size * value;
   return out;
 }
 
