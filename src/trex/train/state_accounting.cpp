@@ -28,39 +28,28 @@ std::vector<model::ParamSpec> layout_of(const RunConfig& c, const model::ModelCo
   return parallel::filter_specs(model::parameter_specs(m), m, ownership);
 }
 
-// Optimizer bytes of each data rank of a layout (ParallelGradients' ZeRO
-// ranges, make_optimizer's rule), indexed by data rank.
-std::vector<int64_t> moments_by_data_rank(const RunConfig& c,
-                                          const std::vector<model::ParamSpec>& layout,
-                                          int ep_rank) {
+// The ZeRO partition of a layout as ParallelGradients builds it: experts over
+// the ranks holding the same ones (dp), the rest over `data`; none without ZeRO.
+std::optional<parallel::ZeroPartition> zero_partition_of(
+    const RunConfig& c, const std::vector<model::ParamSpec>& layout) {
+  if (c.parallel.zero == 0) return std::nullopt;
   const int ep = static_cast<int>(c.parallel.ep), dp = static_cast<int>(c.parallel.dp);
-  const int data = ep * dp;
-  const int64_t bytes = moment_dtype_bytes(c.optimizer.moment_dtype);
-  std::optional<parallel::ZeroPartition> zero;
-  if (c.parallel.zero > 0)  // experts over the ranks holding the same ones (dp), else `data`
-    zero = parallel::partition_for_zero_by_role(layout, data, ep > 1 ? dp : data);
-  std::vector<int64_t> out(static_cast<size_t>(data), 0);
-  for (int d = ep_rank; d < data; d += ep) {
-    const std::vector<parallel::OptimizerShard> ranges =
-        zero ? zero->ranges(d, ep > 1 ? d / ep : d)
-             : std::vector<parallel::OptimizerShard>{parallel::whole_shard(layout)};
-    const Optimizer::StateElements e = Optimizer::state_elements(layout, ranges, c.optimizer);
-    out[static_cast<size_t>(d)] = (e.first + e.second) * bytes;
-  }
-  return out;
+  return parallel::partition_for_zero_by_role(layout, ep * dp, ep > 1 ? dp : ep * dp);
 }
 
-// Elements of this data rank's ZeRO ranges of a layout (the ZeRO-2 shard).
-int64_t zero_shard_elements(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
-                            int data_rank) {
-  const int ep = static_cast<int>(c.parallel.ep), dp = static_cast<int>(c.parallel.dp);
-  const parallel::ZeroPartition zero =
-      parallel::partition_for_zero_by_role(layout, ep * dp, ep > 1 ? dp : ep * dp);
-  int64_t out = 0;
-  for (const parallel::OptimizerShard& r :
-       zero.ranges(data_rank, ep > 1 ? data_rank / ep : data_rank))
-    out += r.size();
-  return out;
+// Data rank d's ranges of the layout: its ZeRO ranges, or the whole layout.
+std::vector<parallel::OptimizerShard> ranges_of_data_rank(
+    const RunConfig& c, const std::vector<model::ParamSpec>& layout,
+    const std::optional<parallel::ZeroPartition>& zero, int d) {
+  if (!zero) return {parallel::whole_shard(layout)};
+  return zero->ranges(d, c.parallel.ep > 1 ? d / static_cast<int>(c.parallel.ep) : d);
+}
+
+// Optimizer bytes over `ranges` of a layout (make_optimizer's rule).
+int64_t moment_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
+                     const std::vector<parallel::OptimizerShard>& ranges) {
+  const Optimizer::StateElements e = Optimizer::state_elements(layout, ranges, c.optimizer);
+  return (e.first + e.second) * moment_dtype_bytes(c.optimizer.moment_dtype);
 }
 
 // Micro-batches of a step each data rank runs (ParallelGradients::my_micro_batches).
@@ -144,13 +133,13 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
 // over the data group, experts over their replicas). ZeRO-2 reduce-scatters
 // bucket by bucket: two buckets.
 int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
-                   const std::vector<model::ParamSpec>& layout, int data_rank,
-                   int64_t micro_batches) {
+                   const std::vector<model::ParamSpec>& layout,
+                   const std::vector<parallel::OptimizerShard>& ranges, int64_t micro_batches) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t grads = parallel::total_numel(layout) * value;
   int64_t out = 0;
   if (c.parallel.zero >= 2) {
-    out += zero_shard_elements(c, layout, data_rank) * value;
+    for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
     if (c.parallel.data_size() > 1) {
       const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
       out += 2 * std::min(grads, bucket);
@@ -206,14 +195,17 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       role.ranks = config.parallel.dp;
       role.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
       role.grads = role.params;
-      const std::vector<int64_t> moments = moments_by_data_rank(config, layout, e);
+      const std::optional<parallel::ZeroPartition> zero = zero_partition_of(config, layout);
       role.moments_min = INT64_MAX;
-      for (int d = e; d < static_cast<int>(moments.size());
+      for (int d = e; d < static_cast<int>(config.parallel.data_size());
            d += static_cast<int>(config.parallel.ep)) {
-        role.moments_max = std::max(role.moments_max, moments[static_cast<size_t>(d)]);
-        role.moments_min = std::min(role.moments_min, moments[static_cast<size_t>(d)]);
-        role.comm =
-            std::max(role.comm, comm_bytes(config, model, layout, d, out.micro_batches_per_rank));
+        const std::vector<parallel::OptimizerShard> ranges =
+            ranges_of_data_rank(config, layout, zero, d);
+        const int64_t moments = moment_bytes(config, layout, ranges);
+        role.moments_max = std::max(role.moments_max, moments);
+        role.moments_min = std::min(role.moments_min, moments);
+        role.comm = std::max(role.comm,
+                             comm_bytes(config, model, layout, ranges, out.micro_batches_per_rank));
       }
       role.activations = acts.peak;
       role.activation_caches = acts.caches;
@@ -239,8 +231,9 @@ RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model
   RankState s;
   s.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
   s.grads = s.params;
-  s.moments =
-      moments_by_data_rank(config, layout, ep_rank)[static_cast<size_t>(dp_rank * ep + ep_rank)];
+  s.moments = moment_bytes(config, layout,
+                           ranges_of_data_rank(config, layout, zero_partition_of(config, layout),
+                                               dp_rank * ep + ep_rank));
   return s;
 }
 
