@@ -10,7 +10,8 @@
 #
 # DEMO_DIR holds tokenizer.json and data/cpt.jsonl (what `trex demo` writes).
 # ONLY=REGEX runs the layouts whose name matches.
-# Runs one optimizer step of sequence 256 per layout (global batch 4); needs
+# Runs STEPS (default 2: the second is the steady state) optimizer steps of
+# sequence 256 per layout (global batch 4); needs
 # mpiexec, build/trex and about 9 GB of memory for the one-rank layouts.
 set -euo pipefail
 
@@ -49,7 +50,7 @@ for entry in "${layouts[@]}"; do
     echo "seq_len = 256"
     echo "micro_batch = 1"
     echo "global_batch = 4"
-    echo "steps = 1"
+    echo "steps = ${STEPS:-2}"
     echo "precision = \"bf16\""
     echo "recompute = \"$recompute\""
     echo "checkpoint_interval = 0"
@@ -81,9 +82,9 @@ for entry in "${layouts[@]}"; do
     rss_kb=$(cat "$dir/rss.$r")
     awk -v name="$name" -v r="$r" -v dp="$dp" -v ep="$ep" -v rss_kb="$rss_kb" \
       -v act_peak="${act_peak:-0}" -v base="${base:-0}" '
-      # Role rows: stage, EP, ranks, params, grads, moments "min-max", activations,
+      # Role rows: stage, EP, ranks, params, grads, moments "min-max", opt work, activations,
       # of which backend buffers, in flight, comm, total.
-      $1 ~ /^[0-9]+$/ && NF == 11 { total[$1 "/" $2] = $11; act[$1 "/" $2] = $8 }
+      $1 ~ /^[0-9]+$/ && NF == 12 { total[$1 "/" $2] = $12; act[$1 "/" $2] = $9 }
       END {
         e = r % ep; p = int(r / (ep * dp)); key = p "/" e
         rss = rss_kb / 1024

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "model/expert_maps.hpp"
 #include "test_paths.hpp"
@@ -17,6 +21,7 @@
 #include "trex/model/model.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
+#include "trex/parallel/pending.hpp"
 #include "trex/parallel/pipeline.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/state_accounting.hpp"
@@ -163,6 +168,41 @@ TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
   const std::string table = trex::train::format_state_account(trex::train::account_state(c, m), c);
   EXPECT_NE(table.find("DP=2 x EP=1 x PP=1, ZeRO-1"), std::string::npos) << table;
   EXPECT_NE(table.find("activations: the cached micro-batches"), std::string::npos) << table;
+
+  // The reduction's staging is max_in_flight_buckets buckets (the whole
+  // buffer without a bound), besides the 4 micro-batches' gradient sum.
+  c.parallel.bucket_mb = 0.01;
+  const int64_t bucket = static_cast<int64_t>(0.01 * 1024 * 1024);
+  EXPECT_EQ(trex::train::account_state(c, m).roles[0].comm, whole + 4 * bucket);
+  c.parallel.max_in_flight_buckets = 0;
+  EXPECT_EQ(trex::train::account_state(c, m).roles[0].comm, 2 * whole);
+  c.parallel.max_in_flight_buckets = 4;
+  // ZeRO-2: the buffer keeps what backward wrote and has not handed over
+  // (the globals, the largest layer) and the buckets in flight; the shard
+  // accumulator and the staging are communication buffers.
+  c.parallel.zero = 2;
+  std::map<int64_t, int64_t> by_layer;
+  for (const auto& spec : trex::model::parameter_specs(m)) by_layer[spec.layer] += spec.numel() * 4;
+  int64_t largest_layer = 0;
+  for (const auto& [layer, bytes] : by_layer)
+    if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
+  const trex::train::StateAccount zero2 = trex::train::account_state(c, m);
+  EXPECT_EQ(zero2.roles[0].grads, by_layer[-1] + largest_layer + 4 * bucket);
+  EXPECT_LT(zero2.roles[0].grads, whole / 2);
+  const auto partition =
+      trex::parallel::partition_for_zero_by_role(trex::model::parameter_specs(m), 2, 2);
+  int64_t larger_shard = 0;
+  for (int d = 0; d < 2; ++d) {
+    int64_t shard = 0;
+    for (const OptimizerShard& r : partition.ranges(d, d)) shard += r.size() * 4;
+    larger_shard = std::max(larger_shard, shard);
+  }
+  EXPECT_EQ(zero2.roles[0].comm, 4 * bucket + larger_shard);
+  // With a pipeline the whole buffer stays resident.
+  c.parallel.dp = 1;
+  c.parallel.pp = 2;
+  for (const auto& role : trex::train::account_state(c, m).roles)
+    EXPECT_EQ(role.grads, role.params);
 }
 
 // Activations and buffers per role: one micro-batch at a time without a
@@ -215,7 +255,8 @@ TEST(TrainStateAccounting, ActivationsFollowThePipelineSchedule) {
   ASSERT_EQ(json["roles"].size(), 2u);
   for (const auto& role : json["roles"]) {
     int64_t sum = 0;
-    for (const char* key : {"params", "grads", "master", "moments", "comm", "activations"})
+    for (const char* key :
+         {"params", "grads", "master", "moments", "comm", "activations", "optimizer_work"})
       sum += role[key].get<int64_t>();
     EXPECT_EQ(role["total"].get<int64_t>(), sum);
   }
@@ -371,6 +412,156 @@ TEST(TrainGradReducer, SingleRankPreparesEveryRangeOnceAndScales) {
   reducer.finish_micro_batch();
   EXPECT_THROW(reducer.begin_micro_batch(), trex::Error);
   reducer.finish(1.0f);
+}
+
+// A two-rank data group (this process is rank 0) whose reductions finish on
+// a "network" thread ~1 ms after they start, oldest first; a reduce-scatter
+// delivers rank 0's own block (the other rank contributes zeros). It records
+// how many reductions were running when each one started.
+class SlowDataGroup : public trex::parallel::Communicator {
+ public:
+  SlowDataGroup() : network_([this] { run(); }) {}
+  ~SlowDataGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    network_.join();
+  }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  int64_t most_running() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return most_running_;
+  }
+  int64_t started() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(running_.size()) + finished_;
+  }
+  trex::parallel::Request iall_reduce(void*, int64_t, trex::parallel::DType,
+                                      trex::parallel::ReduceOp) override {
+    return begin();
+  }
+  trex::parallel::Request ireduce_scatter(const void* send, void* recv,
+                                          std::span<const int64_t> counts,
+                                          trex::parallel::DType type,
+                                          trex::parallel::ReduceOp) override {
+    EXPECT_EQ(type, trex::parallel::DType::kF32);
+    std::memcpy(recv, send, static_cast<size_t>(counts[0]) * sizeof(float));
+    return begin();
+  }
+  trex::parallel::Request iall_gather(const void*, void*, std::span<const int64_t>,
+                                      trex::parallel::DType) override {
+    throw trex::Error("not used");
+  }
+  trex::parallel::Request iall_to_all(const void*, std::span<const int64_t>, void*,
+                                      std::span<const int64_t>, trex::parallel::DType) override {
+    throw trex::Error("not used");
+  }
+  trex::parallel::Request ibroadcast(void*, int64_t, trex::parallel::DType, int) override {
+    throw trex::Error("not used");
+  }
+  trex::parallel::Request isend(const void*, int64_t, trex::parallel::DType, int, int) override {
+    throw trex::Error("not used");
+  }
+  trex::parallel::Request irecv(void*, int64_t, trex::parallel::DType, int, int) override {
+    throw trex::Error("not used");
+  }
+  trex::parallel::Request ibarrier() override { throw trex::Error("not used"); }
+  std::unique_ptr<Communicator> split(int, int, const std::string&) override {
+    throw trex::Error("not used");
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  trex::parallel::Request begin() {
+    auto pending = std::make_shared<trex::parallel::detail::Pending>();
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.push_back({pending, Clock::now()});
+    most_running_ = std::max(most_running_, static_cast<int64_t>(running_.size()));
+    return trex::parallel::Request(pending);
+  }
+  void run() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
+      if (!running_.empty() &&
+          Clock::now() - running_.front().second > std::chrono::milliseconds(1)) {
+        running_.front().first->complete();
+        running_.pop_front();
+        ++finished_;
+      }
+    }
+  }
+  std::string name_ = "slow";
+  mutable std::mutex mutex_;
+  std::deque<std::pair<std::shared_ptr<trex::parallel::detail::Pending>, Clock::time_point>>
+      running_;
+  int64_t most_running_ = 0, finished_ = 0;
+  bool stop_ = false;
+  std::thread network_;
+};
+
+// The reducer runs at most max_in_flight reductions at once (the next one
+// waits for the oldest), all-reduce and ZeRO-2 reduce-scatter alike; under
+// ZeRO-2 every bucket's pages go back exactly once, the step's gradient lands
+// in this rank's ranges, and the shard accumulator's pages go back as finish()
+// moves the sum into the buffer.
+TEST(TrainGradReducer, BoundsTheReductionsInFlight) {
+  const auto specs = trex::model::parameter_specs(tiny_model_config());
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.numel();
+  const trex::parallel::ZeroPartition zero =
+      trex::parallel::partition_for_zero_by_role(specs, 2, 2);
+  for (const int64_t limit : {0, 3}) {
+    SCOPED_TRACE("max_in_flight " + std::to_string(limit));
+    SlowDataGroup all_reduce_group;
+    trex::parallel::GradReducer all_reduce(specs, &all_reduce_group, nullptr, {},
+                                           {.bucket_bytes = 4096, .max_in_flight = limit});
+    std::vector<float> grads(static_cast<size_t>(total), 1.0f);
+    all_reduce.begin_step(grads.data());
+    all_reduce.begin_micro_batch();
+    all_reduce.on_gradients_ready(tiny_model_config().num_hidden_layers);
+    all_reduce.finish(1.0f);
+    EXPECT_EQ(all_reduce_group.started(), all_reduce.bucket_count());
+    if (limit > 0)
+      EXPECT_EQ(all_reduce_group.most_running(), limit);
+    else  // nothing waits: every bucket starts at once
+      EXPECT_GT(all_reduce_group.most_running(), 3);
+
+    SlowDataGroup scatter_group;
+    trex::parallel::GradReducer scatter(
+        specs, &scatter_group, nullptr, zero,
+        {.bucket_bytes = 4096, .scatter = true, .max_in_flight = limit});
+    trex::model::PageVector<float> buffer(static_cast<size_t>(total));
+    std::vector<int> released(static_cast<size_t>(total), 0);
+    scatter.begin_step(buffer.data(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) released[static_cast<size_t>(i)] += 1;
+    });
+    for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+      std::fill(buffer.begin(), buffer.end(), 1.0f);
+      scatter.begin_micro_batch();
+      scatter.on_gradients_ready(1);
+      scatter.finish_micro_batch();
+    }
+    EXPECT_GT(scatter.shard_bytes(), 0);
+    scatter.finish(0.5f);
+    if (limit > 0) {
+      EXPECT_EQ(scatter_group.most_running(), limit);
+    }
+    for (int64_t i = 0; i < total; ++i) ASSERT_EQ(released[static_cast<size_t>(i)], 2) << i;
+    for (const auto& r : scatter.reduced_ranges())
+      for (int64_t i = r.begin; i < r.end; ++i)
+        ASSERT_EQ(buffer[static_cast<size_t>(i)], 1.0f) << i;  // 0.5 · (1 + 1)
+    // What stays resident of the accumulator: at most the partial pages at
+    // the edges of each 16 MiB piece (the tiny shard is one piece per role).
+    const auto shard = static_cast<size_t>(zero.dense[0].size() + zero.expert[0].size());
+    ASSERT_TRUE(trex::model::page_memory::mapped(shard * sizeof(float)));
+    EXPECT_LE(scatter.shard_bytes(),
+              4 * static_cast<int64_t>(trex::model::page_memory::page_size()));
+  }
 }
 
 // The hook fires MTP, L−1..0, then -1, and each group's gradients are final

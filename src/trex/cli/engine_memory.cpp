@@ -60,7 +60,8 @@ plan::MemoryEstimate largest_rank_memory(const train::StateAccount& account) {
   plan::MemoryEstimate m;
   m.weights = static_cast<double>(r.params);
   m.gradients = static_cast<double>(r.grads);
-  m.optimizer = static_cast<double>(r.moments_max);
+  // The planner's optimizer bytes: the moments and the update's scratch.
+  m.optimizer = static_cast<double>(r.moments_max + r.optimizer_work);
   m.activations = static_cast<double>(r.activations);
   m.comm_buffers = static_cast<double>(r.comm);
   return m;

@@ -49,7 +49,7 @@ GradReducer::GradReducer(const std::vector<model::ParamSpec>& specs, Communicato
     my_expert_ = zero_.expert[static_cast<size_t>(options_.experts ? options_.experts->rank()
                                                                    : data_->rank())];
     reduced_ = {{my_dense_.begin, my_dense_.end, false}, {my_expert_.begin, my_expert_.end, true}};
-    shard_grads_.assign(static_cast<size_t>(my_dense_.size() + my_expert_.size()), 0.0f);
+    shard_grads_.resize(static_cast<size_t>(my_dense_.size() + my_expert_.size()));
   }
 }
 
@@ -84,7 +84,7 @@ void GradReducer::begin_step(float* grads, RangeFn released) {
   started_early_ = 0;
   done_before_finish_ = 0;
   micro_batches_ = 0;
-  std::fill(shard_grads_.begin(), shard_grads_.end(), 0.0f);
+  model::zero_pages(shard_grads_);
 }
 
 void GradReducer::begin_micro_batch(RangeFn prepare) {
@@ -112,13 +112,14 @@ void GradReducer::start(Group& group) {
   for (const Range& bucket : group.buckets) {
     if (prepare_) prepare_(bucket.begin, bucket.end);
     Communicator* comm = comm_of(bucket);
+    if (comm) limit_in_flight();
     if (!options_.scatter) {
-      if (comm)
-        pending_.push_back({comm->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,
-                                              parallel::DType::kF32, parallel::ReduceOp::kSum),
-                            bucket,
-                            {},
-                            true});
+      if (comm) {
+        Pending& p = pending_.emplace_back();
+        p.bucket = bucket;
+        p.request = comm->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,
+                                      parallel::DType::kF32, parallel::ReduceOp::kSum);
+      }
       continue;
     }
     // This rank's part of the bucket: its ZeRO range of the bucket's role.
@@ -154,17 +155,30 @@ void GradReducer::start(Group& group) {
   }
 }
 
-void GradReducer::release_completed(bool wait) {
+void GradReducer::limit_in_flight() {
+  if (options_.max_in_flight <= 0) return;
+  int64_t running = 0;
+  for (const Pending& p : pending_) running += p.completed ? 0 : 1;
+  // Every rank starts the same buckets in the same order, so the oldest is
+  // the one all of them reach first.
   for (Pending& p : pending_) {
-    if (p.released) continue;
-    if (wait)
-      p.request.wait();
-    else if (!p.request.done())
-      continue;
-    p.released = true;
-    if (p.padded) p.padded->copy_out();
-    if (released_) released_(p.bucket.begin, p.bucket.end);
+    if (running < options_.max_in_flight) return;
+    if (p.completed) continue;
+    complete(p);
+    --running;
   }
+}
+
+void GradReducer::complete(Pending& p) {
+  p.request.wait();
+  p.completed = true;
+  if (p.padded) p.padded->copy_out();
+  if (options_.scatter && released_) released_(p.bucket.begin, p.bucket.end);
+}
+
+void GradReducer::release_completed(bool wait) {
+  for (Pending& p : pending_)
+    if (!p.completed && (wait || p.request.done())) complete(p);
 }
 
 void GradReducer::finish_micro_batch() {
@@ -173,7 +187,6 @@ void GradReducer::finish_micro_batch() {
   for (Group& g : groups_)
     if (!g.started) start(g);
   release_completed(true);
-  for (Pending& p : pending_) p.request.wait();  // all-reduces (never released)
   pending_.clear();
   armed_ = false;
   prepare_ = nullptr;
@@ -184,10 +197,8 @@ void GradReducer::finish(float scale) {
   if (grads_ == nullptr) throw Error("gradient reducer: finish() without begin_step()");
   if (armed_) finish_micro_batch();
   if (options_.scatter) {
-    std::copy(shard_grads_.begin(), shard_grads_.begin() + my_dense_.size(),
-              grads_ + my_dense_.begin);
-    std::copy(shard_grads_.begin() + my_dense_.size(), shard_grads_.end(),
-              grads_ + my_expert_.begin);
+    move_out_of_shard(0, my_dense_.size(), grads_ + my_dense_.begin);
+    move_out_of_shard(my_dense_.size(), my_expert_.size(), grads_ + my_expert_.begin);
   }
   for (const Range& r : reduced_) {
     if (r.end == r.begin) continue;  // the same on every stage of this rank's pipeline
@@ -199,6 +210,23 @@ void GradReducer::finish(float scale) {
   }
   grads_ = nullptr;
   released_ = nullptr;
+}
+
+// The buffer's ranges take over the step's gradient piece by piece, and the
+// accumulator's pages go back behind the copy (until the next step writes
+// them), so the update never holds this rank's gradient twice.
+void GradReducer::move_out_of_shard(int64_t from, int64_t count, float* out) {
+  constexpr int64_t kPiece = int64_t{4} << 20;  // values: 16 MiB
+  for (int64_t done = 0; done < count; done += kPiece) {
+    const int64_t n = std::min(kPiece, count - done);
+    std::copy_n(shard_grads_.data() + from + done, n, out + done);
+    model::release_pages(shard_grads_, from + done, from + done + n);
+  }
+}
+
+int64_t GradReducer::shard_bytes() const {
+  const int64_t resident = model::resident_bytes(shard_grads_);
+  return resident >= 0 ? resident : static_cast<int64_t>(shard_grads_.size() * sizeof(float));
 }
 
 double shard_grad_norm_squared(const std::vector<model::ParamSpec>& specs,

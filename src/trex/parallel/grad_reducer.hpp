@@ -40,6 +40,11 @@ struct GradReducerOptions {
   // ranges are summed over this group (the ranks holding the same experts, the
   // grid's `dp`) instead of `data`; null: every range over `data`.
   Communicator* experts = nullptr;
+  // Reductions running at once: starting one more first waits for the oldest
+  // (and, under scatter, gives its pages back). Bounds the collectives'
+  // staging and, under ZeRO-2, the gradient pages already handed over to
+  // max_in_flight buckets. 0: no bound.
+  int64_t max_in_flight = 4;
 };
 
 class GradReducer {
@@ -88,10 +93,9 @@ class GradReducer {
   // finish_micro_batch() was called (communication fully hidden behind backward).
   int64_t buckets_done_before_finish() const { return done_before_finish_; }
   int64_t micro_batches_reduced() const { return micro_batches_; }  // of the last step
-  // Bytes of the ZeRO-2 shard accumulator (0 otherwise).
-  int64_t shard_bytes() const {
-    return static_cast<int64_t>(shard_grads_.capacity() * sizeof(float));
-  }
+  // Resident bytes of the ZeRO-2 shard accumulator (0 otherwise; its pages
+  // are given back as finish() moves the sum into the buffer).
+  int64_t shard_bytes() const;
 
  private:
   struct Group {
@@ -103,17 +107,23 @@ class GradReducer {
     Request request;
     Range bucket;
     std::vector<int64_t> counts;  // reduce-scatter counts, alive until completion
-    bool released = false;
+    bool completed = false;       // waited for (and released under scatter)
     // Equal-count communicators: the padded staging, copied out on completion.
     std::shared_ptr<PaddedReduceScatter> padded = nullptr;
   };
   void start(Group& group);
-  // Hands completed reduce-scatters' buckets to `released_` (all: waits first).
+  // Waits for the oldest running reductions until fewer than max_in_flight run.
+  void limit_in_flight();
+  // Ends a reduction: copies a padded reduce-scatter out and hands its bucket
+  // to `released_`; waits first.
+  void complete(Pending& p);
+  // Completes the reductions that are done (all: waits for every one).
   void release_completed(bool wait);
   Communicator* active(Communicator* comm) const;
   Communicator* comm_of(const Range& bucket) const;
   const std::vector<OptimizerShard>& parts_of(const Range& bucket) const;
   int64_t shard_offset_of(const Range& bucket) const;  // into shard_grads_
+  void move_out_of_shard(int64_t from, int64_t count, float* out);
 
   std::vector<Group> groups_;  // launch order without overlap: MTP, L−1..0, globals
   Communicator* data_ = nullptr;
@@ -125,7 +135,8 @@ class GradReducer {
   float* grads_ = nullptr;
   bool armed_ = false;
   RangeFn prepare_, released_;
-  std::vector<float> shard_grads_;  // ZeRO-2: Σ over micro-batches of this rank's ranges
+  // ZeRO-2: Σ over micro-batches of this rank's ranges (dense, then expert).
+  model::PageVector<float> shard_grads_;
   std::vector<Pending> pending_;
   int64_t started_early_ = 0;
   int64_t done_before_finish_ = 0;

@@ -27,7 +27,8 @@ ParallelGradients::ParallelGradients(model::Model<float>& model, const ParallelS
                {.bucket_bytes = std::max<int64_t>(
                     4, static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0)),
                 .scatter = scatter(),
-                .experts = setup.ownership ? &setup.grid->dp() : nullptr}) {
+                .experts = setup.ownership ? &setup.grid->dp() : nullptr,
+                .max_in_flight = config.parallel.max_in_flight_buckets}) {
   const int pp = setup.grid->shape().pp;
   if (pp <= 1) return;
   pipeline_ = std::make_unique<parallel::PipelineRunner>(

@@ -145,6 +145,8 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
           p.array("pipeline_layers").integers<int64_t>(config::Range<int64_t>::between(0, 1 << 20));
     c.parallel.zero = p.integer("zero", c.parallel.zero);
     c.parallel.bucket_mb = p.number("bucket_mb", c.parallel.bucket_mb);
+    c.parallel.max_in_flight_buckets =
+        p.integer("max_in_flight_buckets", c.parallel.max_in_flight_buckets);
     c.parallel.overlap_grad_reduce =
         p.boolean("overlap_grad_reduce", c.parallel.overlap_grad_reduce);
     c.parallel.ep_overlap = p.boolean("ep_overlap", c.parallel.ep_overlap);
@@ -269,6 +271,8 @@ void RunConfig::validate(const std::string& origin) const {
   if (parallel.zero < 0 || parallel.zero > 2) fail("parallel.zero", "must be 0, 1 or 2");
   if (!(parallel.bucket_mb > 0) || parallel.bucket_mb > 1e6)
     fail("parallel.bucket_mb", "must be > 0 (MiB)");
+  if (parallel.max_in_flight_buckets < 0 || parallel.max_in_flight_buckets > 1 << 20)
+    fail("parallel.max_in_flight_buckets", "must be in [0, 1048576] (0: no bound)");
   if (accumulation_steps() % parallel.data_size() != 0)
     fail("parallel.dp",
          "global_batch / micro_batch = " + std::to_string(accumulation_steps()) +
@@ -451,6 +455,7 @@ nlohmann::json RunConfig::to_json() const {
         {"pipeline_layers", parallel.pipeline_layers},
         {"zero", parallel.zero},
         {"bucket_mb", parallel.bucket_mb},
+        {"max_in_flight_buckets", parallel.max_in_flight_buckets},
         {"overlap_grad_reduce", parallel.overlap_grad_reduce},
         {"ep_overlap", parallel.ep_overlap},
         {"expert_placement", parallel.expert_placement}}},

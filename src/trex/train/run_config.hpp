@@ -37,7 +37,10 @@ struct ParallelConfig {
   // 0: replicated optimizer; 1: optimizer state sharded over the data group;
   // 2: gradients too (reduce-scatter instead of all-reduce).
   int64_t zero = 0;
-  double bucket_mb = 25.0;          // gradient-reduction bucket cap (MiB)
+  double bucket_mb = 25.0;  // gradient-reduction bucket cap (MiB)
+  // Bucket reductions running at once (0: no bound): bounds the reduction's
+  // staging and, under ZeRO-2, the gradient pages not yet given back.
+  int64_t max_in_flight_buckets = 4;
   bool overlap_grad_reduce = true;  // reduce buckets while backward runs
   bool ep_overlap = true;           // two-half dispatch/compute overlap in EP
   // Expert -> EP-rank map per MoE layer (`trex plan experts --out`); empty = contiguous.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -124,35 +125,67 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
   return out;
 }
 
+// Bytes of the buckets the reducer may have running at once (the whole
+// `reduced` part without a bound).
+int64_t in_flight_bucket_bytes(const RunConfig& c, int64_t reduced) {
+  const int64_t n = c.parallel.max_in_flight_buckets;
+  const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
+  return n == 0 ? reduced : std::min(reduced, n * bucket);
+}
+
+// The part of a layout's gradient buffer reduced over more than one rank
+// (dense over the data group, experts over their replicas), bytes.
+int64_t reduced_gradient_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout) {
+  const int64_t value = static_cast<int64_t>(sizeof(float));
+  int64_t dense = 0, experts = 0;
+  for (const model::ParamSpec& spec : layout)
+    (spec.role == model::ParamRole::kExpert ? experts : dense) += spec.numel() * value;
+  const bool ep = c.parallel.ep > 1;
+  int64_t out = 0;
+  if (c.parallel.data_size() > 1) out += ep ? dense : dense + experts;
+  if (ep && c.parallel.dp > 1) out += experts;
+  return out;
+}
+
+// The gradient buffer's resident bytes at the rank's peak. ZeRO-0/1: all of
+// it. ZeRO-2: the pages of a bucket go back once its reduce-scatter is done,
+// so during backward the buffer holds what backward wrote and has not handed
+// over yet — the globals (head, final norm, embedding: written first, handed
+// over last) and the largest layer — plus the buckets in flight. (During the
+// update it holds this rank's ranges, no more than the shard accumulator it
+// replaces, counted in comm. With a pipeline the reduction starts after the
+// schedule and gives nothing back: all of it.)
+int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout) {
+  const int64_t value = static_cast<int64_t>(sizeof(float));
+  const int64_t whole = parallel::total_numel(layout) * value;
+  const int64_t reduced = reduced_gradient_bytes(c, layout);
+  if (c.parallel.zero < 2 || c.parallel.pp > 1 || reduced == 0) return whole;
+  std::map<int64_t, int64_t> by_layer;
+  for (const model::ParamSpec& spec : layout) by_layer[spec.layer] += spec.numel() * value;
+  int64_t largest_layer = 0;
+  for (const auto& [layer, bytes] : by_layer)
+    if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
+  return std::min(whole, by_layer[-1] + largest_layer + in_flight_bucket_bytes(c, reduced));
+}
+
 // Communication and accumulation buffers of a rank: the sum of its earlier
 // micro-batches' gradients (ZeRO-0/1 without a pipeline), or the ZeRO-2
-// shard; the staging of the gradient reduction; the pipeline's stage streams. ZeRO-0/1 all-reduce
-// every bucket in place, and all of a step's buckets are in flight before the wait: Open MPI's
-// non-blocking all-reduce keeps a temporary of each message meanwhile, so the
-// staging is the part of the buffer reduced over more than one rank (dense
-// over the data group, experts over their replicas). ZeRO-2 reduce-scatters
-// bucket by bucket: two buckets.
+// shard accumulator; the staging of the gradient reduction; the pipeline's
+// stage streams. Open MPI's non-blocking collectives keep a temporary of each
+// message until it completes, and the reducer runs at most
+// max_in_flight_buckets at once: the staging is that many buckets of the
+// part reduced over more than one rank (all of it without a bound).
 int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
                    const std::vector<model::ParamSpec>& layout,
                    const std::vector<parallel::OptimizerShard>& ranges, int64_t micro_batches) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t grads = parallel::total_numel(layout) * value;
-  int64_t out = 0;
+  int64_t out = in_flight_bucket_bytes(c, reduced_gradient_bytes(c, layout));
   if (c.parallel.zero >= 2) {
-    for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
-    if (c.parallel.data_size() > 1) {
-      const auto bucket = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
-      out += 2 * std::min(grads, bucket);
-    }
-  } else {
-    if (c.parallel.pp == 1 && micro_batches > 1) out += grads;
-    int64_t experts = 0;
-    for (const model::ParamSpec& spec : layout)
-      if (spec.role == model::ParamRole::kExpert) experts += spec.numel() * value;
-    const int64_t dense = grads - experts;
-    const bool ep = c.parallel.ep > 1;
-    if (c.parallel.data_size() > 1) out += ep ? dense : grads;
-    if (ep && c.parallel.dp > 1) out += experts;
+    if (c.parallel.data_size() > 1)
+      for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
+  } else if (c.parallel.pp == 1 && micro_batches > 1) {
+    out += grads;
   }
   // The runner's stage streams: the receives posted ahead and the running
   // action's, its output and one send not yet completed.
@@ -194,7 +227,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       role.ep_rank = e;
       role.ranks = config.parallel.dp;
       role.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
-      role.grads = role.params;
+      role.grads = resident_gradient_bytes(config, layout);
       const std::optional<parallel::ZeroPartition> zero = zero_partition_of(config, layout);
       role.moments_min = INT64_MAX;
       for (int d = e; d < static_cast<int>(config.parallel.data_size());
@@ -203,6 +236,9 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
             ranges_of_data_rank(config, layout, zero, d);
         const int64_t moments = moment_bytes(config, layout, ranges);
         role.moments_max = std::max(role.moments_max, moments);
+        role.optimizer_work = std::max(role.optimizer_work,
+                                       Optimizer::work_elements(layout, ranges, config.optimizer) *
+                                           static_cast<int64_t>(sizeof(float)));
         role.moments_min = std::min(role.moments_min, moments);
         role.comm = std::max(role.comm,
                              comm_bytes(config, model, layout, ranges, out.micro_batches_per_rank));
@@ -252,16 +288,18 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
       static_cast<long long>(account.micro_batches_per_rank),
       model::activation_recompute_name(config.recompute));
   out += line;
-  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %12s %12s %9s %10s %12s\n",
-                "stage", "EP", "ranks", "parameters", "gradients", "moments min-max", "activations",
-                "of which buf", "in flight", "comm", "total max");
+  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %9s %12s %12s %9s %10s %12s\n",
+                "stage", "EP", "ranks", "parameters", "gradients", "moments min-max", "opt work",
+                "activations", "of which buf", "in flight", "comm", "total max");
   out += line;
   for (const StateRole& r : account.roles) {
     std::snprintf(line, sizeof line,
-                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %12.1f %12.1f %9d %10.1f %12.1f\n",
+                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %9.1f %12.1f %12.1f %9d %10.1f "
+                  "%12.1f\n",
                   r.pp_rank, r.ep_rank, static_cast<long long>(r.ranks), mib(r.params),
-                  mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.activations),
-                  mib(r.activation_buffers), r.in_flight, mib(r.comm), mib(r.total_max()));
+                  mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.optimizer_work),
+                  mib(r.activations), mib(r.activation_buffers), r.in_flight, mib(r.comm),
+                  mib(r.total_max()));
     out += line;
   }
   const StateRole& big = account.largest();
@@ -275,7 +313,8 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
   out +=
       "activations: the cached micro-batches (exact) plus one op's work set (an upper "
       "estimate) and the kernels' own temporaries; \"of which buf\": the backend's buffers; "
-      "comm: gradient accumulation, reduction staging, the stage streams\n";
+      "comm: gradient accumulation, reduction staging, the stage streams; opt work: the "
+      "optimizer's scratch kept between steps\n";
   return out;
 }
 
@@ -293,6 +332,7 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
          {"master", 0},
          {"moments", r.moments_max},
          {"moments_min", r.moments_min},
+         {"optimizer_work", r.optimizer_work},
          {"comm", r.comm},
          {"activations", r.activations},
          {"activation_caches", r.activation_caches},

@@ -33,7 +33,10 @@ struct StateRole {
   int pp_rank = 0;
   int ep_rank = 0;
   int64_t ranks = 0;
-  int64_t params = 0, grads = 0;
+  int64_t params = 0;
+  // The gradient buffer's resident bytes at the peak: all of it, except under
+  // ZeRO-2 without a pipeline, where the pages of reduced buckets go back.
+  int64_t grads = 0;
   int64_t moments_max = 0, moments_min = 0;
   int64_t state_max() const { return params + grads + moments_max; }
   // Peak activations: the largest (cached micro-batches + one op's work set
@@ -45,7 +48,9 @@ struct StateRole {
   int64_t activations = 0, activation_caches = 0, activation_buffers = 0;
   int in_flight = 0;
   int64_t comm = 0;  // gradient accumulation + reduction staging + stage streams
-  int64_t total_max() const { return state_max() + activations + comm; }
+  // The optimizer's scratch kept between steps (Optimizer::work_elements).
+  int64_t optimizer_work = 0;
+  int64_t total_max() const { return state_max() + activations + comm + optimizer_work; }
 };
 
 struct StateAccount {

@@ -16,6 +16,20 @@ namespace trex::train {
 
 namespace {
 
+// Muon matrices of one shape are updated in batches whose scratch
+// (count·rows·cols floats) stays under this many values unless one matrix
+// alone is larger; AdamW with bf16 moments goes through fp32 chunks.
+constexpr int64_t kMuonBatchValues = int64_t{1} << 24;
+constexpr int64_t kAdamWChunk = int64_t{1} << 20;
+
+size_t muon_batch_size(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
+}
+
+}  // namespace
+
+namespace {
+
 uint64_t layout_hash_of(const std::vector<model::ParamSpec>& specs) {
   uint64_t h = hash_string("trex-optimizer-layout");
   for (const model::ParamSpec& spec : specs) {
@@ -130,6 +144,32 @@ Optimizer::StateElements Optimizer::state_elements(
   return out;
 }
 
+int64_t Optimizer::work_elements(const std::vector<model::ParamSpec>& specs,
+                                 const std::vector<parallel::OptimizerShard>& ranges,
+                                 const OptimizerOptions& options) {
+  std::map<std::pair<int64_t, int64_t>, int64_t> muon_by_shape;
+  int64_t largest_adamw = 0;
+  for (const parallel::OptimizerShard& range : ranges)
+    for (size_t i = range.first_spec; i < range.end_spec; ++i) {
+      const model::ParamSpec& spec = specs[i];
+      if (spec.group == model::OptimizerGroup::kMuon && options.use_muon)
+        muon_by_shape[{spec.shape[0], spec.numel() / spec.shape[0]}] += 1;
+      else if (spec.group != model::OptimizerGroup::kNotTrained)
+        largest_adamw = std::max(largest_adamw, spec.numel());
+    }
+  int64_t muon = 0;
+  for (const auto& [shape, count] : muon_by_shape) {
+    const auto [rows, cols] = shape;
+    const auto batch = std::min<int64_t>(count, static_cast<int64_t>(muon_batch_size(rows, cols)));
+    muon = std::max(muon, batch * rows * cols);
+  }
+  if (options.moment_dtype == MomentDType::kF32) return muon;
+  // fp32 copies of the moments: a Muon batch's momentum or AdamW's first
+  // moment of one chunk (one buffer), AdamW's second moment of one chunk.
+  const int64_t chunk = std::min(kAdamWChunk, largest_adamw);
+  return muon + std::max(muon, chunk) + chunk;
+}
+
 void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads, double lr) {
   TREX_PROFILE(profile::Op::kAdamW);
   const int64_t n = specs_[slot.spec].numel();
@@ -141,9 +181,8 @@ void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads,
     return;
   }
   // AdamW is elementwise: bf16 moments go through fp32 scratch in chunks.
-  constexpr int64_t kChunk = int64_t{1} << 20;
-  for (int64_t at = 0; at < n; at += kChunk) {
-    const int64_t count = std::min(kChunk, n - at);
+  for (int64_t at = 0; at < n; at += kAdamWChunk) {
+    const int64_t count = std::min(kAdamWChunk, n - at);
     first_scratch_.resize(static_cast<size_t>(count));
     second_scratch_.resize(static_cast<size_t>(count));
     first_moment_.read(slot.state_offset + at, first_scratch_);
@@ -199,13 +238,9 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
     const model::ParamSpec& spec = specs_[slot.spec];
     muon_by_shape[{spec.shape[0], spec.numel() / spec.shape[0]}].push_back(&slot);
   }
-  // The batch's scratch (count·rows·cols floats) stays under this many values
-  // unless one matrix alone is larger.
-  constexpr int64_t kMuonBatchValues = int64_t{1} << 24;
   for (const auto& [shape, slots] : muon_by_shape) {
     const auto [rows, cols] = shape;
-    const size_t per_batch =
-        static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
+    const size_t per_batch = muon_batch_size(rows, cols);
     for (size_t first = 0; first < slots.size(); first += per_batch) {
       const size_t count = std::min(per_batch, slots.size() - first);
       muon_step(std::span(slots).subspan(first, count), w, g, lr);

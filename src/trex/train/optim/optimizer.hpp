@@ -107,6 +107,12 @@ class Optimizer {
   static StateElements state_elements(const std::vector<model::ParamSpec>& specs,
                                       const std::vector<parallel::OptimizerShard>& ranges,
                                       const OptimizerOptions& options);
+  // fp32 values of the scratch an update over those ranges keeps between
+  // steps (the batched Muon workspace; with bf16 moments also the fp32 copies
+  // of the moments it updates): for the memory accounting.
+  static int64_t work_elements(const std::vector<model::ParamSpec>& specs,
+                               const std::vector<parallel::OptimizerShard>& ranges,
+                               const OptimizerOptions& options);
 
   // The same state in memory (for tests / in-process resume): buffers of the
   // whole model (a sharded optimizer keeps its ranges) or of the ranges.
