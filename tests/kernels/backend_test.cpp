@@ -895,5 +895,30 @@ TEST(BackendBuffers, LiveAndPeakBytesAreCounted) {
   EXPECT_EQ(ops.peak_buffer_bytes(), base);
 }
 
+// A freed buffer the backend keeps for reuse comes back zero-filled, the
+// same memory when the size matches; the cache is bounded and named (the
+// memory accounting adds retained_bytes_limit()).
+TEST(BackendBuffers, ReusedBuffersComeBackZeroFilled) {
+  const Backend& ops = cpu_backend();
+  EXPECT_GE(ops.retained_bytes_limit(), 0);
+  EXPECT_LE(ops.retained_bytes_limit(), int64_t{64} << 20);
+  for (const int64_t numel : {int64_t{100}, int64_t{40000}, int64_t{300000}}) {
+    SCOPED_TRACE(numel);
+    const int64_t base = ops.live_buffer_bytes();
+    Buffer a = ops.allocate(DType::kF32, numel);
+    std::fill_n(a.data<float>(), numel, 3.0f);
+    a = Buffer();
+    EXPECT_EQ(ops.live_buffer_bytes(), base);
+    Buffer b = ops.allocate(DType::kF32, numel);
+    const float* p = b.data<float>();
+    for (int64_t i = 0; i < numel; ++i) ASSERT_EQ(p[i], 0.0f) << i;
+    // A smaller buffer of the same pages is zero-filled too.
+    std::fill_n(b.data<float>(), numel, 5.0f);
+    b = Buffer();
+    Buffer c = ops.allocate(DType::kF32, numel - 7);
+    for (int64_t i = 0; i < numel - 7; ++i) ASSERT_EQ(c.data<float>()[i], 0.0f) << i;
+  }
+}
+
 }  // namespace
 }  // namespace trex::kernels

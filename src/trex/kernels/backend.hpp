@@ -103,6 +103,9 @@ class Backend {
   void reset_peak_buffer_bytes() const {
     peak_bytes_.store(live_buffer_bytes(), std::memory_order_relaxed);
   }
+  // The most memory the backend keeps of freed buffers for reuse (a cache of
+  // allocations, outside live_buffer_bytes): for the memory accounting.
+  virtual int64_t retained_bytes_limit() const { return 0; }
   // Every element of x (F32, F64, I64 or I32) = value (converted to x's dtype).
   void fill(const Tensor& x, double value) const;
   // dst (this backend's memory) = dst.numel() elements of dst's dtype read from

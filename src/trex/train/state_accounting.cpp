@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trex/core/error.hpp"
+#include "trex/kernels/backend.hpp"
 #include "trex/model/activation_memory.hpp"
 #include "trex/model/params.hpp"
 #include "trex/parallel/expert_shard.hpp"
@@ -88,8 +89,11 @@ RankActivations activations_of_stage(const RunConfig& c, const model::ModelConfi
   auto work = [&](const model::StageSpec& s) {
     return model::transient_activation_bytes(m, s, shape);
   };
+  // The kernels' temporaries, and what the backend keeps of freed buffers
+  // for reuse (the training backend: the CPU backend's mapping cache).
+  const int64_t retained = kernels::default_backend().retained_bytes_limit();
   auto kernel_work = [&](const model::StageSpec& s) {
-    return model::kernel_work_bytes(m, s, shape);
+    return model::kernel_work_bytes(m, s, shape) + retained;
   };
   RankActivations out;
   if (c.parallel.pp == 1) {

@@ -1,12 +1,15 @@
 #include "trex/kernels/cpu/cpu_backend.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -73,23 +76,46 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device{}; }
+  int64_t retained_bytes_limit() const override { return kCacheBytes; }
+  ~CpuBackend() override {
+    for (auto& [bytes, mappings] : cached_)
+      for (void* data : mappings) munmap(data, bytes);
+  }
 
  protected:
-  // Buffers of kMapBytes and more are mapped pages of their own, returned to
-  // the system when freed: through malloc, glibc raises its mmap threshold
-  // after such frees and then keeps later activations in its heap, so the
-  // process would hold the step's freed work arrays (hundreds of MiB on
-  // bench-cpu) that the backend's live-buffer count no longer shows. Fresh
-  // mappings read zero: no memset.
+  // Buffers of kMapBytes and more are mapped pages of their own. Through
+  // malloc, glibc raises its mmap threshold after large frees and then keeps
+  // freed work arrays in its heap, between allocations still alive: the
+  // process held 100–200 MiB (bench-cpu) that the live-buffer count no longer
+  // showed. A freed mapping under kCachedBelow goes to a cache of at most
+  // kCacheBytes (each op allocates the same shapes layer after layer, so most
+  // are taken again at once, without a system call or page faults); larger
+  // ones go back to the system. Fresh mappings read zero: no memset.
   // Under AddressSanitizer every buffer goes through malloc, which it guards.
 #if defined(__SANITIZE_ADDRESS__)
   static constexpr size_t kMapBytes = SIZE_MAX;
 #else
-  static constexpr size_t kMapBytes = size_t{1} << 20;
+  static constexpr size_t kMapBytes = size_t{1} << 16;
 #endif
+  static constexpr size_t kCachedBelow = size_t{1} << 20;
+  static constexpr int64_t kCacheBytes = int64_t{32} << 20;
+
   void* allocate_bytes(size_t bytes) const override {
     if (bytes >= kMapBytes) {
-      void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      const size_t mapped = page_rounded(bytes);
+      if (mapped < kCachedBelow) {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        auto it = cached_.find(mapped);
+        if (it != cached_.end() && !it->second.empty()) {
+          void* data = it->second.back();
+          it->second.pop_back();
+          cache_bytes_ -= static_cast<int64_t>(mapped);
+          std::memset(data, 0, bytes);
+          return data;
+        }
+      }
+      void* data =
+          mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (data == MAP_FAILED) throw std::bad_alloc();
       return data;
     }
@@ -101,13 +127,30 @@ class CpuBackend final : public Backend {
   }
   void free_bytes(void* data, size_t bytes) const override {
     if (bytes >= kMapBytes) {
-      munmap(data, bytes);
+      const size_t mapped = page_rounded(bytes);
+      if (mapped < kCachedBelow) {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        if (cache_bytes_ + static_cast<int64_t>(mapped) <= kCacheBytes) {
+          cached_[mapped].push_back(data);
+          cache_bytes_ += static_cast<int64_t>(mapped);
+          return;
+        }
+      }
+      munmap(data, mapped);
       return;
     }
     std::free(data);
   }
 
  private:
+  static size_t page_rounded(size_t bytes) {
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+  }
+  mutable std::mutex cache_mutex_;
+  mutable std::map<size_t, std::vector<void*>> cached_;  // freed mappings by size
+  mutable int64_t cache_bytes_ = 0;
+
   void do_fill(const Tensor& x, double value) const override {
     const auto fill_as = [&](auto* data) {
       using T = std::remove_pointer_t<decltype(data)>;
