@@ -26,10 +26,6 @@ size_t muon_batch_size(int64_t rows, int64_t cols) {
   return static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
 }
 
-}  // namespace
-
-namespace {
-
 uint64_t layout_hash_of(const std::vector<model::ParamSpec>& specs) {
   uint64_t h = hash_string("trex-optimizer-layout");
   for (const model::ParamSpec& spec : specs) {
