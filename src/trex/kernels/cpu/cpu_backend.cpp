@@ -76,7 +76,7 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device{}; }
-  int64_t retained_bytes_limit() const override { return kCacheBytes; }
+  int64_t retained_bytes_limit() const override { return kMapBuffers ? kCacheBytes : 0; }
   ~CpuBackend() override {
     for (auto& [bytes, mappings] : cached_)
       for (void* data : mappings) munmap(data, bytes);
@@ -93,15 +93,16 @@ class CpuBackend final : public Backend {
   // ones go back to the system. Fresh mappings read zero: no memset.
   // Under AddressSanitizer every buffer goes through malloc, which it guards.
 #if defined(__SANITIZE_ADDRESS__)
-  static constexpr size_t kMapBytes = SIZE_MAX;
+  static constexpr bool kMapBuffers = false;
 #else
-  static constexpr size_t kMapBytes = size_t{1} << 16;
+  static constexpr bool kMapBuffers = true;
 #endif
+  static constexpr size_t kMapBytes = size_t{1} << 16;
   static constexpr size_t kCachedBelow = size_t{1} << 20;
   static constexpr int64_t kCacheBytes = int64_t{32} << 20;
 
   void* allocate_bytes(size_t bytes) const override {
-    if (bytes >= kMapBytes) {
+    if (kMapBuffers && bytes >= kMapBytes) {
       const size_t mapped = page_rounded(bytes);
       if (mapped < kCachedBelow) {
         std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -126,7 +127,7 @@ class CpuBackend final : public Backend {
     return data;
   }
   void free_bytes(void* data, size_t bytes) const override {
-    if (bytes >= kMapBytes) {
+    if (kMapBuffers && bytes >= kMapBytes) {
       const size_t mapped = page_rounded(bytes);
       if (mapped < kCachedBelow) {
         std::lock_guard<std::mutex> lock(cache_mutex_);
