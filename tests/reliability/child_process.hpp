@@ -3,6 +3,7 @@
 // environment variables, an optional RLIMIT_FSIZE, an optional SIGKILL after a
 // delay; output goes to a log file (no pipe to fill). Arguments are split at
 // spaces; '' is an empty argument.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -46,6 +48,51 @@ inline std::vector<std::string> split_args(const std::string& args) {
   std::string word;
   while (in >> word) out.push_back(word == "''" ? std::string() : word);  // '' = empty
   return out;
+}
+
+// Every process below `root` (children first found through /proc's parent
+// links, then theirs), e.g. the ranks an mpiexec started: Open MPI puts each
+// rank in a process group of its own, so killing the launcher's group misses
+// them, and a rank left running would still write while a test inspects what
+// the "crash" left.
+inline std::vector<pid_t> descendants_of(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* e = readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+      if (pid <= 0) continue;
+      std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      // pid (comm) state ppid …: comm may hold spaces, so parse after the last ')'.
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 1));
+      std::string state;
+      long ppid = 0;
+      rest >> state >> ppid;
+      parent_of.push_back({pid, static_cast<pid_t>(ppid)});
+    }
+    closedir(proc);
+  }
+  std::vector<pid_t> out = {root};
+  for (size_t i = 0; i < out.size(); ++i)
+    for (const auto& [pid, ppid] : parent_of)
+      if (ppid == out[i]) out.push_back(pid);
+  out.erase(out.begin());
+  return out;
+}
+
+// SIGKILLs `pids` and waits until none is left (they are not our children:
+// poll until kill(pid, 0) fails), at most ~10 s.
+inline void kill_and_wait_gone(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) kill(p, SIGKILL);
+  for (int tries = 0; tries < 10000; ++tries) {
+    bool alive = false;
+    for (pid_t p : pids) alive = alive || kill(p, 0) == 0;
+    if (!alive) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 inline ChildResult run_child(const std::string& args, const std::string& log_path,
@@ -96,7 +143,11 @@ inline ChildResult run_child(const std::string& args, const std::string& log_pat
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (elapsed >= options.kill_after_seconds) {
+        // The whole tree at once (a launcher's ranks included), and only then
+        // reap: nothing of the run may still be writing afterwards.
+        const std::vector<pid_t> below = descendants_of(pid);
         kill(pid, SIGKILL);
+        kill_and_wait_gone(below);
         waitpid(pid, &status, 0);
         break;
       }

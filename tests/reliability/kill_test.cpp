@@ -672,6 +672,27 @@ TEST(KillTrain, ShardedCheckpointsStayLoadableAndResumeGivesTheUninterruptedRun)
 
 // Two writers under mpiexec: killing either one while it writes its shard
 // (or rank 0 while it commits) never loses the previous checkpoint.
+// A timed kill ends every process of the run before run_child returns, also
+// one that left the launcher's process group and session (as Open MPI's ranks
+// leave mpiexec's group): otherwise the checks below would inspect files a
+// still-running rank writes.
+TEST(ChildProcess, ATimedKillLeavesNothingOfTheRunAlive) {
+  TempDir tmp;
+  const std::string pid_file = tmp.file("escaped.pid");
+  ChildOptions o;
+  o.launcher = {"/bin/sh", "-c", "setsid sleep 60 & echo $! > " + pid_file + "; sleep 60", "sh"};
+  o.kill_after_seconds = 1.0;
+  const ChildResult r = run_child("--version", tmp.file("log"), o);
+  EXPECT_TRUE(r.killed);
+  std::ifstream in(pid_file);
+  long escaped = 0;
+  ASSERT_TRUE(in >> escaped) << "the child wrote no pid";
+  ASSERT_GT(escaped, 0);
+  const bool alive = kill(static_cast<pid_t>(escaped), 0) == 0;
+  if (alive) kill(static_cast<pid_t>(escaped), SIGKILL);
+  EXPECT_FALSE(alive) << "process " << escaped << " outlived the kill";
+}
+
 TEST(KillTrain, ShardedSaveOfTwoRanksSurvivesAKilledRank) {
   for (int rank : {1, 0})
     kill_training({.format = "sharded",
