@@ -119,6 +119,7 @@ void GradReducer::start(Group& group) {
         p.bucket = bucket;
         p.request = comm->iall_reduce(grads_ + bucket.begin, bucket.end - bucket.begin,
                                       parallel::DType::kF32, parallel::ReduceOp::kSum);
+        ++running_;
       }
       continue;
     }
@@ -142,6 +143,7 @@ void GradReducer::start(Group& group) {
       counts[r] = std::max<int64_t>(
           0, std::min(bucket.end, parts[r].end) - std::max(bucket.begin, parts[r].begin));
     Pending& p = pending_.emplace_back();
+    ++running_;
     p.bucket = bucket;
     p.counts = std::move(counts);
     if (comm->equal_counts_only()) {
@@ -157,28 +159,25 @@ void GradReducer::start(Group& group) {
 
 void GradReducer::limit_in_flight() {
   if (options_.max_in_flight <= 0) return;
-  int64_t running = 0;
-  for (const Pending& p : pending_) running += p.completed ? 0 : 1;
   // Every rank starts the same buckets in the same order, so the oldest is
   // the one all of them reach first.
-  for (Pending& p : pending_) {
-    if (running < options_.max_in_flight) return;
-    if (p.completed) continue;
-    complete(p);
-    --running;
+  while (running_ >= options_.max_in_flight) {
+    while (pending_[oldest_].completed) ++oldest_;
+    complete(pending_[oldest_]);
   }
 }
 
 void GradReducer::complete(Pending& p) {
   p.request.wait();
   p.completed = true;
+  --running_;
   if (p.padded) p.padded->copy_out();
   if (options_.scatter && released_) released_(p.bucket.begin, p.bucket.end);
 }
 
 void GradReducer::release_completed(bool wait) {
-  for (Pending& p : pending_)
-    if (!p.completed && (wait || p.request.done())) complete(p);
+  for (size_t i = oldest_; i < pending_.size(); ++i)
+    if (!pending_[i].completed && (wait || pending_[i].request.done())) complete(pending_[i]);
 }
 
 void GradReducer::finish_micro_batch() {
@@ -188,6 +187,7 @@ void GradReducer::finish_micro_batch() {
     if (!g.started) start(g);
   release_completed(true);
   pending_.clear();
+  oldest_ = 0;
   armed_ = false;
   prepare_ = nullptr;
   micro_batches_ += 1;

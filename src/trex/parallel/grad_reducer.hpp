@@ -138,6 +138,8 @@ class GradReducer {
   // ZeRO-2: Σ over micro-batches of this rank's ranges (dense, then expert).
   model::PageVector<float> shard_grads_;
   std::vector<Pending> pending_;
+  int64_t running_ = 0;  // pending_ not completed yet
+  size_t oldest_ = 0;    // pending_ before this index are all completed
   int64_t started_early_ = 0;
   int64_t done_before_finish_ = 0;
   int64_t micro_batches_ = 0;

@@ -159,10 +159,10 @@ int64_t reduced_gradient_bytes(const RunConfig& c, const std::vector<model::Para
 // update it holds this rank's ranges, no more than the shard accumulator it
 // replaces, counted in comm. With a pipeline the reduction starts after the
 // schedule and gives nothing back: all of it.)
-int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout) {
+int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
+                                int64_t reduced) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t whole = parallel::total_numel(layout) * value;
-  const int64_t reduced = reduced_gradient_bytes(c, layout);
   if (c.parallel.zero < 2 || c.parallel.pp > 1 || reduced == 0) return whole;
   std::map<int64_t, int64_t> by_layer;
   for (const model::ParamSpec& spec : layout) by_layer[spec.layer] += spec.numel() * value;
@@ -178,13 +178,14 @@ int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::Par
 // stage streams. Open MPI's non-blocking collectives keep a temporary of each
 // message until it completes, and the reducer runs at most
 // max_in_flight_buckets at once: the staging is that many buckets of the
-// part reduced over more than one rank (all of it without a bound).
+// part reduced over more than one rank (`reduced`; all of it without a bound).
 int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
                    const std::vector<model::ParamSpec>& layout,
-                   const std::vector<parallel::OptimizerShard>& ranges, int64_t micro_batches) {
+                   const std::vector<parallel::OptimizerShard>& ranges, int64_t reduced,
+                   int64_t micro_batches) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t grads = parallel::total_numel(layout) * value;
-  int64_t out = in_flight_bucket_bytes(c, reduced_gradient_bytes(c, layout));
+  int64_t out = in_flight_bucket_bytes(c, reduced);
   if (c.parallel.zero >= 2) {
     if (c.parallel.data_size() > 1)
       for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
@@ -231,7 +232,8 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       role.ep_rank = e;
       role.ranks = config.parallel.dp;
       role.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
-      role.grads = resident_gradient_bytes(config, layout);
+      const int64_t reduced = reduced_gradient_bytes(config, layout);
+      role.grads = resident_gradient_bytes(config, layout, reduced);
       const std::optional<parallel::ZeroPartition> zero = zero_partition_of(config, layout);
       role.moments_min = INT64_MAX;
       for (int d = e; d < static_cast<int>(config.parallel.data_size());
@@ -244,8 +246,8 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
                                        Optimizer::work_elements(layout, ranges, config.optimizer) *
                                            static_cast<int64_t>(sizeof(float)));
         role.moments_min = std::min(role.moments_min, moments);
-        role.comm = std::max(role.comm,
-                             comm_bytes(config, model, layout, ranges, out.micro_batches_per_rank));
+        role.comm = std::max(role.comm, comm_bytes(config, model, layout, ranges, reduced,
+                                                   out.micro_batches_per_rank));
       }
       role.activations = acts.peak;
       role.activation_caches = acts.caches;

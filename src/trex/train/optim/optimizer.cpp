@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
@@ -24,6 +25,12 @@ constexpr int64_t kAdamWChunk = int64_t{1} << 20;
 
 size_t muon_batch_size(int64_t rows, int64_t cols) {
   return static_cast<size_t>(std::max<int64_t>(1, kMuonBatchValues / (rows * cols)));
+}
+
+// Muon's [rows, cols] of a tensor: trailing dimensions flatten into columns
+// ([out, in] for every V4 matrix). Matrices of one shape are updated together.
+std::pair<int64_t, int64_t> muon_shape(const model::ParamSpec& spec) {
+  return {spec.shape[0], spec.numel() / spec.shape[0]};
 }
 
 uint64_t layout_hash_of(const std::vector<model::ParamSpec>& specs) {
@@ -149,7 +156,7 @@ int64_t Optimizer::work_elements(const std::vector<model::ParamSpec>& specs,
     for (size_t i = range.first_spec; i < range.end_spec; ++i) {
       const model::ParamSpec& spec = specs[i];
       if (spec.group == model::OptimizerGroup::kMuon && options.use_muon)
-        muon_by_shape[{spec.shape[0], spec.numel() / spec.shape[0]}] += 1;
+        muon_by_shape[muon_shape(spec)] += 1;
       else if (spec.group != model::OptimizerGroup::kNotTrained)
         largest_adamw = std::max(largest_adamw, spec.numel());
     }
@@ -230,9 +237,7 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   for (const Slot& slot : slots_) {
     if (slot.update == Update::kAdamW) adamw_step(slot, w, g, lr);
     if (slot.update != Update::kMuon) continue;
-    // Trailing dimensions flatten into columns: [out, in] for every V4 matrix.
-    const model::ParamSpec& spec = specs_[slot.spec];
-    muon_by_shape[{spec.shape[0], spec.numel() / spec.shape[0]}].push_back(&slot);
+    muon_by_shape[muon_shape(specs_[slot.spec])].push_back(&slot);
   }
   for (const auto& [shape, slots] : muon_by_shape) {
     const auto [rows, cols] = shape;
