@@ -122,6 +122,32 @@ TEST(PlanModelShape, DeepSeekV3MatchesPublishedFlopsAndParams) {
               3.0);
 }
 
+TEST(PlanModelShape, Qwen3MoeMatchesPublishedFlopsAndParams) {
+  // Megatron-Bridge's model TFLOP/s over tokens/s (docs/results/planner-published-points.md):
+  // Qwen3-235B-A22B 1300.44 TF / 8784.492 tok/s = 148.0 GFLOP/token; Qwen3-30B-A3B
+  // 1030.07 TF / 44773.361 tok/s = 23.0 GFLOP/token. Model cards: 235B / 22B and 30.5B.
+  ModelShape big = load_model_shape(model_path("qwen3-235b-a22b"), 4096);
+  EXPECT_EQ(big.family, "qwen3_moe");
+  EXPECT_NEAR(big.model_flops_per_token / 1e9, 1300.44e3 / 8784.492, 0.3);
+  EXPECT_NEAR(big.total_params / 1e9, 235.0, 1.0);
+  EXPECT_NEAR(big.activated_params / 1e9, 22.0, 0.5);
+  ASSERT_EQ(big.layers.size(), 94u);
+  EXPECT_TRUE(big.layers[0].has_experts);
+  ModelShape small = load_model_shape(model_path("qwen3-30b-a3b"), 4096);
+  EXPECT_NEAR(small.model_flops_per_token / 1e9, 1030.07e3 / 44773.361, 0.1);
+  EXPECT_NEAR(small.total_params / 1e9, 30.5, 0.3);
+  // mlp_only_layers makes a layer dense (no experts, the dense FFN's FLOPs).
+  nlohmann::json j = nlohmann::json::parse(read_file(model_path("qwen3-30b-a3b")));
+  j["mlp_only_layers"] = {0};
+  ModelShape dense_first = model_shape_from_json(j, "q.json", 4096);
+  EXPECT_FALSE(dense_first.layers[0].has_experts);
+  EXPECT_TRUE(dense_first.layers[1].has_experts);
+  EXPECT_NEAR(dense_first.layers[0].gemm_flops - small.layers[0].gemm_flops, 6.0 * 3 * 2048 * 6144,
+              1.0);
+  j["num_key_value_heads"] = 5;  // 32 heads: not a divisor
+  EXPECT_THROW(model_shape_from_json(j, "q.json", 4096), Error);
+}
+
 TEST(PlanModelShape, DeepSeekV4LayersSumToTheEngineCounters) {
   for (const char* name : {"deepseek-v4-flash", "deepseek-v4-pro"}) {
     SCOPED_TRACE(name);

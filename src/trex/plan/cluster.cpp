@@ -84,6 +84,8 @@ ClusterSpec read_cluster(const Reader& root) {
         e.number("overlap_compute_penalty", x.overlap_compute_penalty, kShare);
     x.optimizer_bytes_per_param = e.number("optimizer_bytes_per_param", x.optimizer_bytes_per_param,
                                            Range<double>::between(0, 1e4));
+    x.v4_compute_factor =
+        e.number("v4_compute_factor", x.v4_compute_factor, Range<double>::between(1, 10));
     e.reject_unknown({"gemm"});
   }
   if (root.has("sources")) {
@@ -175,7 +177,8 @@ json ClusterSpec::to_json() const {
             {"collective_half_bytes", e.collective_half_bytes},
             {"collective_launch_us", e.collective_launch_us},
             {"overlap_compute_penalty", e.overlap_compute_penalty},
-            {"optimizer_bytes_per_param", e.optimizer_bytes_per_param}}}};
+            {"optimizer_bytes_per_param", e.optimizer_bytes_per_param},
+            {"v4_compute_factor", e.v4_compute_factor}}}};
 }
 
 double gemm_seconds(const ClusterSpec& c, double m, double n, double k, bool fp8) {

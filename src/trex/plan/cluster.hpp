@@ -63,6 +63,11 @@ struct EfficiencySpec {
   // reserved for DeepEP; ~0 where collectives run on separate engines).
   double overlap_compute_penalty = 0;
   double optimizer_bytes_per_param = 32;  // HBM traffic of the fused optimizer update
+  // Time of a DeepSeek-V4 layer's compute (GEMMs, sparse attention + indexer,
+  // compressors, mHC, launches) relative to what the generic curves above
+  // give for its FLOPs and traffic: V4's many small, young kernels. 1 = none;
+  // calibrated on a published V4 run (docs/planner.md).
+  double v4_compute_factor = 1;
 };
 
 struct ClusterSpec {

@@ -235,6 +235,91 @@ ModelShape v3_shape(const config::Reader& r, int64_t seq_len) {
   return m;
 }
 
+// ---- Qwen3-MoE shape (GQA attention + routed experts), Megatron's counting ----
+
+ModelShape qwen3_moe_shape(const config::Reader& r, int64_t seq_len) {
+  const int64_t layers = r.integer("num_hidden_layers", kPositive);
+  const double d = static_cast<double>(r.integer("hidden_size", kPositive));
+  const double vocab = static_cast<double>(r.integer("vocab_size", kPositive));
+  const double heads = static_cast<double>(r.integer("num_attention_heads", kPositive));
+  const double kv_heads = static_cast<double>(r.integer("num_key_value_heads", kPositive));
+  const double head_dim = static_cast<double>(r.integer("head_dim", kPositive));
+  const double ffn = static_cast<double>(r.integer("intermediate_size", kPositive));
+  const double inter = static_cast<double>(r.integer("moe_intermediate_size", kPositive));
+  const double experts = static_cast<double>(r.integer("num_experts", kPositive));
+  const double top_k = static_cast<double>(r.integer("num_experts_per_tok", kPositive));
+  const int64_t sparse_step = r.integer("decoder_sparse_step", 1, kPositive);
+  const bool tied = r.boolean("tie_word_embeddings", false);
+  if (top_k > experts) r.fail("num_experts_per_tok", "exceeds num_experts");
+  if (static_cast<int64_t>(heads) % static_cast<int64_t>(kv_heads) != 0)
+    r.fail("num_key_value_heads", "must divide num_attention_heads");
+  std::vector<int64_t> dense_only;
+  if (r.has("mlp_only_layers")) dense_only = r.array("mlp_only_layers").integers<int64_t>(kCount);
+  const double s = static_cast<double>(seq_len);
+
+  // Forward MACs per token: q, k, v and output projections, causal core
+  // attention (QKᵀ and PV over half the keys on average), SwiGLU FFNs; the
+  // router is not counted (Megatron's num_floating_point_operations).
+  const double q = heads * head_dim, kv = kv_heads * head_dim;
+  const double proj = d * (q + 2 * kv) + q * d;
+  const double core = q * s;  // 2 products × q · s/2
+  auto layer = [&](bool moe) {
+    LayerShape l;
+    l.kind = moe ? LayerKind::kMoE : LayerKind::kDense;
+    l.has_experts = moe;
+    l.attention_flops = kTrain * core;
+    l.gemm_flops = kTrain * (proj + (moe ? 0 : 3 * d * ffn));
+    l.expert_flops = moe ? kTrain * 3 * d * inter * top_k : 0;
+    l.selective_recompute_flops = 0;  // no up-projection to recompute in GQA
+    l.dense_params = proj + 2 * d + 2 * head_dim + (moe ? experts * d : 3 * d * ffn);
+    l.expert_params = moe ? experts * 3 * d * inter : 0;
+    // Stored per token: input, two norm outputs, q/k/v, attention output,
+    // softmax statistics; MoE: router logits, dispatched input, fc1 output,
+    // activation, expert output.
+    const double attention = q + 2 * kv + q + 2 * heads;
+    const double mlp = moe ? experts + top_k * (2 * d + 3 * inter) : 3 * ffn;
+    const double none = d + 2 * d + attention + mlp;
+    const double swiglu = moe ? top_k * (inter + d) : ffn;
+    l.act_bytes_none = kBf16 * none;
+    l.act_bytes_selective = kBf16 * (none - 2 * d - swiglu);
+    l.act_bytes_full = kBf16 * d;
+    l.fp8_cacheable_bytes = kBf16 * ((moe ? top_k * d : 0) + q);
+    l.gemm_input_elements = d + d + q + (moe ? top_k * (d + inter) : d + ffn);
+    l.vector_bytes = vector_traffic(l.act_bytes_none);
+    l.gemm_calls = moe ? 7 : 6;
+    l.vector_calls = moe ? 20 : 12;
+    return l;
+  };
+  ModelShape m;
+  m.family = "qwen3_moe";
+  m.seq_len = seq_len;
+  m.hidden = static_cast<int64_t>(d);
+  m.residual_width = m.hidden;
+  m.vocab = static_cast<int64_t>(vocab);
+  m.n_experts = static_cast<int64_t>(experts);
+  m.top_k = static_cast<int64_t>(top_k);
+  m.expert_ffn = static_cast<int64_t>(inter);
+  m.min_matrix_dim = static_cast<int64_t>(std::min(d, inter));
+  double activated = 0, total = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool dense = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end() ||
+                       (i + 1) % sparse_step != 0;
+    m.layers.push_back(layer(!dense));
+    const LayerShape& ls = m.layers.back();
+    total += ls.dense_params + ls.expert_params;
+    activated += ls.dense_params + (ls.has_experts ? ls.expert_params * top_k / experts : 0);
+  }
+  m.embed_params = vocab * d;
+  m.head_params = (tied ? 0 : vocab * d) + d;
+  m.head_flops = kTrain * d * vocab;
+  m.total_params = total + m.embed_params + m.head_params;
+  m.activated_params = activated + m.head_params;
+  double flops = m.head_flops;
+  for (const LayerShape& l : m.layers) flops += l.gemm_flops + l.expert_flops + l.attention_flops;
+  m.model_flops_per_token = flops;
+  return m;
+}
+
 }  // namespace
 
 double ModelShape::all_params() const {
@@ -253,8 +338,11 @@ ModelShape read_model_shape(const config::Reader& r, const std::string& source, 
     m = v4_shape(r.value(), source, seq_len);
   } else if (type == "deepseek_v3") {
     m = v3_shape(r, seq_len);
+  } else if (type == "qwen3_moe") {
+    m = qwen3_moe_shape(r, seq_len);
   } else {
-    r.fail("model_type", "unsupported model_type '" + type + "' (deepseek_v4 or deepseek_v3)");
+    r.fail("model_type",
+           "unsupported model_type '" + type + "' (deepseek_v4, deepseek_v3 or qwen3_moe)");
   }
   m.name = r.string("name", source.substr(source.find_last_of('/') + 1));
   return m;

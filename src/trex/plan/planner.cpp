@@ -312,6 +312,7 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   const double dispatch = a2a_seconds(l.fp8 ? 1.0 : 2.0);
   const double combine = a2a_seconds(2.0);
 
+  const bool v4_layers = model.family == "deepseek_v4";
   auto layer_cost = [&](const LayerShape& s) {
     LayerCost c{};
     c.gemm = s.gemm_flops * tokens_dev / (dense_eff * gemm_peak) +
@@ -327,13 +328,20 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
                (static_cast<double>(s.gemm_calls) * eff.gemm.launch_us +
                 static_cast<double>(s.vector_calls) * vec_calls * eff.vector_launch_us) *
                1e-6;
+    if (v4_layers) {
+      c.gemm *= eff.v4_compute_factor;
+      c.attention *= eff.v4_compute_factor;
+      c.vector *= eff.v4_compute_factor;
+      c.launch *= eff.v4_compute_factor;
+    }
     const double a2a_once = s.has_experts ? dispatch + combine : 0;  // one forward pass
     c.a2a = 2 * a2a_once;
     switch (l.recompute) {
       case Recompute::kNone:
         break;
       case Recompute::kSelective:
-        c.recompute = s.selective_recompute_flops * tokens_dev / (dense_eff * gemm_peak) +
+        c.recompute = s.selective_recompute_flops * tokens_dev / (dense_eff * gemm_peak) *
+                          (v4_layers ? eff.v4_compute_factor : 1.0) +
                       0.25 * c.vector / 3;  // norms / mHC re-run: part of the forward traffic
         break;
       case Recompute::kFull:
@@ -473,13 +481,17 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
            (bytes / pp_link.bandwidth + pp_link.latency + eff.collective_launch_us * 1e-6);
     }
     const double pp_exposed = l.overlap ? 0.1 * pp : pp;
-    // A2A: with overlap, hidden under the paired micro-batch in steady state and
+    // A2A: with overlap, under the paired micro-batch in steady state and
     // half-hidden in warm-up / cool-down (self-overlap with the shared expert).
+    // Overlap is partial: while the A2A runs its kernels hold a share s of the
+    // SMs (overlap_compute_penalty), so compute c with an A2A a alongside takes
+    // max(a, c + s·a) instead of max(a, c).
     double a2a_exposed_mb = sum.a2a, penalty_mb = 0;
     if (l.overlap && l.ep_overlap && l.ep > 1) {
       const double edge = std::min(1.0, static_cast<double>(std::max<int64_t>(l.pp, 1)) / md);
-      a2a_exposed_mb = (1 - edge) * std::max(0.0, sum.a2a - compute_mb) + edge * 0.5 * sum.a2a;
-      penalty_mb = eff.overlap_compute_penalty * std::min(sum.a2a, compute_mb);
+      const double a = sum.a2a, c = compute_mb, s = eff.overlap_compute_penalty;
+      a2a_exposed_mb = (1 - edge) * std::max(0.0, a - c) + edge * 0.5 * a;
+      penalty_mb = (1 - edge) * std::max(0.0, c + s * a - std::max(a, c)) + edge * s * 0.5 * a;
     }
     const double per_mb = compute_mb + a2a_exposed_mb + tp_cp_exposed + pp_exposed + penalty_mb;
     // Pipeline bubble.
