@@ -34,6 +34,7 @@ ClusterSpec read_cluster(const Reader& root) {
   c.device.hbm_gbps = d.number("hbm_gbps", kPositive);
   c.device.reserved_gib = d.number("reserved_gib", c.device.reserved_gib, kAmount);
   if (c.device.reserved_gib >= c.device.hbm_gib) d.fail("reserved_gib", "must be below hbm_gib");
+  c.device.sustained_share = d.number("sustained_share", c.device.sustained_share, kFraction);
 
   const Reader t = root.object("topology");
   TopologySpec& top = c.topology;
@@ -75,6 +76,8 @@ ClusterSpec read_cluster(const Reader& root) {
     x.fused_vector_traffic = e.number("fused_vector_traffic", x.fused_vector_traffic, kFraction);
     x.fused_vector_calls = e.number("fused_vector_calls", x.fused_vector_calls, kFraction);
     x.unfused_attention = e.number("unfused_attention", x.unfused_attention, kFraction);
+    x.fp8_attention_speedup =
+        e.number("fp8_attention_speedup", x.fp8_attention_speedup, Range<double>::between(1, 4));
     x.collective_max = e.number("collective_max", x.collective_max, kFraction);
     x.collective_half_bytes =
         e.number("collective_half_bytes", x.collective_half_bytes, Range<double>::between(0, 1e15));
@@ -149,7 +152,8 @@ json ClusterSpec::to_json() const {
             {"vector_tflops", device.vector_tflops},
             {"hbm_gib", device.hbm_gib},
             {"hbm_gbps", device.hbm_gbps},
-            {"reserved_gib", device.reserved_gib}}},
+            {"reserved_gib", device.reserved_gib},
+            {"sustained_share", device.sustained_share}}},
           {"topology",
            {{"dies_per_package", topology.dies_per_package},
             {"die_to_die_gbps", topology.die_to_die_gbps},
@@ -173,6 +177,7 @@ json ClusterSpec::to_json() const {
             {"fused_vector_traffic", e.fused_vector_traffic},
             {"fused_vector_calls", e.fused_vector_calls},
             {"unfused_attention", e.unfused_attention},
+            {"fp8_attention_speedup", e.fp8_attention_speedup},
             {"collective_max", e.collective_max},
             {"collective_half_bytes", e.collective_half_bytes},
             {"collective_launch_us", e.collective_launch_us},
@@ -183,7 +188,8 @@ json ClusterSpec::to_json() const {
 
 double gemm_seconds(const ClusterSpec& c, double m, double n, double k, bool fp8) {
   const bool use_fp8 = fp8 && c.device.fp8_tflops > 0 && c.efficiency.gemm.fp8_max > 0;
-  const double peak = (use_fp8 ? c.device.fp8_tflops : c.device.bf16_tflops) * 1e12;
+  const double peak =
+      (use_fp8 ? c.device.fp8_tflops : c.device.bf16_tflops) * 1e12 * c.device.sustained_share;
   const double max = use_fp8 ? c.efficiency.gemm.fp8_max : c.efficiency.gemm.max;
   const double element = use_fp8 ? 1.0 : 2.0;
   const double flops = 2 * m * n * k;

@@ -21,6 +21,11 @@ struct DeviceSpec {
   double hbm_gib = 0;
   double hbm_gbps = 0;      // GB/s
   double reserved_gib = 0;  // runtime, allocator fragmentation, workspaces
+  // Share of the datasheet tensor-core peaks that a training step sustains
+  // beyond the kernel efficiencies below (power and clock limits, gaps between
+  // kernels): GEMMs and attention run at this share. 1 = none; calibrated on
+  // a published run of the device (docs/planner.md).
+  double sustained_share = 1;
 };
 
 struct TopologySpec {
@@ -54,6 +59,7 @@ struct EfficiencySpec {
   double fused_vector_traffic = 0.5;  // traffic multiplier with fused kernels
   double fused_vector_calls = 0.25;   // launch-count multiplier with fused kernels
   double unfused_attention = 0.7;     // attention efficiency multiplier without fused kernels
+  double fp8_attention_speedup = 1;   // FP8 attention kernels vs BF16 (layout `fp8-attention`)
   // Collectives: fraction of link bandwidth for a message of s bytes per peer:
   // collective_max · s / (s + collective_half_bytes).
   double collective_max = 0.7;

@@ -91,6 +91,8 @@ std::vector<std::string> planner_only_features(const Layout& l) {
   if (l.zero > 2) out.push_back("ZeRO-" + std::to_string(l.zero));
   if (l.offload_optimizer) out.push_back("optimizer offload");
   if (l.fp8) out.push_back("FP8 GEMMs");
+  if (l.fp8_attention) out.push_back("FP8 attention");
+  if (l.cuda_graphs) out.push_back("CUDA graphs");
   // The engine's `selective` recomputes norms and the attention core (no GEMM);
   // the planner's costs Megatron's up-projection recompute: not the same policy.
   if (l.recompute == Recompute::kSelective) out.push_back("selective recompute");

@@ -159,9 +159,9 @@ Optimizer parse_optimizer(const std::string& s) {
 }
 
 std::string Layout::describe() const {
-  char buf[256];
+  char buf[320];
   std::snprintf(buf, sizeof buf,
-                "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s",
+                "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s%s%s",
                 static_cast<long long>(tp), static_cast<long long>(pp),
                 schedule == Schedule::kInterleaved ? (" VPP" + std::to_string(vpp)).c_str() : "",
                 static_cast<long long>(ep), static_cast<long long>(cp), static_cast<long long>(mbs),
@@ -169,7 +169,8 @@ std::string Layout::describe() const {
                 offload_optimizer ? " offload" : "",
                 overlap ? (ep_overlap ? " overlap" : " overlap(no-EP)") : " no-overlap",
                 fused_kernels ? "" : " unfused", topology_aware ? "" : " naive-placement",
-                fp8 ? " fp8" : "", expert_rebalancing ? " rebalance" : "");
+                fp8 ? " fp8" : "", fp8_attention ? " fp8-attention" : "",
+                cuda_graphs ? " cuda-graphs" : "", expert_rebalancing ? " rebalance" : "");
   return buf;
 }
 
@@ -241,6 +242,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   if (static_cast<int64_t>(model.layers.size()) < chunks) return invalid("more stages than layers");
   if (l.fp8 && !(cluster.device.fp8_tflops > 0 && cluster.efficiency.gemm.fp8_max > 0))
     return invalid("device has no FP8 GEMMs");
+  if (l.fp8_attention && !(cluster.device.fp8_tflops > 0))
+    return invalid("device has no FP8 attention");
   if (l.zero < 0 || l.zero > 3) return invalid("ZeRO level must be 0..3");
 
   const EfficiencySpec& eff = cluster.efficiency;
@@ -267,6 +270,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   const double gemm_peak =
       l.fp8 ? cluster.device.fp8_tflops * 1e12 : peak;  // dense/expert GEMM peak
   const double attn_eff = eff.attention * (l.fused_kernels ? 1.0 : eff.unfused_attention);
+  const double attention_peak =
+      peak * cluster.device.sustained_share * (l.fp8_attention ? eff.fp8_attention_speedup : 1.0);
   const double vec_traffic = l.fused_kernels ? eff.fused_vector_traffic : 1.0;
   const double vec_calls = l.fused_kernels ? eff.fused_vector_calls : 1.0;
 
@@ -317,17 +322,19 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     LayerCost c{};
     c.gemm = s.gemm_flops * tokens_dev / (dense_eff * gemm_peak) +
              s.expert_flops * tokens_dev * imbalance / (expert_eff * gemm_peak);
-    c.attention = s.attention_flops * tokens_dev / (attn_eff * peak);
+    c.attention = s.attention_flops * tokens_dev / (attn_eff * attention_peak);
     // FP8: every GEMM input is quantised (read 2 + write 1 byte) for the
     // forward, and its gradient / transposed copy for dgrad and wgrad.
     const double fp8_casts = l.fp8 ? 3.0 * s.gemm_input_elements * vec_traffic : 0;
     c.vector = (3 * (s.vector_bytes * vec_traffic + (l.fused_kernels ? 0 : s.unfused_extra_bytes)) +
                 3 * fp8_casts) *
                tokens_dev / (eff.vector_memory * hbm);
-    c.launch = 3 *
-               (static_cast<double>(s.gemm_calls) * eff.gemm.launch_us +
-                static_cast<double>(s.vector_calls) * vec_calls * eff.vector_launch_us) *
-               1e-6;
+    c.launch = l.cuda_graphs
+                   ? 0.0
+                   : 3 *
+                         (static_cast<double>(s.gemm_calls) * eff.gemm.launch_us +
+                          static_cast<double>(s.vector_calls) * vec_calls * eff.vector_launch_us) *
+                         1e-6;
     if (v4_layers) {
       c.gemm *= eff.v4_compute_factor;
       c.attention *= eff.v4_compute_factor;
@@ -696,6 +703,10 @@ Layout parse_layout(const std::string& text) {
       l.expert_rebalancing = true;
     } else if (tok == "fp8") {
       l.fp8 = true;
+    } else if (tok == "fp8-attention") {
+      l.fp8_attention = true;
+    } else if (tok == "cuda-graphs") {
+      l.cuda_graphs = true;
     } else if (!tok.empty()) {
       throw Error("unknown layout token '" + tok + "'").field("--layout");
     }

@@ -43,6 +43,9 @@ struct Layout {
   bool fused_kernels = true;   // fused non-GEMM kernels (norm/mHC/permute/attention)
   bool topology_aware = true;  // EP/TP placed inside the scale-up domain and collectives use it
   bool fp8 = false;            // FP8 GEMMs (needs device fp8)
+  bool fp8_attention = false;  // FP8 attention kernels (efficiency.fp8_attention_speedup)
+  // The step runs as captured CUDA graphs: no per-kernel launch overhead.
+  bool cuda_graphs = false;
   // Load-driven expert migration / hot-expert placement: removes 3/4 of the
   // routing imbalance above 1 (Job::expert_imbalance).
   bool expert_rebalancing = false;
@@ -53,8 +56,8 @@ struct Layout {
 
 // A layout from its text form, comma-separated tokens:
 // "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,
-// no-ep-overlap,unfused,naive,rebalance,fp8" (unnamed fields keep Layout's
-// defaults). Throws trex::Error (field "--layout") naming a bad token.
+// no-ep-overlap,unfused,naive,rebalance,fp8,fp8-attention,cuda-graphs" (unnamed fields keep
+// Layout's defaults). Throws trex::Error (field "--layout") naming a bad token.
 Layout parse_layout(const std::string& text);
 
 struct MemoryEstimate;
