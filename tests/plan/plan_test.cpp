@@ -330,6 +330,18 @@ TEST(PlanMemory, HandComputedBf16MomentsAndQuantisedExperts) {
   j.optimizer = Optimizer::kMuon;
   EXPECT_NEAR(evaluate(m, c, j, l).memory.optimizer, (4 + 2) * shard, 1);  // + momentum
   EXPECT_NEAR(evaluate(m, c, j, l).memory.weights, 2 * (dense + expert), 1);
+  // bf16 weights updated in place (no fp32 master), bf16 gradients.
+  j.optimizer = Optimizer::kAdamW;
+  j.master_bytes = 0;
+  j.grad_bytes = 2;
+  e = evaluate(m, c, j, l);
+  EXPECT_NEAR(e.memory.optimizer, 2 * 2 * shard, 1);
+  EXPECT_NEAR(e.memory.gradients, 2 * (dense + expert), 1);
+  j.master_bytes = -1;
+  EXPECT_THROW(evaluate(m, c, j, l), Error);
+  j.master_bytes = 4;
+  j.grad_bytes = 4;
+  j.optimizer = Optimizer::kMuon;
 
   EXPECT_DOUBLE_EQ(expert_weight_bytes("fp8"), 1 + 1.0 / 16384);
   EXPECT_DOUBLE_EQ(expert_weight_bytes("mxfp4"), 0.53125);

@@ -262,6 +262,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   const double dense_eff = gemm_efficiency(cluster, tokens_mb, h / tp, h, l.fp8);
   require(job.expert_imbalance >= 1, "expert imbalance must be >= 1");
   require(job.goodput > 0 && job.goodput <= 1, "goodput must be in (0, 1]");
+  require(job.master_bytes >= 0 && job.moment_bytes > 0 && job.grad_bytes > 0,
+          "optimizer state element sizes must be > 0 (master weights >= 0)");
   const double imbalance =
       l.expert_rebalancing ? 1 + (job.expert_imbalance - 1) / 4 : job.expert_imbalance;
   const double expert_m = std::max(1.0, tokens_dev * top_k * imbalance / local_experts);
@@ -372,9 +374,9 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   };
 
   const double in_flight = in_flight_stages(l, m);
-  // fp32 master + AdamW m, v or Muon momentum, in Job::moment_bytes each.
+  // Master weights + AdamW m, v or Muon momentum, in Job::moment_bytes each.
   const double opt_state_bytes =
-      4.0 + (job.optimizer == Optimizer::kAdamW ? 2.0 : 1.0) * job.moment_bytes;
+      job.master_bytes + (job.optimizer == Optimizer::kAdamW ? 2.0 : 1.0) * job.moment_bytes;
   const double dense_group = static_cast<double>(dp) * cp;             // dense-param DP group
   const double expert_group = static_cast<double>(dp) * cp * tp / ep;  // expert-DP group
   const LinkTime tp_link = group_link(cluster, l.tp, l.topology_aware);

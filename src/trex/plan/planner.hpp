@@ -71,6 +71,10 @@ struct Job {
   // Bytes per optimizer moment element: 4 (fp32) or 2 (bf16, as DeepSeek-V3's
   // AdamW moments). The fp32 master copy (4 bytes) is kept either way.
   double moment_bytes = 4;
+  // Bytes per master-weight element on the optimizer shard: 4 (fp32 master),
+  // or 0 where the optimizer updates the bf16 weights in place (PyTorch Adam
+  // on bf16 parameters, as NeMo AutoModel's benchmarks run).
+  double master_bytes = 4;
   // Bytes per routed-expert weight held on the device between steps: 2 (bf16),
   // or FP8/FP4 primary weights with their scales (kExpertWeightBytes).
   double expert_weight_bytes = 2;

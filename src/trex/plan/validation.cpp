@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/strings.hpp"
 
@@ -90,10 +91,13 @@ std::vector<ValidationPoint> validation_points() {
   };
   // ---- Calibration points: each set a knob (docs/planner.md) ----
   // DeepSeek-V3 report: 2048 H800, PP16 (DualPipe) × EP64 × ZeRO-1 DP, no TP,
-  // FP8 GEMMs, batch 15360 × 4K, recompute of RMSNorm and MLA up-projections.
+  // FP8 GEMMs, batch 15360 × 4K, recompute of RMSNorm and MLA up-projections,
+  // BF16 AdamW moments with FP32 master weights and gradients (§3.3).
+  Job deepseek_v3_job = Job::of(2048, 15360, 4096);
+  deepseek_v3_job.moment_bytes = 2;
   v.push_back(point(
       "DeepSeek-V3 pre-train, 2048 H800 (DualPipe PP16 EP64 ZeRO-1, FP8)", kV3,
-      "configs/clusters/h800-ib.json", Job::of(2048, 15360, 4096),
+      "configs/clusters/h800-ib.json", deepseek_v3_job,
       layout(1, 16, 1, 64, Schedule::kDualPipe, Recompute::kSelective, false, true, true), "mfu",
       0.406, "arXiv 2412.19437 (180K GPU-h/T tokens) -> 1543 tok/s/GPU x 260 GFLOP / 989 TF",
       /*end_to_end=*/true));
@@ -230,18 +234,36 @@ std::vector<ValidationPoint> validation_points() {
                     layout(1, 1, 1, 16, Schedule::k1F1B, Recompute::kNone, false, true, false),
                     "step_seconds", 20.14729,
                     std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 20147.290 ms"));
-  // NeMo AutoModel (PyTorch FSDP2 + DeepEP, a different stack): PP4 VP8 EP64,
-  // FSDP over the data-parallel ranks (ZeRO-3), BF16, "fake balanced gate".
+  // NeMo AutoModel (PyTorch FSDP2 + DeepEP, a different stack; the benchmark
+  // YAML of the published rows: examples/benchmark/configs/
+  // deepseek_v3_te_deepep.yaml @ 89e3a9fd): interleaved 1F1B PP4 VP8 EP64,
+  // full activation checkpointing of every block, DeepEP without compute
+  // overlap, bf16 parameters updated in place by torch.optim.Adam (bf16
+  // moments, no fp32 master), FSDP that keeps parameters unsharded between
+  // forward and backward under PP (ZeRO-1's memory and traffic), no MTP.
   {
-    Layout l =
-        layout(1, 4, 8, 64, Schedule::kInterleaved, Recompute::kSelective, false, true, false);
-    l.zero = 3;
+    Layout l = layout(1, 4, 8, 64, Schedule::kInterleaved, Recompute::kFull, false, true, false);
+    l.ep_overlap = false;
+    const auto automodel_job = [](int64_t devices, int64_t global_batch) {
+      Job j = bridge_job(devices, global_batch, 2, 2);
+      j.master_bytes = 0;
+      return j;
+    };
     const std::string am =
         "NVIDIA-NeMo/Automodel docs/performance-summary.mdx (cb976544): time per global step ";
     v.push_back(point("NeMo AutoModel DeepSeek-V3, 1024 H100 (PP4 VP8 EP64 FSDP, BF16)", kV3, kH100,
-                      benchmark_job(1024, 8192), l, "step_seconds", 37.87, am + "37.87 s"));
+                      automodel_job(1024, 8192), l, "step_seconds", 37.87, am + "37.87 s"));
+    v.back().mtp_layers = 0;
     v.push_back(point("NeMo AutoModel DeepSeek-V3, 256 H100 (PP4 VP8 EP64 FSDP, BF16)", kV3, kH100,
-                      benchmark_job(256, 512), l, "step_seconds", 8.18, am + "8.18 s"));
+                      automodel_job(256, 512), l, "step_seconds", 8.18, am + "8.18 s"));
+    v.back().mtp_layers = 0;
+    // Qwen3-30B-A3B on one 8-GPU node: EP8, FSDP8, local batch 4 x 16
+    // accumulation steps (examples/benchmark/configs/qwen3_moe_30b_te_deepep.yaml
+    // @ 8d9bfb90), the same optimizer and checkpointing.
+    Layout q = layout(1, 1, 1, 8, Schedule::k1F1B, Recompute::kFull, false, true, false);
+    q.ep_overlap = false, q.mbs = 4;
+    v.push_back(point("NeMo AutoModel Qwen3-30B-A3B, 8 H100 (EP8 FSDP8, BF16)", kQwen30, kH100,
+                      automodel_job(8, 512), q, "step_seconds", 21.773, am + "21.773 s"));
   }
   return v;
 }
@@ -280,7 +302,15 @@ Layout v4_pro_tuned_layout() {
 
 ValidationRow evaluate_point(const ValidationPoint& p, const std::string& root,
                              const std::function<void(ClusterSpec&)>& edit_cluster) {
-  ModelShape model = load_model_shape(root + "/" + p.model_file, p.job.seq_len);
+  ModelShape model;
+  if (p.mtp_layers >= 0) {
+    const std::string path = root + "/" + p.model_file;
+    nlohmann::json config = nlohmann::json::parse(read_file(path));
+    config["num_nextn_predict_layers"] = p.mtp_layers;
+    model = model_shape_from_json(config, path, p.job.seq_len);
+  } else {
+    model = load_model_shape(root + "/" + p.model_file, p.job.seq_len);
+  }
   ClusterSpec cluster = ClusterSpec::load(root + "/" + p.cluster_file);
   if (edit_cluster) edit_cluster(cluster);
   ValidationRow r;

@@ -20,7 +20,8 @@ enum class PointRole { kCalibration, kValidation };
 
 struct ValidationPoint {
   std::string name;
-  std::string model_file;    // relative to the repository root
+  std::string model_file;   // relative to the repository root
+  int64_t mtp_layers = -1;  // the run's MTP layers when it differs from the file's; -1: as the file
   std::string cluster_file;  // relative to the repository root
   Job job;
   Layout layout;
