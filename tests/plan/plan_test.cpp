@@ -413,6 +413,83 @@ TEST(PlanTime, MoreDevicesLessComputePerDevice) {
   }
 }
 
+TEST(PlanTime, CalibratedFiguresAndRecipeSwitchesScaleTheirTermsOnly) {
+  ModelShape m = synthetic_model();
+  ClusterSpec c = synthetic_cluster(1000);
+  c.device.fp8_tflops = 2000;
+  c.efficiency.gemm.fp8_max = 0.5;
+  c.efficiency.fp8_attention_speedup = 1.5;
+  c.efficiency.gemm.launch_us = 5;
+  c.device.hbm_gbps = 1e5;  // compute-bound GEMMs
+  const Job j = job(8, 128, 1024);
+  Layout l;
+  l.recompute = Recompute::kNone;
+  l.ep = 8;
+  l.mbs = 16;
+  l.overlap = l.ep_overlap = false;
+  const Estimate base = evaluate(m, c, j, l);
+  ASSERT_TRUE(base.valid) << base.invalid_reason;
+  // The sustained share divides GEMM and attention time, nothing else.
+  ClusterSpec slow = c;
+  slow.device.sustained_share = 0.5;
+  const Estimate half = evaluate(m, slow, j, l);
+  EXPECT_NEAR(half.time.attention, 2 * base.time.attention, 1e-12);
+  EXPECT_GT(half.time.gemm, 1.5 * base.time.gemm);  // compute-bound part doubles
+  EXPECT_DOUBLE_EQ(half.time.vector, base.time.vector);
+  EXPECT_DOUBLE_EQ(half.time.a2a_total, base.time.a2a_total);
+  // FP8 attention runs at the speed-up; CUDA graphs remove the launches.
+  Layout fp8_attention = l;
+  fp8_attention.fp8_attention = true;
+  EXPECT_NEAR(evaluate(m, c, j, fp8_attention).time.attention, base.time.attention / 1.5, 1e-12);
+  Layout graphs = l;
+  graphs.cuda_graphs = true;
+  EXPECT_GT(base.time.launch, 0);
+  EXPECT_EQ(evaluate(m, c, j, graphs).time.launch, 0);
+  EXPECT_NEAR(evaluate(m, c, j, graphs).time.step, base.time.step - base.time.launch, 1e-9);
+  EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").fp8_attention, true);
+  EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").cuda_graphs, true);
+  // The V4 factor scales DeepSeek-V4 layers' compute only.
+  ClusterSpec v4 = c;
+  v4.efficiency.v4_compute_factor = 2;
+  EXPECT_DOUBLE_EQ(evaluate(m, v4, j, l).time.step, base.time.step);  // family "test"
+  ModelShape v4_model = m;
+  v4_model.family = "deepseek_v4";
+  const Estimate v4_base = evaluate(v4_model, c, j, l), v4_slow = evaluate(v4_model, v4, j, l);
+  EXPECT_NEAR(v4_slow.time.attention, 2 * v4_base.time.attention, 1e-12);
+  EXPECT_NEAR(v4_slow.time.vector, 2 * v4_base.time.vector, 1e-12);
+  EXPECT_DOUBLE_EQ(v4_slow.time.a2a_total, v4_base.time.a2a_total);
+  // An FP8 attention layout on a device without FP8 is refused.
+  ClusterSpec no_fp8 = synthetic_cluster(1000);
+  EXPECT_FALSE(evaluate(m, no_fp8, j, fp8_attention).valid);
+}
+
+TEST(PlanTime, PartialOverlapCostsTheCollectivesShareOfTheSms) {
+  ModelShape m = synthetic_model();
+  ClusterSpec c = synthetic_cluster(1000);
+  c.topology.scale_up_domain = 16;  // EP inside the scale-up domain
+  c.topology.devices_per_node = 8;
+  const Job j = job(16, 128, 1024);  // 8 micro-batches per pipeline
+  Layout l;
+  l.recompute = Recompute::kNone;
+  l.ep = 16;
+  l.pp = 1;
+  l.overlap = l.ep_overlap = true;
+  c.efficiency.overlap_compute_penalty = 0;
+  const Estimate free = evaluate(m, c, j, l);
+  c.efficiency.overlap_compute_penalty = 0.2;
+  const Estimate stolen = evaluate(m, c, j, l);
+  ASSERT_TRUE(free.valid && stolen.valid);
+  const double md = static_cast<double>(free.micro_batches);
+  const double a = free.time.a2a_total / md, compute = free.time.compute() / md;
+  const double edge = std::min(1.0, 1.0 / md);
+  // Steady state: the pair takes max(a, c + s·a); warm-up/cool-down: s·a/2.
+  const double expected =
+      (1 - edge) * std::max(0.0, compute + 0.2 * a - std::max(a, compute)) + edge * 0.2 * 0.5 * a;
+  EXPECT_NEAR(stolen.time.overlap_penalty / md, expected, 1e-12);
+  EXPECT_DOUBLE_EQ(free.time.overlap_penalty, 0);
+  EXPECT_GT(stolen.time.step, free.time.step);
+}
+
 TEST(PlanTime, SwitchesNeverMakeItSlowerWhenTheyShould) {
   ModelShape m = load_model_shape(model_path("deepseek-v4-pro"), 4096);
   ClusterSpec c = ClusterSpec::load(cluster_path("ascend-910c-cloudmatrix384"));

@@ -318,7 +318,8 @@ void add_plan_commands(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* plan =
       app.add_subcommand("plan", "Plan parallel layouts: memory, step time, MFU (docs/planner.md)");
-  plan->add_option("--model", options->model, "Model config JSON (deepseek_v4 or deepseek_v3)");
+  plan->add_option("--model", options->model,
+                   "Model config JSON (deepseek_v4, deepseek_v3 or qwen3_moe)");
   plan->add_option("--cluster", options->cluster, "Cluster spec JSON (configs/clusters/)");
   plan->add_option("--devices", options->devices, "Number of devices (dies on Ascend)");
   plan->add_option("--global-batch", options->global_batch, "Sequences per step");
@@ -329,7 +330,9 @@ void add_plan_commands(CLI::App& app) {
   plan->add_option("--json", options->json_out, "Write the best layouts as JSON");
   plan->add_option("--layout", options->layout,
                    "Evaluate one layout instead of searching, e.g. "
-                   "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8");
+                   "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8 "
+                   "(switches: no-ep-overlap, unfused, naive, rebalance, fp8-attention, "
+                   "cuda-graphs; docs/planner.md)");
   plan->add_flag("--no-engine-memory", options->no_engine_memory,
                  "With --layout: the planner's memory model even for a layout trex train runs "
                  "(default: the engine's own accounting, as trex model memory)");
