@@ -815,7 +815,7 @@ TEST(PlanValidation, CalibrationAndValidationPointsAreKeptApart) {
   for (const SensitivityRow& r : run_sensitivity(test::source_dir()))
     if (!r.value.empty() && r.value[0] == '*') ++defaults[r.knob];
   for (const char* knob : {"V4-Pro routing imbalance", "V4-Pro global batch", "end-to-end goodput",
-                           "FP8 attention speedup"})
+                           "FP8 attention speedup", "910C V4 compute factor"})
     EXPECT_GT(defaults[knob], 0) << knob;
 }
 

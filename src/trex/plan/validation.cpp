@@ -376,6 +376,18 @@ std::vector<SensitivityRow> run_sensitivity(const std::string& root) {
     out.push_back({"V4-Pro routing imbalance", out.back().value,
                    "V4-Pro ablation speed-up (report 2.93x)", speedup, speedup / 2.93});
   }
+  // The V4 compute factor on the 910C: 1 (MindSpeed's kernels, costed by the
+  // report's points) or Megatron-Bridge's 1.534 measured on GB300.
+  for (double factor : {1.0, 1.534}) {
+    const auto edit = [factor](ClusterSpec& c) { c.efficiency.v4_compute_factor = factor; };
+    row("910C V4 compute factor", factor, 1.0,
+        named("DeepSeek-V4-Pro, 1024 910C dies, open-source"), edit);
+    row("910C V4 compute factor", factor, 1.0, named("DeepSeek-V4-Pro, 1024 910C dies, tuned"),
+        edit);
+    const double speedup = out.back().predicted / out[out.size() - 2].predicted;
+    out.push_back({"910C V4 compute factor", out.back().value,
+                   "V4-Pro ablation speed-up (report 2.93x)", speedup, speedup / 2.93});
+  }
   // The V4-Pro global batch (back-computed from the report's step time).
   for (int64_t batch : {1280, 2560, 5120}) {
     ValidationPoint p = named("DeepSeek-V4-Pro, 1024 910C dies, tuned");
