@@ -161,7 +161,7 @@ Optimizer parse_optimizer(const std::string& s) {
 std::string Layout::describe() const {
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s%s%s",
+                "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s%s%s%s%s",
                 static_cast<long long>(tp), static_cast<long long>(pp),
                 schedule == Schedule::kInterleaved ? (" VPP" + std::to_string(vpp)).c_str() : "",
                 static_cast<long long>(ep), static_cast<long long>(cp), static_cast<long long>(mbs),
@@ -170,7 +170,8 @@ std::string Layout::describe() const {
                 overlap ? (ep_overlap ? " overlap" : " overlap(no-EP)") : " no-overlap",
                 fused_kernels ? "" : " unfused", topology_aware ? "" : " naive-placement",
                 fp8 ? " fp8" : "", fp8_attention ? " fp8-attention" : "",
-                cuda_graphs ? " cuda-graphs" : "", expert_rebalancing ? " rebalance" : "");
+                cuda_graphs ? " cuda-graphs" : "", fp8 && !fp8_dispatch ? " bf16-dispatch" : "",
+                edge_self_overlap ? "" : " no-edge-overlap", expert_rebalancing ? " rebalance" : "");
   return buf;
 }
 
@@ -316,7 +317,7 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     }
     return t + (latency + eff.collective_launch_us) * 1e-6;
   };
-  const double dispatch = a2a_seconds(l.fp8 ? 1.0 : 2.0);
+  const double dispatch = a2a_seconds(l.fp8 && l.fp8_dispatch ? 1.0 : 2.0);
   const double combine = a2a_seconds(2.0);
 
   const bool v4_layers = model.family == "deepseek_v4";
@@ -499,8 +500,10 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     if (l.overlap && l.ep_overlap && l.ep > 1) {
       const double edge = std::min(1.0, static_cast<double>(std::max<int64_t>(l.pp, 1)) / md);
       const double a = sum.a2a, c = compute_mb, s = eff.overlap_compute_penalty;
-      a2a_exposed_mb = (1 - edge) * std::max(0.0, a - c) + edge * 0.5 * a;
-      penalty_mb = (1 - edge) * std::max(0.0, c + s * a - std::max(a, c)) + edge * s * 0.5 * a;
+      const double edge_hidden = l.edge_self_overlap ? 0.5 : 0.0;
+      a2a_exposed_mb = (1 - edge) * std::max(0.0, a - c) + edge * (1 - edge_hidden) * a;
+      penalty_mb =
+          (1 - edge) * std::max(0.0, c + s * a - std::max(a, c)) + edge * s * edge_hidden * a;
     }
     const double per_mb = compute_mb + a2a_exposed_mb + tp_cp_exposed + pp_exposed + penalty_mb;
     // Pipeline bubble.
@@ -709,6 +712,10 @@ Layout parse_layout(const std::string& text) {
       l.fp8_attention = true;
     } else if (tok == "cuda-graphs") {
       l.cuda_graphs = true;
+    } else if (tok == "bf16-dispatch") {
+      l.fp8_dispatch = false;
+    } else if (tok == "no-edge-overlap") {
+      l.edge_self_overlap = false;
     } else if (!tok.empty()) {
       throw Error("unknown layout token '" + tok + "'").field("--layout");
     }

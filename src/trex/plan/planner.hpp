@@ -44,6 +44,13 @@ struct Layout {
   bool topology_aware = true;  // EP/TP placed inside the scale-up domain and collectives use it
   bool fp8 = false;            // FP8 GEMMs (needs device fp8)
   bool fp8_attention = false;  // FP8 attention kernels (efficiency.fp8_attention_speedup)
+  // FP8 layouts dispatch the EP all-to-all in FP8 (DeepSeek's DeepEP stack);
+  // false: BF16 dispatch with FP8 GEMMs (Megatron's dispatchers).
+  bool fp8_dispatch = true;
+  // With F&B overlap, the A2A of the pipeline's warm-up/cool-down micro-batches
+  // is half hidden under the shared expert (MindSpeed); false: exposed
+  // (Megatron, which forbids shared-expert overlap with its EP overlap).
+  bool edge_self_overlap = true;
   // The step runs as captured CUDA graphs: no per-kernel launch overhead.
   bool cuda_graphs = false;
   // Load-driven expert migration / hot-expert placement: removes 3/4 of the
@@ -56,8 +63,8 @@ struct Layout {
 
 // A layout from its text form, comma-separated tokens:
 // "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,
-// no-ep-overlap,unfused,naive,rebalance,fp8,fp8-attention,cuda-graphs" (unnamed fields keep
-// Layout's defaults). Throws trex::Error (field "--layout") naming a bad token.
+// no-ep-overlap,unfused,naive,rebalance,fp8,fp8-attention,cuda-graphs,bf16-dispatch,
+// no-edge-overlap" (unnamed fields keep Layout's defaults). Throws trex::Error (field "--layout") naming a bad token.
 Layout parse_layout(const std::string& text);
 
 struct MemoryEstimate;
