@@ -448,6 +448,14 @@ TEST(PlanTime, CalibratedFiguresAndRecipeSwitchesScaleTheirTermsOnly) {
   EXPECT_NEAR(evaluate(m, c, j, graphs).time.step, base.time.step - base.time.launch, 1e-9);
   EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").fp8_attention, true);
   EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").cuda_graphs, true);
+  EXPECT_FALSE(parse_layout("ep8,fp8,bf16-dispatch").fp8_dispatch);
+  EXPECT_FALSE(parse_layout("ep8,no-edge-overlap").edge_self_overlap);
+  // BF16 dispatch with FP8 GEMMs sends 2 bytes per element instead of 1.
+  Layout fp8_l = l, bf16_dispatch = l;
+  fp8_l.fp8 = bf16_dispatch.fp8 = true;
+  bf16_dispatch.fp8_dispatch = false;
+  EXPECT_GT(evaluate(m, c, j, bf16_dispatch).time.a2a_total,
+            1.2 * evaluate(m, c, j, fp8_l).time.a2a_total);
   // The V4 factor scales DeepSeek-V4 layers' compute only.
   ClusterSpec v4 = c;
   v4.efficiency.v4_compute_factor = 2;
@@ -461,6 +469,25 @@ TEST(PlanTime, CalibratedFiguresAndRecipeSwitchesScaleTheirTermsOnly) {
   // An FP8 attention layout on a device without FP8 is refused.
   ClusterSpec no_fp8 = synthetic_cluster(1000);
   EXPECT_FALSE(evaluate(m, no_fp8, j, fp8_attention).valid);
+}
+
+TEST(PlanTime, TheExpertGroupFoldsOverTensorParallelRanks) {
+  // Expert TP is 1: an EP16 group takes 16 consecutive devices whatever the
+  // TP, so on 8-device nodes it spans two nodes with TP1 and with TP2. A step
+  // moves the same A2A bytes (TP2 has half the tokens per micro-batch and
+  // twice the micro-batches); the domain split must not depend on TP.
+  ModelShape m = synthetic_model();
+  ClusterSpec c = synthetic_cluster(1000);
+  c.efficiency.collective_half_bytes = 0;  // no message-size effect
+  const Job j = job(32, 64, 1024);
+  Layout tp1, tp2;
+  tp1.recompute = tp2.recompute = Recompute::kNone;
+  tp1.ep = tp2.ep = 16;
+  tp2.tp = 2;
+  tp1.overlap = tp2.overlap = false;
+  const Estimate a = evaluate(m, c, j, tp1), b = evaluate(m, c, j, tp2);
+  ASSERT_TRUE(a.valid && b.valid) << a.invalid_reason << b.invalid_reason;
+  EXPECT_NEAR(b.time.a2a_total / a.time.a2a_total, 1.0, 0.05);
 }
 
 TEST(PlanTime, PartialOverlapCostsTheCollectivesShareOfTheSms) {
@@ -488,6 +515,13 @@ TEST(PlanTime, PartialOverlapCostsTheCollectivesShareOfTheSms) {
   EXPECT_NEAR(stolen.time.overlap_penalty / md, expected, 1e-12);
   EXPECT_DOUBLE_EQ(free.time.overlap_penalty, 0);
   EXPECT_GT(stolen.time.step, free.time.step);
+  // Only half of the A2A can run beside compute: the other half is exposed.
+  c.efficiency.overlap_compute_penalty = 0;
+  c.efficiency.ep_overlap_hidden = 0.5;
+  const Estimate half = evaluate(m, c, j, l);
+  const double steady_exposed = std::max(0.0, 0.5 * a - compute) + 0.5 * a;
+  EXPECT_NEAR(half.time.a2a_exposed / md, (1 - edge) * steady_exposed + edge * 0.5 * a, 1e-12);
+  EXPECT_GT(half.time.step, free.time.step);
 }
 
 TEST(PlanTime, SwitchesNeverMakeItSlowerWhenTheyShould) {
@@ -806,16 +840,17 @@ TEST(PlanValidation, CalibrationAndValidationPointsAreKeptApart) {
     }
     EXPECT_FALSE(p.source.empty()) << p.name;
   }
-  EXPECT_EQ(calibration, 8u);
-  EXPECT_GE(validation, 10u);
+  EXPECT_EQ(calibration, 9u);
+  EXPECT_GE(validation, 11u);
   const std::string text = format_validation(run_validation(test::source_dir()));
   EXPECT_LT(text.find("Calibration points"), text.find("Validation points"));
   // Every varied assumption has its default among the values.
   std::map<std::string, int> defaults;
   for (const SensitivityRow& r : run_sensitivity(test::source_dir()))
     if (!r.value.empty() && r.value[0] == '*') ++defaults[r.knob];
-  for (const char* knob : {"V4-Pro routing imbalance", "V4-Pro global batch", "end-to-end goodput",
-                           "FP8 attention speedup", "910C V4 compute factor"})
+  for (const char* knob :
+       {"V4-Pro routing imbalance", "V4-Pro global batch", "end-to-end goodput",
+        "FP8 attention speedup", "910C V4 compute factor", "H100 ep_overlap_hidden"})
     EXPECT_GT(defaults[knob], 0) << knob;
 }
 
@@ -826,12 +861,11 @@ TEST(PlanValidation, PublishedPointsAndAblation) {
   std::vector<ValidationRow> rows;
   for (const ValidationRow& r : all)
     if (r.point.role == PointRole::kCalibration) rows.push_back(r);
-  ASSERT_EQ(rows.size(), 8u);
+  ASSERT_EQ(rows.size(), 9u);
   for (const ValidationRow& r : all) EXPECT_TRUE(r.estimate.valid) << r.point.name;
   // The calibrated knobs in the cluster files (sustained_share, v4_compute_factor)
   // still reproduce the points that set them: recalibrate when a cost changes.
-  for (size_t i = 5; i < rows.size(); ++i)
-    EXPECT_NEAR(rows[i].ratio, 1.0, 0.01) << rows[i].point.name;
+  for (size_t i = 5; i < 8; ++i) EXPECT_NEAR(rows[i].ratio, 1.0, 0.01) << rows[i].point.name;
   // DeepSeek-V3 / H800: the published figure is wall-clock GPU-hours per
   // trillion tokens, evaluated at the end-to-end goodput; the others are
   // per-iteration logs, evaluated at steady state (docs/planner.md).
@@ -847,6 +881,13 @@ TEST(PlanValidation, PublishedPointsAndAblation) {
   for (size_t i = 1; i < rows.size(); ++i) {
     EXPECT_TRUE(rows[i].within_20_percent) << rows[i].point.name << ": " << rows[i].ratio;
   }
+  // The planner's measured accuracy on the points never used to set anything
+  // (issue target: median within 10%, worst within 20%): a cost change that
+  // breaks it must be re-validated, not waved through.
+  const ErrorSummary validation = summarize_errors(all, PointRole::kValidation);
+  EXPECT_GE(validation.points, 11u);
+  EXPECT_LE(validation.median, 0.10);
+  EXPECT_LE(validation.worst, 0.20) << validation.worst_point;
   std::vector<AblationRow> ab = run_ablation(test::source_dir());
   ASSERT_EQ(ab.size(), 4u);
   EXPECT_DOUBLE_EQ(ab.front().estimate.mfu, rows[3].estimate.mfu);

@@ -328,11 +328,12 @@ void add_plan_commands(CLI::App& app) {
   plan->add_flag("--explain", options->explain, "Memory and time breakdown of the best layout");
   plan->add_option("--svg", options->svg, "Write an SVG of all candidates");
   plan->add_option("--json", options->json_out, "Write the best layouts as JSON");
-  plan->add_option("--layout", options->layout,
-                   "Evaluate one layout instead of searching, e.g. "
-                   "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8 "
-                   "(switches: no-ep-overlap, unfused, naive, rebalance, fp8-attention, "
-                   "cuda-graphs; docs/planner.md)");
+  plan->add_option(
+      "--layout", options->layout,
+      "Evaluate one layout instead of searching, e.g. "
+      "tp2,pp8,vpp4,ep64,interleaved,selective,zero1,offload,no-overlap,fp8 "
+      "(switches: no-ep-overlap, unfused, naive, rebalance, fp8-attention, bf16-dispatch, "
+      "no-edge-overlap, cuda-graphs; docs/planner.md)");
   plan->add_flag("--no-engine-memory", options->no_engine_memory,
                  "With --layout: the planner's memory model even for a layout trex train runs "
                  "(default: the engine's own accounting, as trex model memory)");

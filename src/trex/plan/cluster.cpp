@@ -85,6 +85,7 @@ ClusterSpec read_cluster(const Reader& root) {
         e.number("collective_launch_us", x.collective_launch_us, kMicroseconds);
     x.overlap_compute_penalty =
         e.number("overlap_compute_penalty", x.overlap_compute_penalty, kShare);
+    x.ep_overlap_hidden = e.number("ep_overlap_hidden", x.ep_overlap_hidden, kShare);
     x.optimizer_bytes_per_param = e.number("optimizer_bytes_per_param", x.optimizer_bytes_per_param,
                                            Range<double>::between(0, 1e4));
     x.v4_compute_factor =
@@ -182,6 +183,7 @@ json ClusterSpec::to_json() const {
             {"collective_half_bytes", e.collective_half_bytes},
             {"collective_launch_us", e.collective_launch_us},
             {"overlap_compute_penalty", e.overlap_compute_penalty},
+            {"ep_overlap_hidden", e.ep_overlap_hidden},
             {"optimizer_bytes_per_param", e.optimizer_bytes_per_param},
             {"v4_compute_factor", e.v4_compute_factor}}}};
 }

@@ -68,6 +68,10 @@ struct EfficiencySpec {
   // Fraction by which compute slows while a concurrent collective runs (GPU SMs
   // reserved for DeepEP; ~0 where collectives run on separate engines).
   double overlap_compute_penalty = 0;
+  // Share of the EP all-to-all that F&B overlap runs beside compute at all
+  // (the rest stays serial: dependencies, stream order, waiting on peers);
+  // 1 = all of it.
+  double ep_overlap_hidden = 1;
   double optimizer_bytes_per_param = 32;  // HBM traffic of the fused optimizer update
   // Time of a DeepSeek-V4 layer's compute (GEMMs, sparse attention + indexer,
   // compressors, mHC, launches) relative to what the generic curves above

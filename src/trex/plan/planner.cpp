@@ -160,18 +160,18 @@ Optimizer parse_optimizer(const std::string& s) {
 
 std::string Layout::describe() const {
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s%s%s%s%s",
-                static_cast<long long>(tp), static_cast<long long>(pp),
-                schedule == Schedule::kInterleaved ? (" VPP" + std::to_string(vpp)).c_str() : "",
-                static_cast<long long>(ep), static_cast<long long>(cp), static_cast<long long>(mbs),
-                to_string(schedule).c_str(), to_string(recompute).c_str(), zero,
-                offload_optimizer ? " offload" : "",
-                overlap ? (ep_overlap ? " overlap" : " overlap(no-EP)") : " no-overlap",
-                fused_kernels ? "" : " unfused", topology_aware ? "" : " naive-placement",
-                fp8 ? " fp8" : "", fp8_attention ? " fp8-attention" : "",
-                cuda_graphs ? " cuda-graphs" : "", fp8 && !fp8_dispatch ? " bf16-dispatch" : "",
-                edge_self_overlap ? "" : " no-edge-overlap", expert_rebalancing ? " rebalance" : "");
+  std::snprintf(
+      buf, sizeof buf, "TP%lld PP%lld%s EP%lld CP%lld mbs%lld %s rc=%s zero%d%s%s%s%s%s%s%s%s%s%s",
+      static_cast<long long>(tp), static_cast<long long>(pp),
+      schedule == Schedule::kInterleaved ? (" VPP" + std::to_string(vpp)).c_str() : "",
+      static_cast<long long>(ep), static_cast<long long>(cp), static_cast<long long>(mbs),
+      to_string(schedule).c_str(), to_string(recompute).c_str(), zero,
+      offload_optimizer ? " offload" : "",
+      overlap ? (ep_overlap ? " overlap" : " overlap(no-EP)") : " no-overlap",
+      fused_kernels ? "" : " unfused", topology_aware ? "" : " naive-placement", fp8 ? " fp8" : "",
+      fp8_attention ? " fp8-attention" : "", cuda_graphs ? " cuda-graphs" : "",
+      fp8 && !fp8_dispatch ? " bf16-dispatch" : "", edge_self_overlap ? "" : " no-edge-overlap",
+      expert_rebalancing ? " rebalance" : "");
   return buf;
 }
 
@@ -286,7 +286,9 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
       l.topology_aware ? cluster.topology.scale_up_domain : cluster.topology.devices_per_node;
   // A2A: share of peers inside the domain, and (hierarchical kernels) one
   // inter-domain copy per distinct remote domain hit.
-  const int64_t ep_in_domain = std::min<int64_t>(l.ep, std::max<int64_t>(domain / l.tp, 1));
+  // Expert TP is 1: the EP group folds over TP×CP×DP, so it takes consecutive
+  // devices and a scale-up domain holds `domain` of its ranks, whatever the TP.
+  const int64_t ep_in_domain = std::min<int64_t>(l.ep, domain);
   const double intra_frac = l.ep > 1 ? static_cast<double>(ep_in_domain - 1) / (ep - 1) : 0;
   const double domains = std::ceil(ep / static_cast<double>(ep_in_domain));
   const double remote_copies_naive = top_k * (1 - intra_frac);
@@ -500,10 +502,14 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     if (l.overlap && l.ep_overlap && l.ep > 1) {
       const double edge = std::min(1.0, static_cast<double>(std::max<int64_t>(l.pp, 1)) / md);
       const double a = sum.a2a, c = compute_mb, s = eff.overlap_compute_penalty;
+      // Only a share h of the A2A runs beside compute at all (ep_overlap_hidden);
+      // the rest stays on the critical path.
+      const double concurrent = eff.ep_overlap_hidden * a;
       const double edge_hidden = l.edge_self_overlap ? 0.5 : 0.0;
-      a2a_exposed_mb = (1 - edge) * std::max(0.0, a - c) + edge * (1 - edge_hidden) * a;
-      penalty_mb =
-          (1 - edge) * std::max(0.0, c + s * a - std::max(a, c)) + edge * s * edge_hidden * a;
+      a2a_exposed_mb = (1 - edge) * (std::max(0.0, concurrent - c) + (a - concurrent)) +
+                       edge * (1 - edge_hidden) * a;
+      penalty_mb = (1 - edge) * std::max(0.0, c + s * concurrent - std::max(concurrent, c)) +
+                   edge * s * edge_hidden * a;
     }
     const double per_mb = compute_mb + a2a_exposed_mb + tp_cp_exposed + pp_exposed + penalty_mb;
     // Pipeline bubble.

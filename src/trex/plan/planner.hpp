@@ -64,7 +64,8 @@ struct Layout {
 // A layout from its text form, comma-separated tokens:
 // "tp2,pp8,vpp4,ep64,cp1,mbs1,interleaved,selective,zero1,offload,no-overlap,
 // no-ep-overlap,unfused,naive,rebalance,fp8,fp8-attention,cuda-graphs,bf16-dispatch,
-// no-edge-overlap" (unnamed fields keep Layout's defaults). Throws trex::Error (field "--layout") naming a bad token.
+// no-edge-overlap" (unnamed fields keep Layout's defaults). Throws trex::Error (field "--layout")
+// naming a bad token.
 Layout parse_layout(const std::string& text);
 
 struct MemoryEstimate;
