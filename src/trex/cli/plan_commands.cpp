@@ -402,7 +402,10 @@ void add_plan_commands(CLI::App& app) {
   validate->callback([root] {
     const std::vector<ValidationRow> rows = run_validation(*root);
     std::cout << format_validation(rows) << "\nAssumptions varied:\n"
-              << format_sensitivity(run_sensitivity(*root)) << "\nV4-Pro ablation:\n"
+              << format_sensitivity(run_sensitivity(*root))
+              << "\nCluster-file assumptions varied (x0.8 and x1.2):\n"
+              << format_assumption_sensitivity(run_assumption_sensitivity(*root))
+              << "\nV4-Pro ablation:\n"
               << format_ablation(run_ablation(*root)) << "\nWhere each efficiency comes from:\n"
               << format_knob_sources(rows, *root);
   });

@@ -77,6 +77,19 @@ struct SensitivityRow {
 };
 std::vector<SensitivityRow> run_sensitivity(const std::string& repo_root);
 
+// Every cluster-file figure whose source is an assumption, scaled by each
+// factor in every file that assumes it (calibrated knobs not re-fitted): the
+// validation points' median and worst error at each scale.
+struct AssumptionRow {
+  std::string field;  // "efficiency.attention"
+  int64_t files = 0;  // cluster files that label it an assumption
+  std::vector<double> factors;
+  std::vector<ErrorSummary> validation;  // one per factor
+};
+std::vector<AssumptionRow> run_assumption_sensitivity(const std::string& repo_root,
+                                                      std::vector<double> factors = {0.8, 1.2});
+std::string format_assumption_sensitivity(const std::vector<AssumptionRow>& rows);
+
 // V4-Pro on the 910C cluster: the open-source-baseline-like recipe, the tuned
 // recipe, and the steps between them, one lever group at a time.
 struct AblationRow {
