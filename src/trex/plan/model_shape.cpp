@@ -137,6 +137,40 @@ ModelShape v4_shape(const json& j, const std::string& source, int64_t seq_len) {
   return m;
 }
 
+// ---- What the Megatron-counted MoE families (DeepSeek-V3, Qwen3-MoE) share ----
+
+ModelShape moe_model(const char* family, int64_t seq_len, double hidden, double vocab,
+                     double experts, double top_k, double expert_ffn, double min_matrix_dim) {
+  ModelShape m;
+  m.family = family;
+  m.seq_len = seq_len;
+  m.hidden = static_cast<int64_t>(hidden);
+  m.residual_width = m.hidden;
+  m.vocab = static_cast<int64_t>(vocab);
+  m.n_experts = static_cast<int64_t>(experts);
+  m.top_k = static_cast<int64_t>(top_k);
+  m.expert_ffn = static_cast<int64_t>(expert_ffn);
+  m.min_matrix_dim = static_cast<int64_t>(min_matrix_dim);
+  return m;
+}
+
+// Total and activated parameters of the main layers (MTP layers excluded, as
+// the model cards count), plus embedding and head; model FLOPs per token.
+void finish_totals(ModelShape& m) {
+  double total = 0, activated = 0;
+  const double share = static_cast<double>(m.top_k) / static_cast<double>(m.n_experts);
+  for (const LayerShape& l : m.layers) {
+    if (l.kind == LayerKind::kMtp) continue;
+    total += l.dense_params + l.expert_params;
+    activated += l.dense_params + (l.has_experts ? l.expert_params * share : 0);
+  }
+  m.total_params = total + m.embed_params + m.head_params;
+  m.activated_params = activated + m.head_params;
+  double flops = m.head_flops;
+  for (const LayerShape& l : m.layers) flops += l.gemm_flops + l.expert_flops + l.attention_flops;
+  m.model_flops_per_token = flops;
+}
+
 // ---- DeepSeek-V3 shape (MLA + MoE), Megatron's num_floating_point_operations ----
 
 ModelShape v3_shape(const config::Reader& r, int64_t seq_len) {
@@ -199,16 +233,8 @@ ModelShape v3_shape(const config::Reader& r, int64_t seq_len) {
     l.vector_calls = moe ? 24 : 14;
     return l;
   };
-  ModelShape m;
-  m.family = "deepseek_v3";
-  m.seq_len = seq_len;
-  m.hidden = static_cast<int64_t>(d);
-  m.residual_width = m.hidden;
-  m.vocab = static_cast<int64_t>(vocab);
-  m.n_experts = static_cast<int64_t>(experts);
-  m.top_k = static_cast<int64_t>(top_k);
-  m.expert_ffn = static_cast<int64_t>(inter);
-  m.min_matrix_dim = static_cast<int64_t>(std::min(q_lora, inter));
+  ModelShape m =
+      moe_model("deepseek_v3", seq_len, d, vocab, experts, top_k, inter, std::min(q_lora, inter));
   if (r.contains("n_group") || r.contains("topk_group")) {
     m.routed_groups = r.integer("n_group", kPositive);
     m.routed_group_limit = r.integer("topk_group", kPositive);
@@ -216,22 +242,12 @@ ModelShape v3_shape(const config::Reader& r, int64_t seq_len) {
     if (static_cast<int64_t>(experts) % m.routed_groups != 0)
       r.fail("n_group", "must divide n_routed_experts");
   }
-  double activated = 0, total = 0;
-  for (int64_t l = 0; l < layers; ++l) {
-    m.layers.push_back(layer(l >= dense_layers, false));
-    const LayerShape& ls = m.layers.back();
-    total += ls.dense_params + ls.expert_params;
-    activated += ls.dense_params + (ls.has_experts ? ls.expert_params * top_k / experts : 0);
-  }
+  for (int64_t l = 0; l < layers; ++l) m.layers.push_back(layer(l >= dense_layers, false));
   for (int64_t l = 0; l < mtp_layers; ++l) m.layers.push_back(layer(true, true));
   m.embed_params = vocab * d;
   m.head_params = vocab * d + d;
   m.head_flops = kTrain * d * vocab * static_cast<double>(1 + mtp_layers);
-  m.total_params = total + m.embed_params + m.head_params;
-  m.activated_params = activated + m.head_params;
-  double flops = m.head_flops;
-  for (const LayerShape& l : m.layers) flops += l.gemm_flops + l.expert_flops + l.attention_flops;
-  m.model_flops_per_token = flops;
+  finish_totals(m);
   return m;
 }
 
@@ -290,33 +306,17 @@ ModelShape qwen3_moe_shape(const config::Reader& r, int64_t seq_len) {
     l.vector_calls = moe ? 20 : 12;
     return l;
   };
-  ModelShape m;
-  m.family = "qwen3_moe";
-  m.seq_len = seq_len;
-  m.hidden = static_cast<int64_t>(d);
-  m.residual_width = m.hidden;
-  m.vocab = static_cast<int64_t>(vocab);
-  m.n_experts = static_cast<int64_t>(experts);
-  m.top_k = static_cast<int64_t>(top_k);
-  m.expert_ffn = static_cast<int64_t>(inter);
-  m.min_matrix_dim = static_cast<int64_t>(std::min(d, inter));
-  double activated = 0, total = 0;
+  ModelShape m =
+      moe_model("qwen3_moe", seq_len, d, vocab, experts, top_k, inter, std::min(d, inter));
   for (int64_t i = 0; i < layers; ++i) {
     const bool dense = std::find(dense_only.begin(), dense_only.end(), i) != dense_only.end() ||
                        (i + 1) % sparse_step != 0;
     m.layers.push_back(layer(!dense));
-    const LayerShape& ls = m.layers.back();
-    total += ls.dense_params + ls.expert_params;
-    activated += ls.dense_params + (ls.has_experts ? ls.expert_params * top_k / experts : 0);
   }
   m.embed_params = vocab * d;
   m.head_params = (tied ? 0 : vocab * d) + d;
   m.head_flops = kTrain * d * vocab;
-  m.total_params = total + m.embed_params + m.head_params;
-  m.activated_params = activated + m.head_params;
-  double flops = m.head_flops;
-  for (const LayerShape& l : m.layers) flops += l.gemm_flops + l.expert_flops + l.attention_flops;
-  m.model_flops_per_token = flops;
+  finish_totals(m);
   return m;
 }
 
