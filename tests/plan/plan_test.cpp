@@ -859,8 +859,12 @@ TEST(PlanValidation, CalibrationAndValidationPointsAreKeptApart) {
   const std::vector<AssumptionRow> same = run_assumption_sensitivity(test::source_dir(), {1.0});
   ASSERT_FALSE(same.empty());
   bool fp8_max_varied = false;
+  const std::vector<AblationRow> ablation = run_ablation(test::source_dir());
+  const double speedup = ablation.back().estimate.mfu / ablation.front().estimate.mfu;
   for (const AssumptionRow& r : same) {
     ASSERT_EQ(r.validation.size(), 1u);
+    ASSERT_EQ(r.ablation_speedup.size(), 1u);
+    EXPECT_NEAR(r.ablation_speedup[0], speedup, 1e-12) << r.field;
     EXPECT_DOUBLE_EQ(r.validation[0].median, base.median) << r.field;
     EXPECT_DOUBLE_EQ(r.validation[0].worst, base.worst) << r.field;
     fp8_max_varied |= r.field == "efficiency.gemm.fp8_max";

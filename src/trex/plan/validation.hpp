@@ -85,6 +85,7 @@ struct AssumptionRow {
   int64_t files = 0;  // cluster files that label it an assumption
   std::vector<double> factors;
   std::vector<ErrorSummary> validation;  // one per factor
+  std::vector<double> ablation_speedup;  // V4-Pro tuned / baseline-like MFU, one per factor
 };
 std::vector<AssumptionRow> run_assumption_sensitivity(const std::string& repo_root,
                                                       std::vector<double> factors = {0.8, 1.2});
