@@ -12,6 +12,7 @@
 
 #include "cli_run.hpp"
 #include "test_paths.hpp"
+#include "trex/core/atomic_file.hpp"
 #include "trex/core/error.hpp"
 #include "trex/plan/cluster.hpp"
 #include "trex/plan/report.hpp"
@@ -46,6 +47,51 @@ TEST(PlanJob, TokenBudgetGivesStepsHoursDeviceHoursAndCost) {
   EXPECT_NEAR(b.wall_hours, b.steady_hours / 0.8, 1e-9);
   q.tokens = -1;
   EXPECT_THROW(answer_job(e, model, job, q), Error);
+}
+
+TEST(PlanJob, PackedSftRowsCountOnlySampleTokens) {
+  const ModelShape model = load_model_shape(repo("configs/models/deepseek-v3.json"), 1000);
+  Estimate e;
+  e.time.step = 10;
+  const Job job = Job::of(64, 100, 1000);
+  JobQuestions q;
+  q.tokens = 1e9;
+  q.packing_efficiency = 0.8;  // 80,000 sample tokens per step
+  const JobAnswers a = answer_job(e, model, job, q);
+  EXPECT_DOUBLE_EQ(a.real_tokens_per_step, 80000);
+  EXPECT_DOUBLE_EQ(a.steps, 12500);
+  q.packing_efficiency = 1.5;
+  EXPECT_THROW(answer_job(e, model, job, q), Error);
+}
+
+TEST(PlanJob, CliMeasuresSftPackingWithTheTrainersPacker) {
+  test::TempDir dir;
+  // Rows of 10 tokens: four 6-token samples fill 60% of four rows whatever the
+  // order; four 5-token samples pack two to a row (100%) against 50% one per
+  // row, and a 20-token sample is dropped as the SFT loader drops it.
+  write_file_atomic(dir.file("sixes.txt"), "# tokens per sample\n6\n6\n6\n6\n");
+  write_file_atomic(dir.file("fives.txt"), "5\n5\n\n5\n5\n20\n");
+  write_file_atomic(dir.file("bad.txt"), "5\nfive\n");
+  const std::string base = "plan --model " + repo("configs/models/deepseek-v3.json") +
+                           " --cluster " + repo("configs/clusters/h100-ib.json") +
+                           " --devices 8 --global-batch 8 --seq 10 --layout tp1,pp1,ep8"
+                           " --no-engine-memory --tokens 1000 --root " +
+                           test::source_dir();
+  test::CliRun r = test::run_trex(base + " --sft-lengths " + dir.file("sixes.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("60.0% sample tokens with whole samples packed"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("1000 sample tokens = 21 steps"), std::string::npos) << r.output;
+  r = test::run_trex(base + " --sft-lengths " + dir.file("fives.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("100.0% sample tokens with whole samples packed"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("1 longer ones dropped), 50.0% with one sample per row"),
+            std::string::npos)
+      << r.output;
+  r = test::run_trex(base + " --sft-lengths " + dir.file("bad.txt"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("bad.txt:2"), std::string::npos) << r.output;
 }
 
 TEST(PlanJob, CheckpointHoldsMasterWeightsAndOptimizerState) {

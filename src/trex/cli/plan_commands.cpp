@@ -22,6 +22,7 @@
 #include "trex/plan/planner.hpp"
 #include "trex/plan/report.hpp"
 #include "trex/plan/validation.hpp"
+#include "trex/train/data/packing.hpp"
 
 namespace trex::cli {
 
@@ -43,8 +44,57 @@ struct PlanOptions {
   bool compare = false;
   bool no_engine_memory = false;
   std::string compare_svg;
-  std::string root = ".";  // the repository (validation points) for the uncertainty
+  std::string root = ".";   // the repository (validation points) for the uncertainty
+  std::string sft_lengths;  // tokens per SFT sample, one per line
 };
+
+// SFT rows' share of sample tokens for the samples in `path` (tokens per
+// sample, one per line; '#' comments and blank lines skipped): the trainer's
+// own whole-sample packing (train::PackingLoader, one shuffled epoch) against
+// one sample per row. Samples longer than a row are dropped, as the SFT loader
+// drops them.
+void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
+  std::istringstream in(read_file(path));
+  std::string line;
+  train::PackingItems items;
+  int64_t line_number = 0, dropped = 0, total = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    int64_t tokens = 0;
+    try {
+      size_t used = 0;
+      tokens = std::stoll(line, &used);
+      if (line.find_first_not_of(" \t\r", used) != std::string::npos || tokens <= 0)
+        throw std::invalid_argument(line);
+    } catch (const std::exception&) {
+      throw Error("not a positive token count: '" + line + "'").file(path).line(line_number);
+    }
+    if (tokens > seq_len) {
+      ++dropped;
+      continue;
+    }
+    items.tokens.insert(items.tokens.end(), static_cast<size_t>(tokens), 1);
+    items.offsets.push_back(static_cast<int64_t>(items.tokens.size()));
+    total += tokens;
+  }
+  if (items.count() == 0)
+    throw Error("no sample of at most " + std::to_string(seq_len) + " tokens").file(path);
+  items.labels = items.tokens;
+  train::PackingOptions options;
+  options.seq_len = seq_len;
+  options.mode = train::PackingMode::kWholeItems;
+  train::PackingLoader loader(std::move(items), options);
+  const double rows = static_cast<double>(loader.sequences_in_epoch());
+  const double samples = static_cast<double>(loader.item_count());
+  q.packing_efficiency = static_cast<double>(total) / (rows * static_cast<double>(seq_len));
+  q.unpacked_efficiency = static_cast<double>(total) / (samples * static_cast<double>(seq_len));
+  q.packing_from = "trex train's packing of the " + std::to_string(loader.item_count()) +
+                   " samples of " + path +
+                   (dropped ? ", " + std::to_string(dropped) + " longer ones dropped" : "");
+}
 
 // The validation's rows when the repository's configs are at `root`.
 std::vector<ValidationRow> validation_if_present(const std::string& root) {
@@ -99,7 +149,8 @@ void print_notes(const std::vector<Estimate>& estimates, const ModelShape& model
   if (o.compare) std::printf("\nside by side:\n%s", format_side_by_side(estimates).c_str());
 }
 
-void run_plan(const PlanOptions& o) {
+void run_plan(const PlanOptions& given) {
+  PlanOptions o = given;
   if (o.model.empty()) throw Error("--model is required").field("--model");
   if (o.cluster.empty()) throw Error("--cluster is required").field("--cluster");
   if (o.devices <= 0) throw Error("--devices must be > 0").field("--devices");
@@ -107,6 +158,7 @@ void run_plan(const PlanOptions& o) {
   if (o.seq <= 0) throw Error("--seq must be > 0").field("--seq");
   ModelShape model = load_model_shape(o.model, o.seq);
   ClusterSpec cluster = ClusterSpec::load(o.cluster);
+  if (!o.sft_lengths.empty()) sft_packing(o.sft_lengths, o.seq, o.questions);
   Job job;
   job.devices = o.devices;
   job.global_batch = o.global_batch;
@@ -365,6 +417,10 @@ void add_plan_commands(CLI::App& app) {
       ->capture_default_str();
   plan->add_option("--checkpoint-minutes", q.checkpoint_minutes,
                    "Checkpoint interval (default: the Young/Daly optimum)");
+  plan->add_option("--sft-lengths", options->sft_lengths,
+                   "SFT samples' token counts, one per line: the share of sample tokens in "
+                   "packed rows (trex train's packing) and per row; --tokens then counts "
+                   "sample tokens");
   plan->add_flag("--compare", options->compare,
                  "Memory and time of the listed layouts side by side");
   plan->add_option("--compare-svg", options->compare_svg,

@@ -34,10 +34,16 @@ JobAnswers answer_job(const Estimate& e, const ModelShape& model, const Job& job
   if (q.tokens < 0 || q.price_per_device_hour < 0 || q.storage_gbps < 0 || q.mtbf_hours < 0 ||
       q.restart_minutes < 0 || q.checkpoint_minutes < 0)
     throw Error("job questions must be >= 0").field("job");
+  if (q.packing_efficiency < 0 || q.packing_efficiency > 1 || q.unpacked_efficiency < 0 ||
+      q.unpacked_efficiency > 1)
+    throw Error("packing efficiencies must be in [0, 1]").field("packing");
   JobAnswers a;
   const double tokens_per_step =
       static_cast<double>(job.global_batch) * static_cast<double>(job.seq_len);
-  a.steps = q.tokens > 0 ? std::ceil(q.tokens / tokens_per_step) : 0;
+  // A budget of SFT tokens counts the samples' tokens, not the padding.
+  a.real_tokens_per_step =
+      tokens_per_step * (q.packing_efficiency > 0 ? q.packing_efficiency : 1.0);
+  a.steps = q.tokens > 0 ? std::ceil(q.tokens / a.real_tokens_per_step) : 0;
   a.steady_hours = a.steps * e.time.step / 3600;
   a.checkpoint_bytes = checkpoint_bytes(model, job.optimizer, job.moment_bytes);
   a.checkpoint_save_s = q.storage_gbps > 0 ? a.checkpoint_bytes / (q.storage_gbps * 1e9) : 0;
@@ -61,12 +67,20 @@ JobAnswers answer_job(const Estimate& e, const ModelShape& model, const Job& job
 
 std::string format_job_answers(const JobAnswers& a, const JobQuestions& q, const Job& job) {
   std::ostringstream out;
+  if (q.packing_efficiency > 0) {
+    out << formatted(
+        "  SFT rows of %lld tokens: %.1f%% sample tokens with whole samples packed (%s), "
+        "%.1f%% with one sample per row; %.4g sample tokens per step\n",
+        static_cast<long long>(job.seq_len), 100 * q.packing_efficiency, q.packing_from.c_str(),
+        100 * q.unpacked_efficiency, a.real_tokens_per_step);
+  }
   if (q.tokens > 0) {
     out << formatted(
-        "  %.4g tokens = %.0f steps of %lld x %lld tokens: %.1f h of steady-state "
+        "  %.4g %stokens = %.0f steps of %lld x %lld tokens: %.1f h of steady-state "
         "steps\n",
-        q.tokens, a.steps, static_cast<long long>(job.global_batch),
-        static_cast<long long>(job.seq_len), a.steady_hours);
+        q.tokens, q.packing_efficiency > 0 ? "sample " : "", a.steps,
+        static_cast<long long>(job.global_batch), static_cast<long long>(job.seq_len),
+        a.steady_hours);
     out << formatted("  goodput %.3f (%s)\n", a.goodput, a.goodput_from.c_str());
     out << formatted("  wall clock %.1f h (%.2f days), %.4g device-hours", a.wall_hours,
                      a.wall_hours / 24, a.device_hours);

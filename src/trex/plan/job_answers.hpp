@@ -22,9 +22,16 @@ struct JobQuestions {
   double mtbf_hours = 0;             // mean time between job-stopping failures (0: none)
   double restart_minutes = 10;       // relaunch + checkpoint load + warm-up after a failure
   double checkpoint_minutes = 0;     // interval between checkpoints (0: Young/Daly optimum)
+  // SFT rows: real tokens over row tokens when whole samples are packed into
+  // rows (0: not asked; the token budget then counts every row token), the
+  // same with one sample per row, and where the figures come from.
+  double packing_efficiency = 0;
+  double unpacked_efficiency = 0;
+  std::string packing_from;
 };
 
 struct JobAnswers {
+  double real_tokens_per_step = 0;  // row tokens × packing efficiency (1 when not asked)
   double steps = 0;
   double steady_hours = 0;   // steps × step time
   double goodput = 1;        // share of wall-clock in steady-state steps
