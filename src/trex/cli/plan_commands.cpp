@@ -136,12 +136,15 @@ void print_notes(const std::vector<Estimate>& estimates, const ModelShape& model
                 o.root.c_str());
   } else {
     const ErrorSummary errors = summarize_errors(rows, PointRole::kValidation);
-    const MfuBand b = mfu_band(best.mfu, errors);
-    std::printf(
-        "#1 MFU %.1f%%: %.1f-%.1f%% at the validation's median error (%.0f%%), %.1f-%.1f%% at "
-        "its worst (%.0f%%; %zu points, trex plan validate)\n",
-        100 * best.mfu, 100 * b.median_low, 100 * b.median_high, 100 * errors.median,
-        100 * b.worst_low, 100 * b.worst_high, 100 * errors.worst, errors.points);
+    for (size_t i = 0; i < estimates.size(); ++i) {
+      const MfuBand b = mfu_band(estimates[i].mfu, errors);
+      std::printf(
+          "#%zu MFU %.1f%%: %.1f-%.1f%% at the validation's median error (%.0f%%), %.1f-%.1f%% "
+          "at its worst (%.0f%%; %zu points, trex plan validate)\n",
+          i + 1, 100 * estimates[i].mfu, 100 * b.median_low, 100 * b.median_high,
+          100 * errors.median, 100 * b.worst_low, 100 * b.worst_high, 100 * errors.worst,
+          errors.points);
+    }
   }
   std::printf(
       "#1 job:\n%s",
