@@ -56,8 +56,8 @@ struct PlanOptions {
 void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
   std::istringstream in(read_file(path));
   std::string line;
-  train::PackingItems items;
-  int64_t line_number = 0, dropped = 0, total = 0;
+  std::vector<int64_t> lengths;
+  int64_t line_number = 0, dropped = 0;
   while (std::getline(in, line)) {
     ++line_number;
     const size_t hash = line.find('#');
@@ -76,12 +76,20 @@ void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
       ++dropped;
       continue;
     }
-    items.tokens.insert(items.tokens.end(), static_cast<size_t>(tokens), 1);
-    items.offsets.push_back(static_cast<int64_t>(items.tokens.size()));
-    total += tokens;
+    lengths.push_back(tokens);
   }
-  if (items.count() == 0)
+  if (lengths.empty())
     throw Error("no sample of at most " + std::to_string(seq_len) + " tokens").file(path);
+  // The packer holds every token: a large set is measured on an even subsample.
+  constexpr size_t kMaxSamples = 50000;
+  const size_t stride = (lengths.size() + kMaxSamples - 1) / kMaxSamples;
+  train::PackingItems items;
+  int64_t total = 0;
+  for (size_t i = 0; i < lengths.size(); i += stride) {
+    items.tokens.insert(items.tokens.end(), static_cast<size_t>(lengths[i]), 1);
+    items.offsets.push_back(static_cast<int64_t>(items.tokens.size()));
+    total += lengths[i];
+  }
   items.labels = items.tokens;
   train::PackingOptions options;
   options.seq_len = seq_len;
@@ -91,8 +99,9 @@ void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
   const double samples = static_cast<double>(loader.item_count());
   q.packing_efficiency = static_cast<double>(total) / (rows * static_cast<double>(seq_len));
   q.unpacked_efficiency = static_cast<double>(total) / (samples * static_cast<double>(seq_len));
-  q.packing_from = "trex train's packing of the " + std::to_string(loader.item_count()) +
-                   " samples of " + path +
+  q.packing_from = "trex train's packing of " +
+                   (stride > 1 ? "1 in " + std::to_string(stride) + " of the " : "the ") +
+                   std::to_string(lengths.size()) + " samples of " + path +
                    (dropped ? ", " + std::to_string(dropped) + " longer ones dropped" : "");
 }
 
