@@ -67,10 +67,11 @@ TEST(PlanJob, PackedSftRowsCountOnlySampleTokens) {
 TEST(PlanJob, CliMeasuresSftPackingWithTheTrainersPacker) {
   test::TempDir dir;
   // Rows of 10 tokens: four 6-token samples fill 60% of four rows whatever the
-  // order; four 5-token samples pack two to a row (100%) against 50% one per
-  // row, and a 20-token sample is dropped as the SFT loader drops it.
+  // order; four 5-token samples pack two to a row against one per row, and a
+  // 20-token sample is cut to a full row as the SFT loader cuts it: 30 tokens
+  // in 3 rows packed (100%), in 5 rows one per row (60%).
   write_file_atomic(dir.file("sixes.txt"), "# tokens per sample\n6\n6\n6\n6\n");
-  write_file_atomic(dir.file("fives.txt"), "5\n5\n\n5\n5\n20\n");
+  write_file_atomic(dir.file("fives.txt"), "5\r\n5 # a comment\n\n5\n5\n20\n");
   write_file_atomic(dir.file("bad.txt"), "5\nfive\n");
   const std::string base = "plan --model " + repo("configs/models/deepseek-v3.json") +
                            " --cluster " + repo("configs/clusters/h100-ib.json") +
@@ -86,8 +87,13 @@ TEST(PlanJob, CliMeasuresSftPackingWithTheTrainersPacker) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("100.0% sample tokens with whole samples packed"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("1 longer ones dropped), 50.0% with one sample per row"),
+  EXPECT_NE(r.output.find("1 longer ones cut to the row), 60.0% with one sample per row"),
             std::string::npos)
+      << r.output;
+  write_file_atomic(dir.file("huge.txt"), "99999999999999999999999\n");  // beyond int64
+  r = test::run_trex(base + " --sft-lengths " + dir.file("huge.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("100.0% sample tokens with whole samples packed"), std::string::npos)
       << r.output;
   r = test::run_trex(base + " --sft-lengths " + dir.file("bad.txt"));
   EXPECT_NE(r.exit_code, 0);
@@ -163,7 +169,7 @@ TEST(PlanJob, PlannerOnlyFeaturesAreNamedAndTheEnginesLayoutsPass) {
 }
 
 TEST(PlanJob, TheValidatedRegionIsWhatAgreeingPointsCover) {
-  std::vector<ValidationRow> rows(3);
+  std::vector<ValidationRow> rows(4);
   rows[0].within_20_percent = true;
   rows[0].point.layout.tp = 2, rows[0].point.layout.pp = 8, rows[0].point.layout.ep = 64;
   rows[0].point.layout.zero = 1, rows[0].point.layout.schedule = Schedule::kInterleaved;
@@ -171,6 +177,9 @@ TEST(PlanJob, TheValidatedRegionIsWhatAgreeingPointsCover) {
   rows[1].point.layout.pp = 16, rows[1].point.layout.schedule = Schedule::kDualPipe;
   rows[2].within_20_percent = false;  // a miss does not widen the region
   rows[2].point.layout.cp = 4, rows[2].point.layout.zero = 3;
+  rows[3].within_20_percent = true;  // a calibration point is no evidence either
+  rows[3].point.role = PointRole::kCalibration;
+  rows[3].point.layout.tp = 8, rows[3].point.layout.offload_optimizer = true;
   const ValidatedRegion r = validated_region(rows);
   EXPECT_EQ(r.points, 2u);
   EXPECT_EQ(r.max_tp, 2);

@@ -445,7 +445,12 @@ TEST(PlanTime, CalibratedFiguresAndRecipeSwitchesScaleTheirTermsOnly) {
   graphs.cuda_graphs = true;
   EXPECT_GT(base.time.launch, 0);
   EXPECT_EQ(evaluate(m, c, j, graphs).time.launch, 0);
-  EXPECT_NEAR(evaluate(m, c, j, graphs).time.step, base.time.step - base.time.launch, 1e-9);
+  // ... and the GEMMs' own launch cost (their efficiency has none inside a graph).
+  EXPECT_LT(evaluate(m, c, j, graphs).time.gemm, base.time.gemm);
+  EXPECT_NEAR(
+      evaluate(m, c, j, graphs).time.step,
+      base.time.step - base.time.launch - (base.time.gemm - evaluate(m, c, j, graphs).time.gemm),
+      1e-9);
   EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").fp8_attention, true);
   EXPECT_EQ(parse_layout("ep8,fp8-attention,cuda-graphs").cuda_graphs, true);
   EXPECT_FALSE(parse_layout("ep8,fp8,bf16-dispatch").fp8_dispatch);
@@ -465,6 +470,10 @@ TEST(PlanTime, CalibratedFiguresAndRecipeSwitchesScaleTheirTermsOnly) {
   const Estimate v4_base = evaluate(v4_model, c, j, l), v4_slow = evaluate(v4_model, v4, j, l);
   EXPECT_NEAR(v4_slow.time.attention, 2 * v4_base.time.attention, 1e-12);
   EXPECT_NEAR(v4_slow.time.vector, 2 * v4_base.time.vector, 1e-12);
+  EXPECT_NEAR(v4_slow.time.launch, 2 * v4_base.time.launch, 1e-12);
+  // GEMMs: the layers' scale, the LM head's not.
+  EXPECT_GT(v4_slow.time.gemm, 1.5 * v4_base.time.gemm);
+  EXPECT_LT(v4_slow.time.gemm, 2 * v4_base.time.gemm);
   EXPECT_DOUBLE_EQ(v4_slow.time.a2a_total, v4_base.time.a2a_total);
   // An FP8 attention layout on a device without FP8 is refused.
   ClusterSpec no_fp8 = synthetic_cluster(1000);
@@ -515,6 +524,17 @@ TEST(PlanTime, PartialOverlapCostsTheCollectivesShareOfTheSms) {
   EXPECT_NEAR(stolen.time.overlap_penalty / md, expected, 1e-12);
   EXPECT_DOUBLE_EQ(free.time.overlap_penalty, 0);
   EXPECT_GT(stolen.time.step, free.time.step);
+  ASSERT_LT(a, compute);  // the branch where compute covers the A2A
+  // The other branch: an A2A much longer than the compute (a slow fabric)
+  // costs itself in steady state, with no compute slow-down beyond it.
+  ClusterSpec slow = c;
+  slow.topology.scale_up_gbps = 0.05;
+  const Estimate long_a2a = evaluate(m, slow, j, l);
+  const double a2 = long_a2a.time.a2a_total / md, c2 = long_a2a.time.compute() / md;
+  ASSERT_GT(a2, c2 * 1.5);
+  const double exposed2 = (1 - edge) * (a2 - c2) + edge * 0.5 * a2;
+  EXPECT_NEAR(long_a2a.time.a2a_exposed / md, exposed2, 1e-9 * a2);
+  EXPECT_NEAR(long_a2a.time.overlap_penalty / md, edge * 0.2 * 0.5 * a2, 1e-9 * a2);
   // Only half of the A2A can run beside compute: the other half is exposed.
   c.efficiency.overlap_compute_penalty = 0;
   c.efficiency.ep_overlap_hidden = 0.5;
@@ -870,6 +890,11 @@ TEST(PlanValidation, CalibrationAndValidationPointsAreKeptApart) {
     fp8_max_varied |= r.field == "efficiency.gemm.fp8_max";
   }
   EXPECT_TRUE(fp8_max_varied);
+  // A scale that leaves a field's range is not tried, and says so.
+  bool share_out_of_range = false;
+  for (const AssumptionRow& r : run_assumption_sensitivity(test::source_dir(), {5.0}))
+    if (r.field == "efficiency.ep_overlap_hidden") share_out_of_range = !r.in_range[0];
+  EXPECT_TRUE(share_out_of_range);
   // No figure of a shipped cluster file is left without a source.
   for (const char* name : {"ascend-910c-cloudmatrix384", "h800-ib", "h100-ib", "h200-nvlink",
                            "b200-hgx", "gb200-nvl72", "gb300-nvl72"}) {

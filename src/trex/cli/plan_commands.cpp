@@ -4,6 +4,7 @@
 // `trex plan validate`: the published-point validation and V4-Pro ablation;
 // `trex plan experts`: topology-aware expert placement (docs/expert-placement.md).
 // See docs/planner.md.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -51,38 +52,47 @@ struct PlanOptions {
 // SFT rows' share of sample tokens for the samples in `path` (tokens per
 // sample, one per line; '#' comments and blank lines skipped): the trainer's
 // own whole-sample packing (train::PackingLoader, one shuffled epoch) against
-// one sample per row. Samples longer than a row are dropped, as the SFT loader
-// drops them.
+// one sample per row. A sample longer than a row is cut to the row, as the SFT
+// loader's default (OverlongPolicy::kTruncate) does.
 void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
   std::istringstream in(read_file(path));
   std::string line;
   std::vector<int64_t> lengths;
-  int64_t line_number = 0, dropped = 0;
+  int64_t line_number = 0, cut = 0;
   while (std::getline(in, line)) {
     ++line_number;
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     int64_t tokens = 0;
+    size_t used = 0;
     try {
-      size_t used = 0;
       tokens = std::stoll(line, &used);
-      if (line.find_first_not_of(" \t\r", used) != std::string::npos || tokens <= 0)
-        throw std::invalid_argument(line);
+    } catch (const std::out_of_range&) {
+      tokens = seq_len + 1;  // beyond int64: longer than any row
+      used = line.find_first_of(" \t\r", line.find_first_not_of(" \t\r"));
+      if (used == std::string::npos) used = line.size();
+      if (line.find_first_not_of(" \t\r0123456789+") < used) tokens = 0;
     } catch (const std::exception&) {
-      throw Error("not a positive token count: '" + line + "'").file(path).line(line_number);
+      tokens = 0;
     }
+    if (tokens <= 0 || line.find_first_not_of(" \t\r", used) != std::string::npos)
+      throw Error("not a positive token count: '" + line + "'").file(path).line(line_number);
     if (tokens > seq_len) {
-      ++dropped;
-      continue;
+      ++cut;
+      tokens = seq_len;
     }
     lengths.push_back(tokens);
   }
-  if (lengths.empty())
-    throw Error("no sample of at most " + std::to_string(seq_len) + " tokens").file(path);
-  // The packer holds every token: a large set is measured on an even subsample.
-  constexpr size_t kMaxSamples = 50000;
-  const size_t stride = (lengths.size() + kMaxSamples - 1) / kMaxSamples;
+  if (lengths.empty()) throw Error("no sample token count").file(path);
+  // The packer holds every token (8 bytes each): a large set is measured on an
+  // even subsample of at most 50,000 samples and 2^25 tokens.
+  int64_t all_tokens = 0;
+  for (int64_t t : lengths) all_tokens += t;
+  constexpr int64_t kMaxSamples = 50000, kMaxTokens = int64_t{1} << 25;
+  const int64_t count = static_cast<int64_t>(lengths.size());
+  const size_t stride = static_cast<size_t>(std::max<int64_t>(
+      {1, (count + kMaxSamples - 1) / kMaxSamples, (all_tokens + kMaxTokens - 1) / kMaxTokens}));
   train::PackingItems items;
   int64_t total = 0;
   for (size_t i = 0; i < lengths.size(); i += stride) {
@@ -102,7 +112,7 @@ void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
   q.packing_from = "trex train's packing of " +
                    (stride > 1 ? "1 in " + std::to_string(stride) + " of the " : "the ") +
                    std::to_string(lengths.size()) + " samples of " + path +
-                   (dropped ? ", " + std::to_string(dropped) + " longer ones dropped" : "");
+                   (cut ? ", " + std::to_string(cut) + " longer ones cut to the row" : "");
 }
 
 // The validation's rows when the repository's configs are at `root`.

@@ -188,7 +188,7 @@ json ClusterSpec::to_json() const {
             {"v4_compute_factor", e.v4_compute_factor}}}};
 }
 
-double gemm_seconds(const ClusterSpec& c, double m, double n, double k, bool fp8) {
+double gemm_seconds(const ClusterSpec& c, double m, double n, double k, bool fp8, bool launch) {
   const bool use_fp8 = fp8 && c.device.fp8_tflops > 0 && c.efficiency.gemm.fp8_max > 0;
   const double peak =
       (use_fp8 ? c.device.fp8_tflops : c.device.bf16_tflops) * 1e12 * c.device.sustained_share;
@@ -198,13 +198,13 @@ double gemm_seconds(const ClusterSpec& c, double m, double n, double k, bool fp8
   const double bytes = element * (m * k + k * n) + 2 * m * n;
   const double compute = flops / (max * peak);
   const double memory = bytes / (c.efficiency.gemm.memory * c.device.hbm_gbps * 1e9);
-  return std::max(compute, memory) + c.efficiency.gemm.launch_us * 1e-6;
+  return std::max(compute, memory) + (launch ? c.efficiency.gemm.launch_us * 1e-6 : 0.0);
 }
 
-double gemm_efficiency(const ClusterSpec& c, double m, double n, double k, bool fp8) {
+double gemm_efficiency(const ClusterSpec& c, double m, double n, double k, bool fp8, bool launch) {
   const bool use_fp8 = fp8 && c.device.fp8_tflops > 0 && c.efficiency.gemm.fp8_max > 0;
   const double peak = (use_fp8 ? c.device.fp8_tflops : c.device.bf16_tflops) * 1e12;
-  return 2 * m * n * k / (peak * gemm_seconds(c, m, n, k, fp8));
+  return 2 * m * n * k / (peak * gemm_seconds(c, m, n, k, fp8, launch));
 }
 
 double collective_efficiency(const ClusterSpec& c, double bytes_per_peer) {

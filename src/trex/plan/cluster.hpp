@@ -101,9 +101,12 @@ struct ClusterSpec {
 };
 
 // Achieved fraction of the (BF16 or FP8) peak of one GEMM C[M,N] = A[M,K]·B[K,N].
-double gemm_efficiency(const ClusterSpec& cluster, double m, double n, double k, bool fp8);
-// Seconds for one GEMM (includes the launch overhead).
-double gemm_seconds(const ClusterSpec& cluster, double m, double n, double k, bool fp8);
+// launch = false: inside a captured CUDA graph, no launch overhead.
+double gemm_efficiency(const ClusterSpec& cluster, double m, double n, double k, bool fp8,
+                       bool launch = true);
+// Seconds for one GEMM (includes the launch overhead unless launch is false).
+double gemm_seconds(const ClusterSpec& cluster, double m, double n, double k, bool fp8,
+                    bool launch = true);
 // Fraction of link bandwidth for `bytes_per_peer` bytes sent to each peer.
 double collective_efficiency(const ClusterSpec& cluster, double bytes_per_peer);
 

@@ -118,7 +118,8 @@ std::vector<std::string> planner_only_features(const Layout& l) {
 ValidatedRegion validated_region(const std::vector<ValidationRow>& rows) {
   ValidatedRegion r;
   for (const ValidationRow& row : rows) {
-    if (!row.within_20_percent) continue;
+    // Only evidence widens the region: a calibration point agrees by design.
+    if (!row.within_20_percent || row.point.role != PointRole::kValidation) continue;
     const Layout& l = row.point.layout;
     r.max_tp = std::max(r.max_tp, l.tp);
     r.max_cp = std::max(r.max_cp, l.cp);

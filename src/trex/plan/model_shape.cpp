@@ -295,9 +295,11 @@ ModelShape qwen3_moe_shape(const config::Reader& r, int64_t seq_len) {
     const double attention = q + 2 * kv + q + 2 * heads;
     const double mlp = moe ? experts + top_k * (2 * d + 3 * inter) : 3 * ffn;
     const double none = d + 2 * d + attention + mlp;
-    const double swiglu = moe ? top_k * (inter + d) : ffn;
+    // Selective (no up-projection in GQA, and no GEMM re-run is costed):
+    // the norm outputs and the SwiGLU activation only.
+    const double activation = moe ? top_k * inter : ffn;
     l.act_bytes_none = kBf16 * none;
-    l.act_bytes_selective = kBf16 * (none - 2 * d - swiglu);
+    l.act_bytes_selective = kBf16 * (none - 2 * d - activation);
     l.act_bytes_full = kBf16 * d;
     l.fp8_cacheable_bytes = kBf16 * ((moe ? top_k * d : 0) + q);
     l.gemm_input_elements = d + d + q + (moe ? top_k * (d + inter) : d + ffn);

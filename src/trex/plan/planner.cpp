@@ -260,7 +260,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   const double local_experts = static_cast<double>(model.n_experts) / ep;
 
   // Efficiencies from representative shapes.
-  const double dense_eff = gemm_efficiency(cluster, tokens_mb, h / tp, h, l.fp8);
+  // Under CUDA graphs no GEMM pays a launch (nor do the other kernels, below).
+  const double dense_eff = gemm_efficiency(cluster, tokens_mb, h / tp, h, l.fp8, !l.cuda_graphs);
   require(job.expert_imbalance >= 1, "expert imbalance must be >= 1");
   require(job.goodput > 0 && job.goodput <= 1, "goodput must be in (0, 1]");
   require(job.master_bytes >= 0 && job.moment_bytes > 0 && job.grad_bytes > 0,
@@ -268,8 +269,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
   const double imbalance =
       l.expert_rebalancing ? 1 + (job.expert_imbalance - 1) / 4 : job.expert_imbalance;
   const double expert_m = std::max(1.0, tokens_dev * top_k * imbalance / local_experts);
-  const double expert_eff =
-      gemm_efficiency(cluster, expert_m, static_cast<double>(model.expert_ffn), h, l.fp8);
+  const double expert_eff = gemm_efficiency(
+      cluster, expert_m, static_cast<double>(model.expert_ffn), h, l.fp8, !l.cuda_graphs);
   const double gemm_peak =
       l.fp8 ? cluster.device.fp8_tflops * 1e12 : peak;  // dense/expert GEMM peak
   const double attn_eff = eff.attention * (l.fused_kernels ? 1.0 : eff.unfused_attention);
@@ -505,7 +506,9 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
       // Only a share h of the A2A runs beside compute at all (ep_overlap_hidden);
       // the rest stays on the critical path.
       const double concurrent = eff.ep_overlap_hidden * a;
-      const double edge_hidden = l.edge_self_overlap ? 0.5 : 0.0;
+      // Warm-up/cool-down: half hidden under the shared expert (MindSpeed), at
+      // most the share the stack hides at all.
+      const double edge_hidden = l.edge_self_overlap ? std::min(0.5, eff.ep_overlap_hidden) : 0.0;
       a2a_exposed_mb = (1 - edge) * (std::max(0.0, concurrent - c) + (a - concurrent)) +
                        edge * (1 - edge_hidden) * a;
       penalty_mb = (1 - edge) * std::max(0.0, c + s * concurrent - std::max(concurrent, c)) +
@@ -548,7 +551,8 @@ Estimate evaluate(const ModelShape& model, const ClusterSpec& cluster, const Job
     // Optimizer update on the local shard (HBM-bound), Muon's Newton–Schulz as GEMMs.
     double opt = shard * eff.optimizer_bytes_per_param / (eff.vector_memory * hbm);
     if (job.optimizer == Optimizer::kMuon)
-      opt += shard * 30 * static_cast<double>(model.min_matrix_dim) / (eff.gemm.max * peak);
+      opt += shard * 30 * static_cast<double>(model.min_matrix_dim) /
+             (eff.gemm.max * peak * cluster.device.sustained_share);
     double offload = 0;
     if (l.offload_optimizer) {
       const double swap = opt_state_bytes * shard / (cluster.topology.host_gbps * 1e9);

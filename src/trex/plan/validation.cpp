@@ -327,6 +327,9 @@ ValidationRow evaluate_point(const ValidationPoint& p, const std::string& root,
   if (p.mtp_layers >= 0) {
     const std::string path = root + "/" + p.model_file;
     nlohmann::json config = nlohmann::json::parse(read_file(path));
+    const std::string type = config.value("model_type", "");
+    if (type != "deepseek_v3" && type != "deepseek_v4")
+      throw Error("an MTP override needs a DeepSeek model, not '" + type + "'").file(path);
     config["num_nextn_predict_layers"] = p.mtp_layers;
     model = model_shape_from_json(config, path, p.job.seq_len);
   } else {
@@ -398,8 +401,8 @@ std::vector<SensitivityRow> run_sensitivity(const std::string& root) {
                    "V4-Pro ablation speed-up (report 2.93x)", speedup, speedup / 2.93});
   }
   // The V4 compute factor on the 910C: 1 (MindSpeed's kernels, costed by the
-  // report's points) or Megatron-Bridge's 1.559 measured on GB300.
-  for (double factor : {1.0, 1.559}) {
+  // report's points) or Megatron-Bridge's 1.564 measured on GB300.
+  for (double factor : {1.0, 1.564}) {
     const auto edit = [factor](ClusterSpec& c) { c.efficiency.v4_compute_factor = factor; };
     row("910C V4 compute factor", factor, 1.0,
         named("DeepSeek-V4-Pro, 1024 910C dies, open-source"), edit);
@@ -581,20 +584,25 @@ std::vector<AssumptionRow> run_assumption_sensitivity(const std::string& root,
     row.files = static_cast<int64_t>(assuming.size());
     row.factors = factors;
     for (double factor : factors) {
+      // A scaled value outside the field's range (a share above 1, a
+      // speed-up below 1, a count that is no integer) is not tried: the
+      // factor's column says so.
+      bool in_range = true;
       const auto edit = [&](ClusterSpec& c) {
         if (!assuming.count(c.name)) return;
         nlohmann::json j = c.to_json();
         const nlohmann::json::json_pointer at(pointer);
-        const double scaled = j[at].get<double>() * factor;
+        const double value = j[at].get<double>();
+        const double scaled = value * factor;
+        if (j[at].is_number_integer() && scaled != std::floor(scaled)) {
+          in_range = false;
+          return;
+        }
         j[at] = scaled;
         try {
           c = ClusterSpec::from_json(j, c.name);
         } catch (const Error&) {
-          // Out of the field's range (a share above 1, a speed-up below 1):
-          // a share goes to its bound, anything else keeps its value.
-          if (scaled <= 1) return;
-          j[at] = 1.0;
-          c = ClusterSpec::from_json(j, c.name);
+          in_range = false;
         }
       };
       std::vector<ValidationRow> rows;
@@ -608,6 +616,7 @@ std::vector<AssumptionRow> run_assumption_sensitivity(const std::string& root,
       }
       row.validation.push_back(summarize_errors(rows, PointRole::kValidation));
       row.ablation_speedup.push_back(baseline_mfu > 0 ? tuned_mfu / baseline_mfu : 0);
+      row.in_range.push_back(in_range);
     }
     out.push_back(std::move(row));
   }
@@ -623,9 +632,14 @@ std::string format_assumption_sensitivity(const std::vector<AssumptionRow>& rows
   out << "\n";
   for (const AssumptionRow& r : rows) {
     out << formatted("%-40s %5lld", r.field.c_str(), static_cast<long long>(r.files));
-    for (size_t i = 0; i < r.validation.size(); ++i)
+    for (size_t i = 0; i < r.validation.size(); ++i) {
+      if (!r.in_range[i]) {
+        out << formatted("  %29s", "out of the field's range");
+        continue;
+      }
       out << formatted("         %5.1f%% %5.1f%% %7.2fx", 100 * r.validation[i].median,
                        100 * r.validation[i].worst, r.ablation_speedup[i]);
+    }
     out << "\n";
   }
   out << "(validation points' median and worst |error| and the V4-Pro ablation's speed-up,\n"
@@ -635,7 +649,7 @@ std::string format_assumption_sensitivity(const std::vector<AssumptionRow>& rows
 
 std::string format_validation(const std::vector<ValidationRow>& rows) {
   std::ostringstream out;
-  out << "Calibration points (each set the knob named; agreement with them is by construction):\n";
+  out << "Calibration points (each set the knob named; agreement with them is not evidence):\n";
   table(out, rows, PointRole::kCalibration);
   out << "\nValidation points (never used to set a knob; the evidence):\n";
   table(out, rows, PointRole::kValidation);

@@ -86,6 +86,9 @@ struct AssumptionRow {
   std::vector<double> factors;
   std::vector<ErrorSummary> validation;  // one per factor
   std::vector<double> ablation_speedup;  // V4-Pro tuned / baseline-like MFU, one per factor
+  // false: the scaled value left the field's range in some file, which kept
+  // its value (the column reads "out of the field's range").
+  std::vector<bool> in_range;
 };
 std::vector<AssumptionRow> run_assumption_sensitivity(const std::string& repo_root,
                                                       std::vector<double> factors = {0.8, 1.2});
