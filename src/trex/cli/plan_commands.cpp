@@ -64,19 +64,13 @@ void sft_packing(const std::string& path, int64_t seq_len, JobQuestions& q) {
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    int64_t tokens = 0;
-    size_t used = 0;
-    try {
-      tokens = std::stoll(line, &used);
-    } catch (const std::out_of_range&) {
-      tokens = seq_len + 1;  // beyond int64: longer than any row
-      used = line.find_first_of(" \t\r", line.find_first_not_of(" \t\r"));
-      if (used == std::string::npos) used = line.size();
-      if (line.find_first_not_of(" \t\r0123456789+") < used) tokens = 0;
-    } catch (const std::exception&) {
-      tokens = 0;
-    }
-    if (tokens <= 0 || line.find_first_not_of(" \t\r", used) != std::string::npos)
+    // Digits only; more than 18 of them is longer than any row (and int64).
+    const size_t begin = line.find_first_not_of(" \t\r");
+    const std::string digits = line.substr(begin, line.find_last_not_of(" \t\r") - begin + 1);
+    int64_t tokens = digits.find_first_not_of("0123456789") != std::string::npos ? 0
+                     : digits.size() > 18                                        ? seq_len + 1
+                                          : std::stoll(digits);
+    if (tokens <= 0)
       throw Error("not a positive token count: '" + line + "'").file(path).line(line_number);
     if (tokens > seq_len) {
       ++cut;

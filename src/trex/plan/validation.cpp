@@ -93,6 +93,14 @@ ValidationPoint point(std::string name, std::string model_file, std::string clus
   return p;
 }
 
+// A Megatron-Bridge or NeMo AutoModel run: Megatron's EP stack (megatron()).
+ValidationPoint megatron_point(std::string name, std::string model_file, std::string cluster_file,
+                               Job job, const Layout& layout, std::string metric, double published,
+                               std::string source) {
+  return point(std::move(name), std::move(model_file), std::move(cluster_file), job,
+               megatron(layout), std::move(metric), published, std::move(source));
+}
+
 }  // namespace
 
 std::vector<ValidationPoint> validation_points() {
@@ -120,9 +128,9 @@ std::vector<ValidationPoint> validation_points() {
   Layout bridge =
       layout(2, 8, 4, 64, Schedule::kInterleaved, Recompute::kSelective, false, true, true);
   bridge.ep_overlap = false;
-  v.push_back(point("Megatron-Bridge DeepSeek-V3, 1024 H100 (TP2 PP8 VP4 EP64, FP8)", kV3, kH100,
-                    benchmark_job(1024, 8192), bridge, "model_tflops", 338,
-                    "Megatron-Bridge docs/performance-summary-archive.md (25.09)"));
+  v.push_back(megatron_point("Megatron-Bridge DeepSeek-V3, 1024 H100 (TP2 PP8 VP4 EP64, FP8)", kV3,
+                             kH100, benchmark_job(1024, 8192), bridge, "model_tflops", 338,
+                             "Megatron-Bridge docs/performance-summary-archive.md (25.09)"));
   calibration("Hopper gemm.fp8_max 0.45; EP overlap off (the 25.09 recipe predates it; on: 1.10)");
   // MindSpeed-LLM: 32 nodes × 16 dies, TP2 PP8 EP16 with --moe-tp-extend-ep
   // (experts over TP×EP = 32), DualPipeV + fb-overlap, swap-optimizer, full
@@ -151,14 +159,14 @@ std::vector<ValidationPoint> validation_points() {
   {
     Layout l = layout(1, 1, 1, 8, Schedule::k1F1B, Recompute::kNone, false, true, true);
     l.mbs = 8, l.fp8_attention = true, l.cuda_graphs = true;
-    v.push_back(point("Megatron-Bridge Qwen3-30B-A3B, 8 GB300 (EP8, MXFP8)", kQwen30, kGB300,
-                      bridge_job(8, 512, 4, 4), l, "step_seconds", 5.85491,
-                      std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 5854.910 ms"));
+    v.push_back(megatron_point("Megatron-Bridge Qwen3-30B-A3B, 8 GB300 (EP8, MXFP8)", kQwen30,
+                               kGB300, bridge_job(8, 512, 4, 4), l, "step_seconds", 5.85491,
+                               std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 5854.910 ms"));
     calibration("GB300 device.sustained_share");
     l.mbs = 4;
-    v.push_back(point("Megatron-Bridge Qwen3-30B-A3B, 8 GB200 (EP8, MXFP8)", kQwen30, kGB200,
-                      bridge_job(8, 512, 4, 4), l, "step_seconds", 6.50112,
-                      std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 6501.12 ms"));
+    v.push_back(megatron_point("Megatron-Bridge Qwen3-30B-A3B, 8 GB200 (EP8, MXFP8)", kQwen30,
+                               kGB200, bridge_job(8, 512, 4, 4), l, "step_seconds", 6.50112,
+                               std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 6501.12 ms"));
     calibration("GB200 device.sustained_share (B200: carried over)");
   }
   // DeepSeek-V4-Flash: TP1 PP1 EP64, recompute of the MLA up-projections,
@@ -166,79 +174,81 @@ std::vector<ValidationPoint> validation_points() {
   // moments and FP32 main gradients. GB200 and GB300 run the same recipe.
   Layout v4_flash = layout(1, 1, 1, 64, Schedule::k1F1B, Recompute::kSelective, false, true, true);
   v4_flash.ep_overlap = false, v4_flash.cuda_graphs = true;
-  v.push_back(
-      point("Megatron-Bridge DeepSeek-V4-Flash, 128 GB300 (TP1 PP1 EP64, MXFP8)", kV4Flash, kGB300,
-            bridge_job(128, 2048, 2, 4), v4_flash, "step_seconds", 7.84032,
-            std::string(kBridgeCards) + "deepseek-v4-flash/card.yaml (cc59a637): 7840.320 ms"));
+  v.push_back(megatron_point(
+      "Megatron-Bridge DeepSeek-V4-Flash, 128 GB300 (TP1 PP1 EP64, MXFP8)", kV4Flash, kGB300,
+      bridge_job(128, 2048, 2, 4), v4_flash, "step_seconds", 7.84032,
+      std::string(kBridgeCards) + "deepseek-v4-flash/card.yaml (cc59a637): 7840.320 ms"));
   calibration("efficiency.v4_compute_factor (the NVIDIA cluster files)");
   // Qwen3-30B-A3B on 16 H100 (two nodes, EP16 over InfiniBand), BF16, GBS
   // 1024, HybridEP with EP overlap (delayed wgrad off). The share of the A2A
   // that overlap hides on Hopper comes from an Nsight measurement of this
   // recipe, so this card is not independent of it.
-  v.push_back(point("Megatron-Bridge Qwen3-30B-A3B, 16 H100 (EP16, BF16)", kQwen30, kH100,
-                    bridge_job(16, 1024, 4, 4),
-                    layout(1, 1, 1, 16, Schedule::k1F1B, Recompute::kNone, false, true, false),
-                    "step_seconds", 20.14729,
-                    std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 20147.290 ms"));
+  v.push_back(megatron_point(
+      "Megatron-Bridge Qwen3-30B-A3B, 16 H100 (EP16, BF16)", kQwen30, kH100,
+      bridge_job(16, 1024, 4, 4),
+      layout(1, 1, 1, 16, Schedule::k1F1B, Recompute::kNone, false, true, false), "step_seconds",
+      20.14729, std::string(kBridgeCards) + "qwen3-30b-a3b/card.yaml: 20147.290 ms"));
   calibration(
       "H100/H200 efficiency.ep_overlap_hidden 0.37 (Nsight of this recipe, Bridge SKILL.md)");
 
   // ---- Validation points: never used to set a knob ----
-  v.push_back(
-      point("Megatron-Bridge DeepSeek-V4-Flash, 128 GB200 (TP1 PP1 EP64, MXFP8)", kV4Flash, kGB200,
-            bridge_job(128, 2048, 2, 4), v4_flash, "step_seconds", 8.1346,
-            std::string(kBridgeCards) + "deepseek-v4-flash/card.yaml (cc59a637): 8134.6 ms"));
+  v.push_back(megatron_point(
+      "Megatron-Bridge DeepSeek-V4-Flash, 128 GB200 (TP1 PP1 EP64, MXFP8)", kV4Flash, kGB200,
+      bridge_job(128, 2048, 2, 4), v4_flash, "step_seconds", 8.1346,
+      std::string(kBridgeCards) + "deepseek-v4-flash/card.yaml (cc59a637): 8134.6 ms"));
   // DeepSeek-V3 (every Bridge V3 recipe: BF16 moments, BF16 main gradients,
   // MTP on). GB300: TP1 PP2 VP8 EP32, no recompute, EP A2A overlap, FP8
   // attention, full-iteration CUDA graph.
   {
     Layout l = layout(1, 2, 8, 32, Schedule::kInterleaved, Recompute::kNone, false, true, true);
     l.fp8_attention = true, l.cuda_graphs = true;
-    v.push_back(
-        point("Megatron-Bridge DeepSeek-V3, 256 GB300 (TP1 PP2 VP8 EP32, MXFP8)", kV3, kGB300,
-              bridge_job(256, 4096, 2, 2), l, "step_seconds", 10.6673,
-              std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 10,667.300 ms"));
+    v.push_back(megatron_point(
+        "Megatron-Bridge DeepSeek-V3, 256 GB300 (TP1 PP2 VP8 EP32, MXFP8)", kV3, kGB300,
+        bridge_job(256, 4096, 2, 2), l, "step_seconds", 10.6673,
+        std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 10,667.300 ms"));
   }
   // GB200: TP1 PP4 VP4 EP64, MLA up-projection recompute, BF16 attention.
   {
     Layout l =
         layout(1, 4, 4, 64, Schedule::kInterleaved, Recompute::kSelective, false, true, true);
     l.cuda_graphs = true;
-    v.push_back(
-        point("Megatron-Bridge DeepSeek-V3, 256 GB200 (TP1 PP4 VP4 EP64, MXFP8)", kV3, kGB200,
-              bridge_job(256, 4096, 2, 2), l, "step_seconds", 13.84118,
-              std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 13,841.180 ms"));
+    v.push_back(megatron_point(
+        "Megatron-Bridge DeepSeek-V3, 256 GB200 (TP1 PP4 VP4 EP64, MXFP8)", kV3, kGB200,
+        bridge_job(256, 4096, 2, 2), l, "step_seconds", 13.84118,
+        std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 13,841.180 ms"));
   }
   // B200 (26.04.01): TP1 PP8 VP2 EP32 over four 8-GPU nodes (DeepEP over
   // InfiniBand), EP overlap, partial CUDA graphs only, BF16 attention.
-  v.push_back(
-      point("Megatron-Bridge DeepSeek-V3, 256 B200 (TP1 PP8 VP2 EP32, MXFP8)", kV3, kB200,
-            bridge_job(256, 4096, 2, 2),
-            layout(1, 8, 2, 32, Schedule::kInterleaved, Recompute::kSelective, false, true, true),
-            "model_tflops", 864,
-            "Megatron-Bridge docs/performance-summary-archive.md (26.04.01): 864 TFLOP/s/GPU"));
+  v.push_back(megatron_point(
+      "Megatron-Bridge DeepSeek-V3, 256 B200 (TP1 PP8 VP2 EP32, MXFP8)", kV3, kB200,
+      bridge_job(256, 4096, 2, 2),
+      layout(1, 8, 2, 32, Schedule::kInterleaved, Recompute::kSelective, false, true, true),
+      "model_tflops", 864,
+      "Megatron-Bridge docs/performance-summary-archive.md (26.04.01): 864 TFLOP/s/GPU"));
   // H100, BF16: TP2 PP8 VP4 EP64, GBS 16384, MLA up-projection and dense-MLP
   // recompute, no EP overlap, gradient reduce not overlapped, no TP overlap.
   {
     Layout l =
         layout(2, 8, 4, 64, Schedule::kInterleaved, Recompute::kSelective, false, false, false);
-    v.push_back(
-        point("Megatron-Bridge DeepSeek-V3, 1024 H100 (TP2 PP8 VP4 EP64, BF16)", kV3, kH100,
-              bridge_job(1024, 16384, 2, 2), l, "step_seconds", 61.75613,
-              std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 61,756.130 ms"));
+    v.push_back(megatron_point(
+        "Megatron-Bridge DeepSeek-V3, 1024 H100 (TP2 PP8 VP4 EP64, BF16)", kV3, kH100,
+        bridge_job(1024, 16384, 2, 2), l, "step_seconds", 61.75613,
+        std::string(kBridgeCards) + "deepseek-v3/card.yaml (6d9a87d6): 61,756.130 ms"));
   }
   // Qwen3-235B-A22B (FP32 moments and main gradients, no recompute, EP
   // overlap). Blackwell: HybridEP, FP8 attention, full-iteration CUDA graph.
   {
     Layout l = layout(1, 4, 12, 32, Schedule::kInterleaved, Recompute::kNone, false, true, true);
     l.mbs = 2, l.fp8_attention = true, l.cuda_graphs = true;
-    v.push_back(point("Megatron-Bridge Qwen3-235B-A22B, 256 GB300 (TP1 PP4 VP12 EP32, MXFP8)",
-                      kQwen235, kGB300, bridge_job(256, 8192, 4, 4), l, "step_seconds", 14.92084,
-                      std::string(kBridgeCards) + "qwen3-235b-a22b/card.yaml: 14920.840 ms"));
+    v.push_back(
+        megatron_point("Megatron-Bridge Qwen3-235B-A22B, 256 GB300 (TP1 PP4 VP12 EP32, MXFP8)",
+                       kQwen235, kGB300, bridge_job(256, 8192, 4, 4), l, "step_seconds", 14.92084,
+                       std::string(kBridgeCards) + "qwen3-235b-a22b/card.yaml: 14920.840 ms"));
     l.pp = 8, l.vpp = 3, l.mbs = 1;
-    v.push_back(point("Megatron-Bridge Qwen3-235B-A22B, 256 GB200 (TP1 PP8 VP3 EP32, MXFP8)",
-                      kQwen235, kGB200, bridge_job(256, 8192, 4, 4), l, "step_seconds", 17.90534,
-                      std::string(kBridgeCards) + "qwen3-235b-a22b/card.yaml: 17905.340 ms"));
+    v.push_back(
+        megatron_point("Megatron-Bridge Qwen3-235B-A22B, 256 GB200 (TP1 PP8 VP3 EP32, MXFP8)",
+                       kQwen235, kGB200, bridge_job(256, 8192, 4, 4), l, "step_seconds", 17.90534,
+                       std::string(kBridgeCards) + "qwen3-235b-a22b/card.yaml: 17905.340 ms"));
   }
   // H100 FP8 (current scaling), 26.04.01: TP2 PP8 VP4 EP32 over four nodes,
   // the flat alltoall dispatcher (every routed copy crosses the network on its
@@ -246,10 +256,10 @@ std::vector<ValidationPoint> validation_points() {
   {
     Layout l = layout(2, 8, 4, 32, Schedule::kInterleaved, Recompute::kNone, false, true, true);
     l.topology_aware = false;
-    v.push_back(
-        point("Megatron-Bridge Qwen3-235B-A22B, 256 H100 (TP2 PP8 VP4 EP32, FP8)", kQwen235, kH100,
-              bridge_job(256, 8192, 4, 4), l, "model_tflops", 253,
-              "Megatron-Bridge docs/performance-summary-archive.md (26.04.01): 253 TFLOP/s/GPU"));
+    v.push_back(megatron_point(
+        "Megatron-Bridge Qwen3-235B-A22B, 256 H100 (TP2 PP8 VP4 EP32, FP8)", kQwen235, kH100,
+        bridge_job(256, 8192, 4, 4), l, "model_tflops", 253,
+        "Megatron-Bridge docs/performance-summary-archive.md (26.04.01): 253 TFLOP/s/GPU"));
   }
   // NeMo AutoModel (PyTorch FSDP2 + DeepEP, a different stack; the benchmark
   // YAML of the published rows: examples/benchmark/configs/
@@ -268,24 +278,23 @@ std::vector<ValidationPoint> validation_points() {
     };
     const std::string am =
         "NVIDIA-NeMo/Automodel docs/performance-summary.mdx (cb976544): time per global step ";
-    v.push_back(point("NeMo AutoModel DeepSeek-V3, 1024 H100 (PP4 VP8 EP64 FSDP, BF16)", kV3, kH100,
-                      automodel_job(1024, 8192), l, "step_seconds", 37.87, am + "37.87 s"));
+    v.push_back(megatron_point("NeMo AutoModel DeepSeek-V3, 1024 H100 (PP4 VP8 EP64 FSDP, BF16)",
+                               kV3, kH100, automodel_job(1024, 8192), l, "step_seconds", 37.87,
+                               am + "37.87 s"));
     v.back().mtp_layers = 0;
-    v.push_back(point("NeMo AutoModel DeepSeek-V3, 256 H100 (PP4 VP8 EP64 FSDP, BF16)", kV3, kH100,
-                      automodel_job(256, 512), l, "step_seconds", 8.18, am + "8.18 s"));
+    v.push_back(megatron_point("NeMo AutoModel DeepSeek-V3, 256 H100 (PP4 VP8 EP64 FSDP, BF16)",
+                               kV3, kH100, automodel_job(256, 512), l, "step_seconds", 8.18,
+                               am + "8.18 s"));
     v.back().mtp_layers = 0;
     // Qwen3-30B-A3B on one 8-GPU node: EP8, FSDP8, local batch 4 x 16
     // accumulation steps (examples/benchmark/configs/qwen3_moe_30b_te_deepep.yaml
     // @ 8d9bfb90), the same optimizer and checkpointing.
     Layout q = layout(1, 1, 1, 8, Schedule::k1F1B, Recompute::kFull, false, true, false);
     q.ep_overlap = false, q.mbs = 4;
-    v.push_back(point("NeMo AutoModel Qwen3-30B-A3B, 8 H100 (EP8 FSDP8, BF16)", kQwen30, kH100,
-                      automodel_job(8, 512), q, "step_seconds", 21.773, am + "21.773 s"));
+    v.push_back(megatron_point("NeMo AutoModel Qwen3-30B-A3B, 8 H100 (EP8 FSDP8, BF16)", kQwen30,
+                               kH100, automodel_job(8, 512), q, "step_seconds", 21.773,
+                               am + "21.773 s"));
   }
-  // Megatron-Bridge and NeMo AutoModel run Megatron's EP stack (see megatron()).
-  for (ValidationPoint& p : v)
-    if (p.name.rfind("Megatron-Bridge", 0) == 0 || p.name.rfind("NeMo AutoModel", 0) == 0)
-      p.layout = megatron(p.layout);
   return v;
 }
 
