@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
@@ -10,7 +11,9 @@
 #include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/io/safetensors.hpp"
 #include "trex/model/config.hpp"
+#include "trex/parallel/zero_partition.hpp"
 #include "trex/train/optim/grad_clip.hpp"
 #include "trex/train/optim/optimizer.hpp"
 #include "trex/train/optim/schedule.hpp"
@@ -370,6 +373,141 @@ TEST(TrainOptimizerState, SaveLoadContinuesBitwise) {
   trex::train::Optimizer opt_adamw(b, adamw_only);
   EXPECT_THROW(opt_adamw.load_state(dir.file("opt.safetensors")), trex::Error);
   EXPECT_THROW(opt_b.set_state(1, {1.0f}, {1.0f}), trex::Error);
+}
+
+// param_dtype = "bf16": the master follows exactly the fp32 run's weights
+// (the same gradients each step) and the store holds its bf16 rounding; the
+// router-bias-like tensor the optimizer does not train is left as it is.
+TEST(TrainOptimizerMaster, UpdatesTheMasterAndStoresItsBf16Rounding) {
+  ParamStore<float> start(
+      {spec("a", {8, 6}, OptimizerGroup::kMuon), spec("b", {8, 6}, OptimizerGroup::kMuon),
+       spec("v", {40}, OptimizerGroup::kAdamW), spec("bias", {3}, OptimizerGroup::kNotTrained)});
+  for (int64_t i = 0; i < start.size(); ++i)
+    start.values()[i] = 0.05f * std::cos(static_cast<float>(3 * i)) + 1e-4f;
+  auto set_grads = [](ParamStore<float>& p, int step) {
+    trex::Rng rng(11, {static_cast<uint64_t>(step)});
+    for (int64_t i = 0; i < p.size(); ++i) p.grads()[i] = static_cast<float>(0.01 * rng.normal());
+  };
+  trex::train::OptimizerOptions master_options;
+  master_options.master_weights = true;
+  ParamStore<float> p32 = start, p16 = start;
+  trex::train::Optimizer opt32(p32, {}), opt16(p16, master_options);
+  EXPECT_EQ(opt16.master_bytes(), p16.size() * 4);
+  EXPECT_EQ(opt32.master_bytes(), 0);
+  opt16.round_working_params(p16);
+  const int64_t bias = p16.offset("bias");
+  for (int64_t i = 0; i < p16.size(); ++i) {
+    const float rounded = trex::bf16_to_f32(trex::f32_to_bf16(start.values()[i]));
+    EXPECT_EQ(p16.values()[i], i >= bias ? start.values()[i] : rounded) << i;
+  }
+  EXPECT_EQ(opt16.master(), start.values());  // the master keeps the unrounded start
+  for (int step = 1; step <= 5; ++step) {
+    set_grads(p32, step);
+    set_grads(p16, step);
+    opt32.step(p32, 0.01);
+    opt16.step(p16, 0.01);
+  }
+  int64_t differs = 0;
+  for (int64_t i = 0; i < bias; ++i) {
+    const float master = opt16.master()[static_cast<size_t>(i)];
+    EXPECT_EQ(master, p32.values()[i]) << i;
+    EXPECT_EQ(p16.values()[i], trex::bf16_to_f32(trex::f32_to_bf16(master))) << i;
+    differs += p16.values()[i] != master;
+  }
+  EXPECT_GT(differs, bias / 2);  // the working weights are really rounded
+  for (int64_t i = bias; i < p16.size(); ++i) EXPECT_EQ(p16.values()[i], start.values()[i]);
+  EXPECT_EQ(opt16.first_moment(), opt32.first_moment());
+
+  // The master travels with the state: a resume continues bitwise; a state
+  // without a master (an fp32 run's) gives the master the loaded parameters.
+  trex::test::TempDir dir;
+  opt16.save_state(dir.file("master.safetensors"));
+  opt32.save_state(dir.file("fp32.safetensors"));
+  ParamStore<float> resumed = p16;
+  trex::train::Optimizer opt_resumed(resumed, master_options);
+  opt_resumed.load_state(dir.file("master.safetensors"));
+  opt_resumed.round_working_params(resumed);
+  EXPECT_EQ(opt_resumed.master(), opt16.master());
+  EXPECT_EQ(resumed.values(), p16.values());
+  ParamStore<float> from_fp32 = p32;
+  trex::train::Optimizer opt_from_fp32(from_fp32, master_options);
+  opt_from_fp32.load_state(dir.file("fp32.safetensors"));
+  opt_from_fp32.round_working_params(from_fp32);
+  EXPECT_EQ(opt_from_fp32.master(), p32.values());
+  for (int step = 6; step <= 7; ++step) {
+    for (ParamStore<float>* p : {&p32, &p16, &resumed, &from_fp32}) set_grads(*p, step);
+    opt32.step(p32, 0.01);
+    opt16.step(p16, 0.01);
+    opt_resumed.step(resumed, 0.01);
+    opt_from_fp32.step(from_fp32, 0.01);
+  }
+  EXPECT_EQ(resumed.values(), p16.values());
+  EXPECT_EQ(opt_resumed.master(), opt16.master());
+  EXPECT_EQ(from_fp32.values(), p16.values());
+  for (int64_t i = 0; i < bias; ++i)
+    EXPECT_EQ(opt_from_fp32.master()[static_cast<size_t>(i)], p32.values()[i]) << i;
+}
+
+// ZeRO: each shard keeps the master of its ranges only, and a sharded save
+// names every trained tensor's master; loading the shards into another
+// split gives each new shard the same master values.
+TEST(TrainOptimizerMaster, ShardsKeepTheirRangesAndReloadAcrossSplits) {
+  ParamStore<float> p({spec("a", {4, 3}, OptimizerGroup::kMuon),
+                       spec("v", {5}, OptimizerGroup::kAdamW),
+                       spec("b", {3, 4}, OptimizerGroup::kMuon)});
+  for (int64_t i = 0; i < p.size(); ++i) p.values()[i] = 0.3f * std::sin(static_cast<float>(i));
+  trex::train::OptimizerOptions options;
+  options.master_weights = true;
+  const std::vector<trex::parallel::OptimizerShard> halves =
+      trex::parallel::partition_for_zero(p.specs(), 2);
+  ParamStore<float> whole_store = p;
+  trex::train::Optimizer whole(whole_store, options);
+  whole.round_working_params(whole_store);
+  std::vector<ParamStore<float>> stores(2, p);
+  std::vector<trex::train::Optimizer> shards;
+  for (int r = 0; r < 2; ++r) {
+    shards.emplace_back(stores[static_cast<size_t>(r)], options, halves[static_cast<size_t>(r)]);
+    shards.back().round_working_params(stores[static_cast<size_t>(r)]);
+    EXPECT_EQ(shards.back().master_bytes(), halves[static_cast<size_t>(r)].size() * 4);
+  }
+  auto set_grads = [](ParamStore<float>& store) {
+    for (int64_t i = 0; i < store.size(); ++i)
+      store.grads()[i] = 0.01f * std::cos(static_cast<float>(i));
+  };
+  set_grads(whole_store);
+  whole.step(whole_store, 0.05);
+  for (int r = 0; r < 2; ++r) {
+    set_grads(stores[static_cast<size_t>(r)]);
+    shards[static_cast<size_t>(r)].step(stores[static_cast<size_t>(r)], 0.05);
+    const trex::parallel::OptimizerShard& h = halves[static_cast<size_t>(r)];
+    for (int64_t i = h.begin; i < h.end; ++i) {
+      EXPECT_EQ(shards[static_cast<size_t>(r)].master()[static_cast<size_t>(i - h.begin)],
+                whole.master()[static_cast<size_t>(i)]);
+      EXPECT_EQ(stores[static_cast<size_t>(r)].values()[i], whole_store.values()[i]);
+    }
+  }
+  trex::test::TempDir dir;
+  for (int r = 0; r < 2; ++r)
+    shards[static_cast<size_t>(r)].save_state_shard(
+        dir.file("optimizer-" + std::to_string(r) + ".safetensors"),
+        {halves[static_cast<size_t>(r)]}, p.specs());
+  // Every trained tensor's master is in the shard that owns it, with the
+  // whole optimizer's values.
+  int64_t offset = 0;
+  for (const ParamSpec& s : p.specs()) {
+    const std::vector<std::string> names = trex::train::Optimizer::state_tensor_names(s, options);
+    ASSERT_EQ(names.back(), "master." + s.name);
+    const int owner = offset < halves[0].end ? 0 : 1;
+    const trex::SafetensorsFile file = trex::SafetensorsFile::open(
+        dir.file("optimizer-" + std::to_string(owner) + ".safetensors"));
+    const trex::TensorView* view = file.find(names.back());
+    ASSERT_NE(view, nullptr) << names.back();
+    EXPECT_EQ(std::memcmp(view->data, whole.master().data() + offset,
+                          static_cast<size_t>(s.numel()) * sizeof(float)),
+              0)
+        << s.name;
+    offset += s.numel();
+  }
 }
 
 TEST(TrainOptimizer, RejectsMuonVectorsAndForeignStores) {

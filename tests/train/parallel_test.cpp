@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "model/expert_maps.hpp"
 #include "test_paths.hpp"
 #include "trainer_fixtures.hpp"
@@ -162,6 +164,22 @@ TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
   EXPECT_EQ(r0.moments + r1.moments, all_moments);
   EXPECT_GT(r0.moments, 0);
   EXPECT_GT(r1.moments, 0);
+  EXPECT_EQ(r0.master + r1.master, 0);
+  // param_dtype = "bf16": each data rank adds the fp32 master of its ranges,
+  // which together cover the whole model once.
+  c.optimizer.master_weights = true;
+  const trex::train::RankState m0 = trex::train::state_of_rank(c, m, 0);
+  const trex::train::RankState m1 = trex::train::state_of_rank(c, m, 1);
+  EXPECT_EQ(m0.master + m1.master, whole);
+  EXPECT_GT(m0.master, 0);
+  EXPECT_EQ(m0.total(), r0.total() + m0.master);
+  const trex::train::StateAccount with_master = trex::train::account_state(c, m);
+  EXPECT_EQ(with_master.roles[0].master, std::max(m0.master, m1.master));
+  const nlohmann::json as_json =
+      nlohmann::json::parse(trex::train::state_account_json(with_master, c));
+  EXPECT_EQ(as_json["roles"][0]["master"].get<int64_t>(), with_master.roles[0].master);
+  EXPECT_EQ(as_json["param_dtype"], "bf16");
+  c.optimizer.master_weights = false;
   c.optimizer.moment_dtype = trex::train::MomentDType::kBF16;
   EXPECT_EQ(trex::train::state_of_rank(c, m, 0).moments * 2, r0.moments);
   EXPECT_THROW(trex::train::state_of_rank(c, m, 2), trex::Error);

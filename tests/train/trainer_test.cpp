@@ -9,6 +9,7 @@
 #include "test_paths.hpp"
 #include "trainer_fixtures.hpp"
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/jsonl.hpp"
 #include "trex/kernels/precision.hpp"
@@ -368,11 +369,13 @@ TEST(TrainGuard, NaNParameterGivesNonFiniteLossAndNoUpdate) {
 
 // A run interrupted after step k and resumed equals an uninterrupted one, bitwise.
 void expect_bitwise_resume(DataMode mode,
-                           trex::train::MomentDType moments = trex::train::MomentDType::kF32) {
+                           trex::train::MomentDType moments = trex::train::MomentDType::kF32,
+                           bool bf16_params = false) {
   TempDir dir;
   trex::test::write_tiny_training_data(dir.path());
   RunConfig c = trex::test::tiny_run_config(dir.path(), mode);
   c.optimizer.moment_dtype = moments;
+  c.optimizer.master_weights = bf16_params;
   c.validation_file = c.train_file;
   c.eval_interval = 2;
   c.eval_batches = 1;
@@ -402,7 +405,26 @@ void expect_bitwise_resume(DataMode mode,
   EXPECT_EQ(a.optimizer().first_moment(), resumed.optimizer().first_moment());
   EXPECT_EQ(a.optimizer().second_moment(), resumed.optimizer().second_moment());
   EXPECT_EQ(a.optimizer().step_count(), resumed.optimizer().step_count());
+  EXPECT_EQ(a.optimizer().master(), resumed.optimizer().master());
+  EXPECT_EQ(a.optimizer().master().empty(), !bf16_params);
   EXPECT_EQ(summary_a.final_loss, summary_b.final_loss);
+  if (bf16_params) {
+    // Every trained tensor holds bf16 values; the master does not.
+    int64_t rounded_master = 0, master_values = 0;
+    for (const trex::model::ParamSpec& spec : a.model().params().specs()) {
+      if (spec.group == trex::model::OptimizerGroup::kNotTrained) continue;
+      const int64_t at = a.model().params().offset(spec.name);
+      for (int64_t i = at; i < at + spec.numel(); ++i) {
+        const float w = pa[static_cast<size_t>(i)];
+        ASSERT_EQ(w, trex::bf16_to_f32(trex::f32_to_bf16(w))) << spec.name;
+        const float m = a.optimizer().master()[static_cast<size_t>(i)];
+        ASSERT_EQ(w, trex::bf16_to_f32(trex::f32_to_bf16(m))) << spec.name;
+        rounded_master += m == w;
+        ++master_values;
+      }
+    }
+    EXPECT_LT(rounded_master, master_values / 4);
+  }
 
   // The checkpoint is a plain model directory too.
   const auto latest = trex::train::latest_checkpoint(broken.out_dir);
@@ -429,6 +451,10 @@ TEST(TrainResume, InterruptedSftRunContinuesBitwise) {
 // The checkpoint holds bf16 moments widened to fp32, which round back exactly.
 TEST(TrainResume, InterruptedRunWithBf16MomentsContinuesBitwise) {
   expect_bitwise_resume(DataMode::kCpt, trex::train::MomentDType::kBF16);
+}
+// param_dtype = "bf16": the fp32 master weights travel with the optimizer state.
+TEST(TrainResume, InterruptedRunWithBf16ParametersContinuesBitwise) {
+  expect_bitwise_resume(DataMode::kSft, trex::train::MomentDType::kBF16, true);
 }
 
 // recompute = "full" and "selective": the same run bit for bit (the loss curve
@@ -486,6 +512,34 @@ TEST(TrainTrainer, Bf16MomentsReachTheFp32ValidationLoss) {
   EXPECT_NEAR(bf16_loss, fp32_loss, 0.01 * fp32_loss);
   EXPECT_NE(bf16_loss, fp32_loss);
   EXPECT_EQ(2 * bf16_bytes, fp32_bytes);
+}
+
+// param_dtype = "bf16" (bf16 working weights, fp32 master in the optimizer):
+// the validation loss after the same steps agrees with the fp32 run within 1%.
+TEST(TrainTrainer, Bf16ParametersReachTheFp32ValidationLoss) {
+  TempDir dir;
+  trex::test::write_tiny_training_data(dir.path());
+  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+  c.validation_file = c.train_file;
+  c.steps = 12;
+  c.eval_interval = 12;
+  c.eval_batches = 2;
+  auto final_validation_loss = [&](bool bf16_params, const std::string& name) {
+    RunConfig run = c;
+    run.optimizer.master_weights = bf16_params;
+    run.out_dir = dir.path() + "/" + name;
+    Trainer trainer(run, {.quiet = true});
+    trainer.run();
+    const auto lines = trex::read_jsonl(run.out_dir + "/metrics.jsonl");
+    EXPECT_TRUE(lines.back().contains("val_loss"));
+    return std::pair(lines.back()["val_loss"].get<double>(), trainer.optimizer().master_bytes());
+  };
+  const auto [fp32_loss, fp32_master] = final_validation_loss(false, "fp32");
+  const auto [bf16_loss, bf16_master] = final_validation_loss(true, "bf16");
+  EXPECT_NEAR(bf16_loss, fp32_loss, 0.01 * fp32_loss);
+  EXPECT_NE(bf16_loss, fp32_loss);
+  EXPECT_EQ(fp32_master, 0);
+  EXPECT_GT(bf16_master, 0);
 }
 
 TEST(TrainCheckpoint, KeepsTheLastKAndRefusesMissingResume) {

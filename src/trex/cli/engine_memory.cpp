@@ -52,6 +52,7 @@ train::RunConfig engine_run_config(const plan::Layout& l, const EngineJob& job,
   c.optimizer.use_muon = job.muon;
   c.optimizer.moment_dtype =
       job.bf16_moments ? train::MomentDType::kBF16 : train::MomentDType::kF32;
+  c.optimizer.master_weights = job.bf16_params;
   return c;
 }
 
@@ -60,8 +61,9 @@ plan::MemoryEstimate largest_rank_memory(const train::StateAccount& account) {
   plan::MemoryEstimate m;
   m.weights = static_cast<double>(r.params);
   m.gradients = static_cast<double>(r.grads);
-  // The planner's optimizer bytes: the moments and the update's scratch.
-  m.optimizer = static_cast<double>(r.moments_max + r.optimizer_work);
+  // The planner's optimizer bytes: the moments, the master weights (if any) and the update's
+  // scratch.
+  m.optimizer = static_cast<double>(r.moments_max + r.master + r.optimizer_work);
   m.activations = static_cast<double>(r.activations);
   m.comm_buffers = static_cast<double>(r.comm);
   return m;

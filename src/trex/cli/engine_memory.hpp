@@ -20,6 +20,7 @@ struct EngineJob {
   int64_t global_batch = 0;  // 0: enough micro-batches to fill the pipeline
   bool muon = true;          // AdamW + Muon (the trainer's split); false: AdamW for everything
   bool bf16_moments = false;
+  bool bf16_params = false;  // param_dtype = "bf16": fp32 master weights in the optimizer's ranges
 };
 
 // The run config of `layout` (what `trex train` would run), or a trex::Error

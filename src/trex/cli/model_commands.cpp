@@ -250,15 +250,17 @@ struct MemoryOptions {
   int64_t global_batch = 0;  // 0: enough micro-batches to fill the pipeline
   std::string optimizer = "muon";
   std::string moments = "fp32";
+  std::string params = "fp32";
   bool as_json = false;
 };
 
 void run_memory(const MemoryOptions& o) {
   const model::ModelConfig m = model::ModelConfig::load(o.model);
-  const train::RunConfig c = engine_run_config(
-      plan::parse_layout(o.layout),
-      {o.devices, o.seq, o.micro_batch, o.global_batch, o.optimizer == "muon", o.moments == "bf16"},
-      m);
+  const train::RunConfig c =
+      engine_run_config(plan::parse_layout(o.layout),
+                        {o.devices, o.seq, o.micro_batch, o.global_batch, o.optimizer == "muon",
+                         o.moments == "bf16", o.params == "bf16"},
+                        m);
   const train::StateAccount account = train::account_state(c, m);
   if (o.as_json) {
     std::cout << train::state_account_json(account, c);
@@ -313,6 +315,12 @@ void add_model_commands(CLI::App& app) {
       ->check(CLI::IsMember({"adamw", "muon"}))
       ->capture_default_str();
   memory->add_option("--moments", memory_options->moments, "Optimizer moment dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  memory
+      ->add_option("--param-dtype", memory_options->params,
+                   "Parameter dtype of the run (param_dtype): bf16 adds fp32 master weights in "
+                   "the optimizer's ranges")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   memory->add_flag("--json", memory_options->as_json, "Print JSON instead of the table");

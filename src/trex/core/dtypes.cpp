@@ -184,6 +184,11 @@ void f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
+void round_to_bf16(const float* in, float* out, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 18))
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(in[i]));
+}
+
 void f16_to_f32(const uint16_t* in, float* out, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > (1 << 18))
   for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(in[i]);

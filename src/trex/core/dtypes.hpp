@@ -41,6 +41,8 @@ float fp4_e2m1_to_f32(uint8_t nibble);
 void bf16_to_f32(const uint16_t* in, float* out, int64_t n);
 void f32_to_bf16(const float* in, uint16_t* out, int64_t n);
 void f16_to_f32(const uint16_t* in, float* out, int64_t n);
+// out[i] = the bf16 rounding of in[i], as fp32 (in may be out).
+void round_to_bf16(const float* in, float* out, int64_t n);
 
 // FP8 E4M3 weight [rows, cols] with block scales [ceil(rows/block), ceil(cols/block)]:
 // out[i,j] = fp8(w[i,j]) * scale[i/block, j/block]. The last block row/column may be partial.

@@ -168,7 +168,7 @@ std::string write_training_checkpoint(const std::string& out_dir, int64_t step,
     tokenizer.save((temp_dir / "tokenizer.json").string());
     if (gathered)
       optimizer.save_state((temp_dir / "optimizer.safetensors").string(), gathered->first_moment,
-                           gathered->second_moment);
+                           gathered->second_moment, gathered->master);
     else
       optimizer.save_state((temp_dir / "optimizer.safetensors").string());
     write_file_atomic((temp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
@@ -337,7 +337,9 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   if (!setup.ownership && zero_level == 0) return nullptr;  // rank 0 holds everything
   const bool zero = zero_level > 0;                         // the optimizer holds its ZeRO ranges
   parallel::Communicator& data_comm = setup.grid->data();
-  constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102;
+  constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102,
+                kMasterTag = 7103;
+  const bool master = optimizer.has_master();
   const std::vector<float>& own_values = model.params().values();
   if (data_comm.rank() != 0) {
     const Contribution mine =
@@ -348,14 +350,19 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
     // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
     const std::vector<float> own_first = optimizer.first_moment();
     const std::vector<float> own_second = optimizer.second_moment();
-    std::vector<float> first, second;
+    const std::vector<float>& own_master = optimizer.master();
+    std::vector<float> first, second, master_part;
     if (!zero)
       for (const parallel::OptimizerShard& r : mine.state) {
         first.insert(first.end(), own_first.begin() + r.begin, own_first.begin() + r.end);
         second.insert(second.end(), own_second.begin() + r.begin, own_second.begin() + r.end);
+        if (master)
+          master_part.insert(master_part.end(), own_master.begin() + r.begin,
+                             own_master.begin() + r.end);
       }
     const float* first_data = zero ? own_first.data() : first.data();
     const float* second_data = zero ? own_second.data() : second.data();
+    const float* master_data = zero ? own_master.data() : master_part.data();
     std::vector<parallel::Request> sends;
     if (!values.empty())
       sends.push_back(data_comm.isend(values.data(), size_of(mine.values), parallel::DType::kF32, 0,
@@ -365,6 +372,9 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
                                       kFirstMomentTag));
       sends.push_back(data_comm.isend(second_data, size_of(mine.state), parallel::DType::kF32, 0,
                                       kSecondMomentTag));
+      if (master)
+        sends.push_back(data_comm.isend(master_data, size_of(mine.state), parallel::DType::kF32, 0,
+                                        kMasterTag));
     }
     parallel::wait_all(sends);
     return nullptr;
@@ -398,9 +408,11 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   out->optimizer_gathered = true;
   out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
   out->optimizer.second_moment.assign(static_cast<size_t>(total), 0.0f);
+  if (master) out->optimizer.master.assign(static_cast<size_t>(total), 0.0f);
   const std::vector<parallel::OptimizerShard>& own_state = zero ? optimizer.ranges() : everything;
   place(own_layout, own_state, optimizer.first_moment().data(), out->optimizer.first_moment);
   place(own_layout, own_state, optimizer.second_moment().data(), out->optimizer.second_moment);
+  if (master) place(own_layout, own_state, optimizer.master().data(), out->optimizer.master);
   for (int r = 1; r < data_comm.size(); ++r) {
     const std::vector<model::ParamSpec> layout =
         setup.layout_of_data_rank(r, model.config(), own_layout);
@@ -408,6 +420,7 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
     std::vector<float> values(static_cast<size_t>(size_of(c.values)));
     std::vector<float> first(static_cast<size_t>(size_of(c.state)));
     std::vector<float> second(first.size());
+    std::vector<float> master_part(master ? first.size() : 0);
     std::vector<parallel::Request> receives;
     if (!values.empty())
       receives.push_back(
@@ -417,11 +430,15 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
                                          kFirstMomentTag));
       receives.push_back(data_comm.irecv(second.data(), size_of(c.state), parallel::DType::kF32, r,
                                          kSecondMomentTag));
+      if (master)
+        receives.push_back(data_comm.irecv(master_part.data(), size_of(c.state),
+                                           parallel::DType::kF32, r, kMasterTag));
     }
     parallel::wait_all(receives);
     place(layout, c.values, values.data(), out->values);
     place(layout, c.state, first.data(), out->optimizer.first_moment);
     place(layout, c.state, second.data(), out->optimizer.second_moment);
+    if (master) place(layout, c.state, master_part.data(), out->optimizer.master);
   }
   return out;
 }
@@ -672,7 +689,8 @@ std::string save_checkpoint_from_ranks(const RunConfig& config, int64_t step,
     const model::Model<float> whole(model.config(), std::move(store), model.hash_tables());
     Optimizer whole_optimizer(whole.params(), config.optimizer);
     whole_optimizer.set_state(optimizer.step_count(), std::move(gathered->optimizer.first_moment),
-                              std::move(gathered->optimizer.second_moment));
+                              std::move(gathered->optimizer.second_moment),
+                              std::move(gathered->optimizer.master));
     dir = write_training_checkpoint(config.out_dir, step, whole, tokenizer, whole_optimizer,
                                     trainer_state, config.keep_checkpoints);
   } else if (setup.is_root()) {

@@ -39,6 +39,7 @@ std::string checkpoint_name(int64_t step);  // "step-00000042"
 // The whole model's optimizer state gathered from the shards of a ZeRO run.
 struct GatheredOptimizerState {
   std::vector<float> first_moment, second_moment;
+  std::vector<float> master;  // with master weights (OptimizerOptions::master_weights)
 };
 
 // Writes a complete checkpoint for `step` and returns its directory. A sharded

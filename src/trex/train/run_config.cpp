@@ -87,6 +87,9 @@ RunConfig read_run_config(const config::Reader& root, const std::string& base_di
   c.clip = root.number("clip", c.clip);
   c.precision = root.choice("precision", c.precision,
                             {{"fp32", TrainPrecision::kFp32}, {"bf16", TrainPrecision::kBf16}});
+  // bf16 working parameters with fp32 master weights in the optimizer's ranges.
+  c.optimizer.master_weights =
+      root.choice("param_dtype", c.optimizer.master_weights, {{"fp32", false}, {"bf16", true}});
   c.recompute = root.choice("recompute", c.recompute,
                             {{"none", model::ActivationRecompute::kNone},
                              {"selective", model::ActivationRecompute::kSelective},
@@ -434,6 +437,7 @@ nlohmann::json RunConfig::to_json() const {
       {"schedule", {{"peak_lr", peak_lr}, {"min_lr", min_lr}, {"warmup_steps", warmup_steps}}},
       {"clip", clip},
       {"precision", precision == TrainPrecision::kFp32 ? "fp32" : "bf16"},
+      {"param_dtype", optimizer.master_weights ? "bf16" : "fp32"},
       {"recompute", model::activation_recompute_name(recompute)},
       {"loss", {{"mtp_weight", mtp_weight}, {"balance_weight", balance_weight}}},
       {"router_bias_speed", router_bias_speed},

@@ -122,6 +122,9 @@ struct RunConfig {
   int64_t warmup_steps = 0;
   double clip = 1.0;  // global-norm clip; <= 0 disables
   TrainPrecision precision = TrainPrecision::kFp32;
+  // param_dtype ("fp32" | "bf16") is optimizer.master_weights: with "bf16"
+  // every rank's parameters hold bf16 values and the fp32 master weights live
+  // only in the optimizer's (ZeRO) ranges; gradients accumulate in fp32.
   // The GEMM precision of `precision` (model forward/backward and Muon's Newton–Schulz).
   kernels::Precision compute_precision() const {
     return precision == TrainPrecision::kBf16 ? kernels::Precision::kBF16

@@ -54,6 +54,14 @@ int64_t moment_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& la
   return (e.first + e.second) * moment_dtype_bytes(c.optimizer.moment_dtype);
 }
 
+// The optimizer's fp32 master weights: one value per first-moment element.
+int64_t master_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
+                     const std::vector<parallel::OptimizerShard>& ranges) {
+  if (!c.optimizer.master_weights) return 0;
+  return Optimizer::state_elements(layout, ranges, c.optimizer).first *
+         static_cast<int64_t>(sizeof(float));
+}
+
 // Micro-batches of a step each data rank runs (ParallelGradients::my_micro_batches).
 int64_t micro_batches_per_data_rank(const RunConfig& config) {
   const int64_t data = config.parallel.data_size();
@@ -241,6 +249,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
         const std::vector<parallel::OptimizerShard> ranges =
             ranges_of_data_rank(config, layout, zero, d);
         const int64_t moments = moment_bytes(config, layout, ranges);
+        if (moments >= role.moments_max) role.master = master_bytes(config, layout, ranges);
         role.moments_max = std::max(role.moments_max, moments);
         role.optimizer_work = std::max(role.optimizer_work,
                                        Optimizer::work_elements(layout, ranges, config.optimizer) *
@@ -273,9 +282,10 @@ RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model
   RankState s;
   s.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
   s.grads = s.params;
-  s.moments = moment_bytes(config, layout,
-                           ranges_of_data_rank(config, layout, zero_partition_of(config, layout),
-                                               dp_rank * ep + ep_rank));
+  const std::vector<parallel::OptimizerShard> ranges = ranges_of_data_rank(
+      config, layout, zero_partition_of(config, layout), dp_rank * ep + ep_rank);
+  s.moments = moment_bytes(config, layout, ranges);
+  s.master = master_bytes(config, layout, ranges);
   return s;
 }
 
@@ -284,28 +294,31 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
   char line[320];
   std::snprintf(
       line, sizeof line,
-      "memory per rank, DP=%lld x EP=%lld x PP=%lld, ZeRO-%lld, fp32 parameters and "
-      "gradients, %s moments; micro-batch %lld x %lld tokens, %lld per data rank, recompute %s "
-      "(MiB)\n",
+      "memory per rank, DP=%lld x EP=%lld x PP=%lld, ZeRO-%lld, %s, fp32 gradients, %s "
+      "moments; micro-batch %lld x %lld tokens, %lld per data rank, recompute %s (MiB)\n",
       static_cast<long long>(config.parallel.dp), static_cast<long long>(config.parallel.ep),
       static_cast<long long>(config.parallel.pp), static_cast<long long>(config.parallel.zero),
+      config.optimizer.master_weights
+          ? "bf16 parameters (held in fp32 storage) + fp32 master in the optimizer's ranges"
+          : "fp32 parameters",
       config.optimizer.moment_dtype == MomentDType::kBF16 ? "bf16" : "fp32",
       static_cast<long long>(config.micro_batch), static_cast<long long>(config.seq_len),
       static_cast<long long>(account.micro_batches_per_rank),
       model::activation_recompute_name(config.recompute));
   out += line;
-  std::snprintf(line, sizeof line, "%-6s %-6s %6s %12s %12s %18s %9s %12s %12s %9s %10s %12s\n",
-                "stage", "EP", "ranks", "parameters", "gradients", "moments min-max", "opt work",
+  std::snprintf(line, sizeof line,
+                "%-6s %-6s %6s %12s %12s %10s %18s %9s %12s %12s %9s %10s %12s\n", "stage", "EP",
+                "ranks", "parameters", "gradients", "master", "moments min-max", "opt work",
                 "activations", "of which buf", "in flight", "comm", "total max");
   out += line;
   for (const StateRole& r : account.roles) {
     std::snprintf(line, sizeof line,
-                  "%-6d %-6d %6lld %12.1f %12.1f %8.1f-%-9.1f %9.1f %12.1f %12.1f %9d %10.1f "
-                  "%12.1f\n",
+                  "%-6d %-6d %6lld %12.1f %12.1f %10.1f %8.1f-%-9.1f %9.1f %12.1f %12.1f %9d "
+                  "%10.1f %12.1f\n",
                   r.pp_rank, r.ep_rank, static_cast<long long>(r.ranks), mib(r.params),
-                  mib(r.grads), mib(r.moments_min), mib(r.moments_max), mib(r.optimizer_work),
-                  mib(r.activations), mib(r.activation_buffers), r.in_flight, mib(r.comm),
-                  mib(r.total_max()));
+                  mib(r.grads), mib(r.master), mib(r.moments_min), mib(r.moments_max),
+                  mib(r.optimizer_work), mib(r.activations), mib(r.activation_buffers), r.in_flight,
+                  mib(r.comm), mib(r.total_max()));
     out += line;
   }
   const StateRole& big = account.largest();
@@ -334,8 +347,8 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
          {"ranks", r.ranks},
          {"params", r.params},
          {"grads", r.grads},
-         // The engine's parameters are fp32: they are the master weights.
-         {"master", 0},
+         // param_dtype = "fp32": the parameters are the master weights (0 here).
+         {"master", r.master},
          {"moments", r.moments_max},
          {"moments_min", r.moments_min},
          {"optimizer_work", r.optimizer_work},
@@ -348,6 +361,7 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
   const nlohmann::json out = {
       {"total_parameters", account.total_parameters},
       {"parameter_bytes", 4},
+      {"param_dtype", config.optimizer.master_weights ? "bf16" : "fp32"},
       {"layout",
        {{"dp", config.parallel.dp},
         {"ep", config.parallel.ep},

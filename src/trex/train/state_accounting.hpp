@@ -23,7 +23,8 @@ struct RankState {
   int64_t params = 0;   // fp32 values of the tensors it stores
   int64_t grads = 0;    // the fp32 gradient buffer of the same layout
   int64_t moments = 0;  // optimizer moments of its ZeRO ranges (or of everything)
-  int64_t total() const { return params + grads + moments; }
+  int64_t master = 0;   // fp32 master weights of the same ranges (param_dtype = "bf16")
+  int64_t total() const { return params + grads + moments + master; }
 };
 
 // The ranks that hold the same tensors: one pipeline stage x one EP rank, its
@@ -38,7 +39,10 @@ struct StateRole {
   // ZeRO-2 without a pipeline, where the pages of reduced buckets go back.
   int64_t grads = 0;
   int64_t moments_max = 0, moments_min = 0;
-  int64_t state_max() const { return params + grads + moments_max; }
+  // fp32 master weights of the ZeRO ranges (param_dtype = "bf16"; else 0),
+  // on the data rank with the largest moments.
+  int64_t master = 0;
+  int64_t state_max() const { return params + grads + moments_max + master; }
   // Peak activations: the largest (cached micro-batches + one op's work set
   // + the kernels' own temporaries) over the rank's pipeline program;
   // `activation_caches` is the cached part at that moment,

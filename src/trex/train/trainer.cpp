@@ -83,6 +83,8 @@ struct Trainer::Impl {
       options.write_metrics = false;
     }
     if (setup.expert_dispatchers) model.set_token_dispatchers(setup.expert_dispatchers.get());
+    // param_dtype = "bf16": the master takes the initial weights, the model their bf16 rounding.
+    optimizer.round_working_params(model.params());
     if (tokenizer.vocab_size() > model.config().vocab_size)
       throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                   " tokens but the model's vocab_size is " +
@@ -104,6 +106,7 @@ struct Trainer::Impl {
   // optimizer state (and with EP, only its experts), then the trainer's state.
   void restore_from(const std::string& dir) {
     load_checkpoint_on_rank(dir, config, setup, gradients.zero_ranges(), model, optimizer);
+    optimizer.round_working_params(model.params());
     model.set_token_dispatchers(setup.expert_dispatchers.get());
     const TrainerState saved = TrainerState::read(dir);
     step = saved.step;
@@ -345,10 +348,11 @@ TrainSummary Trainer::run(const EvalHook& on_eval) {
   s.step_flops = 0;
   s.summary.interrupted = false;
   if (world.size() > 1) {
+    const int64_t optimizer_bytes = s.optimizer.state_bytes() + s.optimizer.master_bytes();
     const int64_t largest =
-        state_bytes_on_largest_rank(s.setup, s.model, s.optimizer.state_bytes());  // collective
+        state_bytes_on_largest_rank(s.setup, s.model, optimizer_bytes);  // collective
     if (!s.options.quiet)
-      log_parallel_layout(s.setup, c, s.model, s.optimizer.state_bytes(), largest,
+      log_parallel_layout(s.setup, c, s.model, optimizer_bytes, largest,
                           s.gradients.reducer().bucket_count());
   }
   std::optional<Progress> progress;

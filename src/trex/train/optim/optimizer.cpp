@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/profile.hpp"
 #include "trex/core/rng.hpp"
@@ -131,6 +132,7 @@ Optimizer::Optimizer(const model::ParamStore<float>& params, OptimizerOptions op
     throw Error("internal: optimizer state sizes disagree with state_elements");
   first_moment_ = MomentBuffer(options_.moment_dtype, state);
   second_moment_ = MomentBuffer(options_.moment_dtype, second);
+  if (options_.master_weights) master_.assign(static_cast<size_t>(state), 0.0f);
 }
 
 Optimizer::StateElements Optimizer::state_elements(
@@ -173,11 +175,14 @@ int64_t Optimizer::work_elements(const std::vector<model::ParamSpec>& specs,
   return muon + std::max(muon, chunk) + chunk;
 }
 
-void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads, double lr) {
+float* Optimizer::weights_of(const Slot& slot, float* params) {
+  return master_.empty() ? params + slot.param_offset : master_.data() + slot.state_offset;
+}
+
+// `w` and `g`: the slot's weights (weights_of) and gradients.
+void Optimizer::adamw_step(const Slot& slot, float* w, const float* g, double lr) {
   TREX_PROFILE(profile::Op::kAdamW);
   const int64_t n = specs_[slot.spec].numel();
-  float* w = weights + slot.param_offset;
-  const float* g = grads + slot.param_offset;
   if (options_.moment_dtype == MomentDType::kF32) {
     adamw_update(w, g, first_moment_.f32() + slot.state_offset,
                  second_moment_.f32() + slot.second_offset, n, lr, step_, options_.adamw);
@@ -197,7 +202,7 @@ void Optimizer::adamw_step(const Slot& slot, float* weights, const float* grads,
   }
 }
 
-void Optimizer::muon_step(std::span<const Slot* const> slots, float* weights, const float* grads,
+void Optimizer::muon_step(std::span<const Slot* const> slots, float* params, const float* grads,
                           double lr) {
   TREX_PROFILE(profile::Op::kMuonOther);
   const model::ParamSpec& first = specs_[slots.front()->spec];
@@ -212,7 +217,7 @@ void Optimizer::muon_step(std::span<const Slot* const> slots, float* weights, co
                           : first_scratch_.data() + k * static_cast<size_t>(rows * cols);
     if (!f32)
       first_moment_.read(slot.state_offset, std::span(momentum, static_cast<size_t>(rows * cols)));
-    matrices.push_back({weights + slot.param_offset, grads + slot.param_offset, momentum});
+    matrices.push_back({weights_of(slot, params), grads + slot.param_offset, momentum});
   }
   muon_update(matrices, rows, cols, lr, options_.muon, workspace_);
   if (!f32)
@@ -230,12 +235,16 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   const profile::PhaseScope phase(profile::Phase::kOptimizer);
   float* w = params.values().data();
   const float* g = params.grads().data();
+  // Built and stepped without round_working_params (tests, tools): the
+  // master starts from the store's values as they are.
+  if (options_.master_weights && !master_set_) take_master_from(w);
   // Muon matrices of one shape are updated together (one batched op per shape);
   // each matrix's update is independent of the others, so the grouping does
   // not change results.
   std::map<std::pair<int64_t, int64_t>, std::vector<const Slot*>> muon_by_shape;
   for (const Slot& slot : slots_) {
-    if (slot.update == Update::kAdamW) adamw_step(slot, w, g, lr);
+    if (slot.update == Update::kAdamW)
+      adamw_step(slot, weights_of(slot, w), g + slot.param_offset, lr);
     if (slot.update != Update::kMuon) continue;
     muon_by_shape[muon_shape(specs_[slot.spec])].push_back(&slot);
   }
@@ -247,6 +256,36 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
       muon_step(std::span(slots).subspan(first, count), w, g, lr);
     }
   }
+  if (!options_.master_weights) return;
+  // The working parameters: the updated master rounded to bf16.
+  for (const Slot& slot : slots_)
+    if (slot.update != Update::kNone)
+      round_to_bf16(master_.data() + slot.state_offset, w + slot.param_offset,
+                    specs_[slot.spec].numel());
+}
+
+void Optimizer::round_working_params(model::ParamStore<float>& params) {
+  if (!options_.master_weights) return;
+  if (params.size() != size_ || params.specs().size() != specs_.size())
+    throw Error("optimizer: parameter layout differs from the one the optimizer was built for");
+  float* w = params.values().data();
+  if (!master_set_) take_master_from(w);
+  for (const model::ParamSpec& spec : specs_)
+    if (spec.group != model::OptimizerGroup::kNotTrained) {
+      float* values = w + params.offset(spec.name);
+      round_to_bf16(values, values, spec.numel());
+    }
+}
+
+void Optimizer::take_master_from(const float* params) {
+  // In place: the buffer was allocated with the optimizer.
+  master_.resize(static_cast<size_t>(state_size()));
+  int64_t at = 0;
+  for (const parallel::OptimizerShard& r : ranges_) {
+    std::copy_n(params + r.begin, r.size(), master_.data() + at);
+    at += r.size();
+  }
+  master_set_ = true;
 }
 
 std::vector<float> Optimizer::second_moment() const {
@@ -273,14 +312,18 @@ std::vector<float> Optimizer::gather_ranges(const void* whole) const {
 }
 
 void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
-                          std::vector<float> second_moment) {
+                          std::vector<float> second_moment, std::vector<float> master) {
   if (step < 0) throw Error("optimizer state: negative step");
   const auto length = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size()); };
   if (length(first_moment) == size_ && length(second_moment) == size_ && sharded()) {
     // The whole model's state: keep this optimizer's ranges.
     first_moment = gather_ranges(first_moment.data());
     second_moment = gather_ranges(second_moment.data());
+    if (length(master) == size_) master = gather_ranges(master.data());
   }
+  if (!master.empty() && length(master) != state_size())
+    throw Error("optimizer state: master weights of " + std::to_string(master.size()) +
+                " values, expected " + std::to_string(state_size()));
   if (length(first_moment) != state_size() || length(second_moment) != state_size())
     throw Error("optimizer state: buffers of " + std::to_string(first_moment.size()) + " / " +
                 std::to_string(second_moment.size()) + " values, expected " +
@@ -288,6 +331,12 @@ void Optimizer::set_state(int64_t step, std::vector<float> first_moment,
                 (sharded() ? " (or the shard's " + std::to_string(state_size()) + ")" : ""));
   step_ = step;
   first_moment_.assign(first_moment);
+  if (options_.master_weights) {
+    // Without a master in the state, round_working_params takes it from the
+    // parameters loaded with it.
+    master_set_ = !master.empty();
+    if (master_set_) master_ = std::move(master);
+  }
   for (const Slot& slot : slots_)
     if (slot.update == Update::kAdamW)
       second_moment_.write(slot.second_offset,
@@ -327,15 +376,27 @@ void Optimizer::save_state(const std::string& path) const {
     };
   };
   const size_t bytes = static_cast<size_t>(size_) * sizeof(float);
+  std::vector<TensorToStream> tensors = {
+      {"first_moment", DType::kF32, {size_}, bytes, stream(false)},
+      {"second_moment", DType::kF32, {size_}, bytes, stream(true)}};
+  if (options_.master_weights) {
+    // Unsharded: the master is indexed like the parameters.
+    if (!master_set_)
+      throw Error("optimizer state: master weights were never set (round_working_params)")
+          .file(path);
+    tensors.push_back(
+        {"master", DType::kF32, {size_}, bytes, [this](const TensorToStream::Sink& sink) {
+           sink(std::string_view(reinterpret_cast<const char*>(master_.data()),
+                                 master_.size() * sizeof(float)));
+         }});
+  }
   ensure_parent_dir(path);
-  write_safetensors_streaming(path,
-                              {{"first_moment", DType::kF32, {size_}, bytes, stream(false)},
-                               {"second_moment", DType::kF32, {size_}, bytes, stream(true)}},
-                              state_metadata());
+  write_safetensors_streaming(path, tensors, state_metadata());
 }
 
 void Optimizer::save_state(const std::string& path, std::span<const float> whole_first_moment,
-                           std::span<const float> whole_second_moment) const {
+                           std::span<const float> whole_second_moment,
+                           std::span<const float> whole_master) const {
   if (static_cast<int64_t>(whole_first_moment.size()) != size_ ||
       static_cast<int64_t>(whole_second_moment.size()) != size_)
     throw Error("optimizer state to save: buffers of " + std::to_string(whole_first_moment.size()) +
@@ -347,6 +408,14 @@ void Optimizer::save_state(const std::string& path, std::span<const float> whole
       {"first_moment", DType::kF32, {size_}, whole_first_moment.data(), bytes},
       {"second_moment", DType::kF32, {size_}, whole_second_moment.data(), bytes},
   };
+  if (options_.master_weights) {
+    if (static_cast<int64_t>(whole_master.size()) != size_)
+      throw Error("optimizer state to save: master weights of " +
+                  std::to_string(whole_master.size()) + " values, expected " +
+                  std::to_string(size_))
+          .file(path);
+    tensors.push_back({"master", DType::kF32, {size_}, whole_master.data(), bytes});
+  }
   ensure_parent_dir(path);
   write_safetensors(path, tensors, state_metadata());
 }
@@ -360,6 +429,8 @@ std::map<std::string, std::string> Optimizer::state_metadata() const {
       // Informational: the file always holds fp32 (bf16 widens exactly), so
       // a run may resume with either moment dtype.
       {"moment_dtype", moment_dtype_name(options_.moment_dtype)},
+      // Informational: whether the file holds fp32 master weights.
+      {"master_weights", options_.master_weights ? "f32" : "none"},
   };
 }
 
@@ -376,15 +447,21 @@ void Optimizer::load_state(const std::string& path) {
     // Only this optimizer's ranges of the (whole-model) state are kept.
     return gather_ranges(view->data);
   };
-  set_state(step, read("first_moment"), read("second_moment"));
+  // A master is read when this run keeps one and the file has it.
+  std::vector<float> master;
+  if (options_.master_weights && file.find("master")) master = read("master");
+  set_state(step, read("first_moment"), read("second_moment"), std::move(master));
 }
 
 std::vector<std::string> Optimizer::state_tensor_names(const model::ParamSpec& spec,
                                                        const OptimizerOptions& options) {
   if (spec.group == model::OptimizerGroup::kNotTrained) return {};
-  if (spec.group == model::OptimizerGroup::kMuon && options.use_muon)
-    return {"first_moment." + spec.name};  // Muon: momentum only
-  return {"first_moment." + spec.name, "second_moment." + spec.name};
+  std::vector<std::string> names = {"first_moment." + spec.name};
+  // Muon: momentum only.
+  if (spec.group != model::OptimizerGroup::kMuon || !options.use_muon)
+    names.push_back("second_moment." + spec.name);
+  if (options.master_weights) names.push_back("master." + spec.name);
+  return names;
 }
 
 void Optimizer::save_state_shard(const std::string& path,
@@ -421,6 +498,14 @@ void Optimizer::save_state_shard(const std::string& path,
       add("first_moment." + spec.name, spec, first_moment_, slot->state_offset);
       if (slot->update == Update::kAdamW)
         add("second_moment." + spec.name, spec, second_moment_, slot->second_offset);
+      if (options_.master_weights) {
+        if (!master_set_)
+          throw Error("optimizer state: master weights were never set (round_working_params)")
+              .file(path);
+        tensors.push_back({"master." + spec.name, DType::kF32, spec.shape,
+                           master_.data() + slot->state_offset,
+                           static_cast<size_t>(spec.numel()) * sizeof(float)});
+      }
     }
   int64_t whole_size = 0;
   for (const model::ParamSpec& spec : whole_layout) whole_size += spec.numel();
@@ -430,6 +515,7 @@ void Optimizer::save_state_shard(const std::string& path,
       {"param_count", std::to_string(whole_size)},
       {"layout_hash", std::to_string(layout_hash_of(whole_layout))},
       {"moment_dtype", moment_dtype_name(options_.moment_dtype)},
+      {"master_weights", options_.master_weights ? "f32" : "none"},
   };
   ensure_parent_dir(path);
   write_safetensors(path, tensors, metadata);
@@ -444,17 +530,35 @@ void Optimizer::load_state_shards(const CheckpointReader& shards,
                                             layout_hash_of(whole_layout), whole_size);
   std::vector<float> first(static_cast<size_t>(state_size()), 0.0f);
   std::vector<float> second(first.size(), 0.0f);
+  // The master is read when this run keeps one and the shards have it (all
+  // of its tensors or none: a state saved without master weights).
+  std::vector<float> master(options_.master_weights ? first.size() : 0, 0.0f);
+  int64_t masters_found = 0, masters_wanted = 0;
   for (const Slot& slot : slots_) {
     if (slot.update == Update::kNone) continue;
     const model::ParamSpec& spec = specs_[slot.spec];
-    for (const std::string& name : state_tensor_names(spec, options_)) {
+    OptimizerOptions moments_only = options_;
+    moments_only.master_weights = false;
+    for (const std::string& name : state_tensor_names(spec, moments_only)) {
       const TensorView* view = shards.find(name);
       if (!view) throw Error("optimizer state: missing tensor").file(where).field(name);
       std::vector<float>& out = name.rfind("first_moment.", 0) == 0 ? first : second;
       shards.read_f32(name, out.data() + slot.state_offset, spec.numel());
     }
+    if (!options_.master_weights) continue;
+    ++masters_wanted;
+    const std::string name = "master." + spec.name;
+    if (!shards.find(name)) continue;
+    shards.read_f32(name, master.data() + slot.state_offset, spec.numel());
+    ++masters_found;
   }
-  set_state(step, std::move(first), std::move(second));
+  if (masters_found != 0 && masters_found != masters_wanted)
+    throw Error("optimizer state: master weights for " + std::to_string(masters_found) + " of " +
+                std::to_string(masters_wanted) + " tensors of this rank")
+        .file(where)
+        .field("master");
+  if (masters_found == 0) master.clear();
+  set_state(step, std::move(first), std::move(second), std::move(master));
 }
 
 void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<float>& params,
@@ -493,7 +597,9 @@ void load_optimizer_state_by_name(Optimizer& optimizer, const model::ParamStore<
     }
     return values;
   };
-  optimizer.set_state(step, read("first_moment"), read("second_moment"));
+  std::vector<float> master;
+  if (optimizer.has_master() && file.find("master")) master = read("master");
+  optimizer.set_state(step, read("first_moment"), read("second_moment"), std::move(master));
 }
 
 }  // namespace trex::train
