@@ -230,47 +230,49 @@ TEST(DataParallelResume, Bf16ParametersSaveTheMasterInBothFormats) {
       dp2.out_dir + "/checkpoints/" + trex::train::checkpoint_name(kSaveAt);
   const std::string whole_dir =
       dp2_whole.out_dir + "/checkpoints/" + trex::train::checkpoint_name(kSaveAt);
-  if (world.rank() == 0) {
-    const auto sharded = trex::model::Model<float>::from_checkpoint(sharded_dir);
-    const auto whole = trex::model::Model<float>::from_checkpoint(whole_dir);
-    EXPECT_EQ(sharded.params().values(), whole.params().values());
-    trex::train::Optimizer a(sharded.params(), c.optimizer), b(whole.params(), c.optimizer);
-    trex::train::load_checkpoint_optimizer_state(sharded_dir, sharded.params(), sharded.config(),
-                                                 a);
-    trex::train::load_checkpoint_optimizer_state(whole_dir, whole.params(), whole.config(), b);
-    ASSERT_EQ(a.master().size(), static_cast<size_t>(sharded.params().size()));
-    EXPECT_EQ(a.master(), b.master());
-    // The weights are the master rounded to bf16, and the master is more.
-    int64_t differs = 0;
-    for (const trex::model::ParamSpec& spec : sharded.params().specs()) {
-      if (spec.group == trex::model::OptimizerGroup::kNotTrained) continue;
-      const int64_t at = sharded.params().offset(spec.name);
-      for (int64_t i = at; i < at + spec.numel(); ++i) {
-        const float w = sharded.params().values()[static_cast<size_t>(i)];
-        const float m = a.master()[static_cast<size_t>(i)];
-        ASSERT_EQ(w, trex::bf16_to_f32(trex::f32_to_bf16(m))) << spec.name;
-        differs += w != m;
+  // Rank 0 checks and resumes; an ASSERT leaves the lambda, not the barrier below.
+  if (world.rank() == 0)
+    [&] {
+      const auto sharded = trex::model::Model<float>::from_checkpoint(sharded_dir);
+      const auto whole = trex::model::Model<float>::from_checkpoint(whole_dir);
+      EXPECT_EQ(sharded.params().values(), whole.params().values());
+      trex::train::Optimizer a(sharded.params(), c.optimizer), b(whole.params(), c.optimizer);
+      trex::train::load_checkpoint_optimizer_state(sharded_dir, sharded.params(), sharded.config(),
+                                                   a);
+      trex::train::load_checkpoint_optimizer_state(whole_dir, whole.params(), whole.config(), b);
+      ASSERT_EQ(a.master().size(), static_cast<size_t>(sharded.params().size()));
+      EXPECT_EQ(a.master(), b.master());
+      // The weights are the master rounded to bf16, and the master is more.
+      int64_t differs = 0;
+      for (const trex::model::ParamSpec& spec : sharded.params().specs()) {
+        if (spec.group == trex::model::OptimizerGroup::kNotTrained) continue;
+        const int64_t at = sharded.params().offset(spec.name);
+        for (int64_t i = at; i < at + spec.numel(); ++i) {
+          const float w = sharded.params().values()[static_cast<size_t>(i)];
+          const float m = a.master()[static_cast<size_t>(i)];
+          ASSERT_EQ(w, trex::bf16_to_f32(trex::f32_to_bf16(m))) << spec.name;
+          differs += w != m;
+        }
       }
-    }
-    EXPECT_GT(differs, sharded.params().size() / 2);
-    RunConfig resume = c;
-    resume.out_dir = dp2.out_dir;
-    Trainer t(resume, {.resume = true,
-                       .quiet = true,
-                       .write_metrics = false,
-                       .world = trex::parallel::make_self_communicator()});
-    ASSERT_EQ(t.step(), kSaveAt);
-    EXPECT_EQ(t.optimizer().master(), a.master());
-    std::vector<double> losses;
-    while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
-    // bf16's tolerance, not fp32's: the 2-rank reduction sums the gradients in
-    // another order, and an ulp of difference in the master can flip a
-    // weight's bf16 rounding (measured: 6e-5 relative at step 5).
-    ASSERT_EQ(losses.size() + kSaveAt, reference.size());
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], reference[kSaveAt + i], 1e-3 * reference[kSaveAt + i])
-          << "step " << kSaveAt + i + 1;
-  }
+      EXPECT_GT(differs, sharded.params().size() / 2);
+      RunConfig resume = c;
+      resume.out_dir = dp2.out_dir;
+      Trainer t(resume, {.resume = true,
+                         .quiet = true,
+                         .write_metrics = false,
+                         .world = trex::parallel::make_self_communicator()});
+      ASSERT_EQ(t.step(), kSaveAt);
+      EXPECT_EQ(t.optimizer().master(), a.master());
+      std::vector<double> losses;
+      while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
+      // bf16's tolerance, not fp32's: the 2-rank reduction sums the gradients in
+      // another order, and an ulp of difference in the master can flip a
+      // weight's bf16 rounding (measured: 6e-5 relative at step 5).
+      ASSERT_EQ(losses.size() + kSaveAt, reference.size());
+      for (size_t i = 0; i < losses.size(); ++i)
+        EXPECT_NEAR(losses[i], reference[kSaveAt + i], 1e-3 * reference[kSaveAt + i])
+            << "step " << kSaveAt + i + 1;
+    }();
   world.barrier();
 }
 

@@ -120,15 +120,17 @@ inline void expect_validation_matches(Trainer& trainer, const RunConfig& c) {
       << got << " vs 1-rank " << reference;
 }
 
+// `tolerance`: relative, per step (fp32 runs: kRelativeTolerance).
 inline void expect_losses_match(const std::vector<double>& got, const std::vector<double>& want,
-                                size_t first_step, const std::string& what) {
+                                size_t first_step, const std::string& what,
+                                double tolerance = kRelativeTolerance) {
   ASSERT_EQ(got.size() + first_step, want.size()) << what;
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double reference = want[first_step + i];
     worst = std::max(worst, std::abs(got[i] - reference) / std::abs(reference));
     ASSERT_TRUE(std::isfinite(got[i])) << what << " step " << first_step + i + 1;
-    EXPECT_LE(std::abs(got[i] - reference), kRelativeTolerance * std::abs(reference))
+    EXPECT_LE(std::abs(got[i] - reference), tolerance * std::abs(reference))
         << what << " step " << first_step + i + 1 << ": " << got[i] << " vs 1-rank " << reference;
   }
   if (trex::parallel::world()->rank() == 0)

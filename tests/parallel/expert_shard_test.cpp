@@ -348,6 +348,23 @@ TEST(ExpertShard, OptimizerStateLoadsIntoAShardByName) {
   trex::train::load_optimizer_state_by_name(zero, mine, path, whole.params().specs());
   EXPECT_EQ(zero.first_moment(), std::vector<float>(want_first.begin() + parts[1].begin,
                                                     want_first.begin() + parts[1].end));
+
+  // param_dtype = "bf16": the fp32 master travels by name the same way.
+  trex::train::OptimizerOptions with_master;
+  with_master.master_weights = true;
+  std::vector<float> master(first.size());
+  for (size_t i = 0; i < master.size(); ++i) master[i] = 0.001f * static_cast<float>(i % 4099);
+  trex::train::Optimizer full_master(whole.params(), with_master);
+  full_master.set_state(4, first, second, master);
+  const std::string master_path = dir.path() + "/optimizer-master.safetensors";
+  full_master.save_state(master_path);
+  trex::train::Optimizer shard_master(mine, with_master, parts[1]);
+  trex::train::load_optimizer_state_by_name(shard_master, mine, master_path,
+                                            whole.params().specs());
+  const std::vector<float> want_master =
+      trex::parallel::relayout_by_name<float>(whole.params().specs(), master, mine.specs());
+  EXPECT_EQ(shard_master.master(), std::vector<float>(want_master.begin() + parts[1].begin,
+                                                      want_master.begin() + parts[1].end));
 }
 
 }  // namespace
