@@ -249,7 +249,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
         const std::vector<parallel::OptimizerShard> ranges =
             ranges_of_data_rank(config, layout, zero, d);
         const int64_t moments = moment_bytes(config, layout, ranges);
-        if (moments >= role.moments_max) role.master = master_bytes(config, layout, ranges);
+        role.master = std::max(role.master, master_bytes(config, layout, ranges));
         role.moments_max = std::max(role.moments_max, moments);
         role.optimizer_work = std::max(role.optimizer_work,
                                        Optimizer::work_elements(layout, ranges, config.optimizer) *

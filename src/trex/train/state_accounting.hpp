@@ -39,8 +39,8 @@ struct StateRole {
   // ZeRO-2 without a pipeline, where the pages of reduced buckets go back.
   int64_t grads = 0;
   int64_t moments_max = 0, moments_min = 0;
-  // fp32 master weights of the ZeRO ranges (param_dtype = "bf16"; else 0),
-  // on the data rank with the largest moments.
+  // fp32 master weights of the ZeRO ranges (param_dtype = "bf16"; else 0):
+  // the largest over the role's data ranks, like the moments.
   int64_t master = 0;
   int64_t state_max() const { return params + grads + moments_max + master; }
   // Peak activations: the largest (cached micro-batches + one op's work set
