@@ -92,6 +92,23 @@ double relative_state_difference(const std::string& a_dir, const std::string& b_
   return scale > 0 ? diff / scale : 1.0;
 }
 
+// `c` resumed alone (this rank only) from OUT `from_dir`'s latest checkpoint.
+std::unique_ptr<Trainer> resume_on_one_rank(RunConfig c, const std::string& from_dir) {
+  c.out_dir = from_dir;
+  return std::make_unique<Trainer>(
+      c, trex::train::TrainerOptions{.resume = true,
+                                     .quiet = true,
+                                     .write_metrics = false,
+                                     .world = trex::parallel::make_self_communicator()});
+}
+
+// The losses of the steps `t` has left to run.
+std::vector<double> remaining_losses(Trainer& t) {
+  std::vector<double> losses;
+  while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
+  return losses;
+}
+
 // Save with DP=2 ZeRO-1, resume with 1 rank; save with 1 rank, resume with
 // DP=2 ZeRO-1: steps k+1..n equal the uninterrupted 1-rank run.
 TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
@@ -154,16 +171,9 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
   }
 
   if (world.rank() == 0) {
-    RunConfig resume = one;
-    resume.out_dir = dp2.out_dir;
-    Trainer t(resume, {.resume = true,
-                       .quiet = true,
-                       .write_metrics = false,
-                       .world = trex::parallel::make_self_communicator()});
-    ASSERT_EQ(t.step(), kSaveAt);
-    std::vector<double> losses;
-    while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
-    expect_losses_match(losses, reference, kSaveAt, "DP=2 ZeRO-1 -> 1 rank");
+    const std::unique_ptr<Trainer> t = resume_on_one_rank(one, dp2.out_dir);
+    ASSERT_EQ(t->step(), kSaveAt);
+    expect_losses_match(remaining_losses(*t), reference, kSaveAt, "DP=2 ZeRO-1 -> 1 rank");
   }
   world.barrier();
   {
@@ -255,16 +265,10 @@ TEST(DataParallelResume, Bf16ParametersSaveTheMasterInBothFormats) {
         }
       }
       EXPECT_GT(differs, sharded.params().size() / 2);
-      RunConfig resume = c;
-      resume.out_dir = dp2.out_dir;
-      Trainer t(resume, {.resume = true,
-                         .quiet = true,
-                         .write_metrics = false,
-                         .world = trex::parallel::make_self_communicator()});
-      ASSERT_EQ(t.step(), kSaveAt);
-      EXPECT_EQ(t.optimizer().master(), a.master());
-      std::vector<double> losses;
-      while (t.step() < t.total_steps()) losses.push_back(t.train_step().get("loss"));
+      const std::unique_ptr<Trainer> t = resume_on_one_rank(c, dp2.out_dir);
+      ASSERT_EQ(t->step(), kSaveAt);
+      EXPECT_EQ(t->optimizer().master(), a.master());
+      const std::vector<double> losses = remaining_losses(*t);
       // bf16's tolerance, not fp32's: the 2-rank reduction sums the gradients in
       // another order, and an ulp of difference in the master can flip a
       // weight's bf16 rounding (measured: 6e-5 relative at step 5).

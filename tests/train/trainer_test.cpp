@@ -486,60 +486,56 @@ TEST(TrainTrainer, FullRecomputeTrainsBitwiseLikeNone) {
   EXPECT_EQ(none.second, selective.second);
 }
 
-// bf16 optimizer moments (DeepSeek-V3's recipe) train like fp32 ones: the
-// validation loss after the same steps agrees within 1%, yet the runs differ.
-TEST(TrainTrainer, Bf16MomentsReachTheFp32ValidationLoss) {
-  TempDir dir;
-  trex::test::write_tiny_training_data(dir.path());
-  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
+// The tiny model's validation loss after 12 CPT steps with the moment dtype
+// and master weights of `options` (and the optimizer's moment and master bytes).
+struct ValidationRun {
+  double loss = 0;
+  int64_t state_bytes = 0, master_bytes = 0;
+};
+ValidationRun validation_after_12_steps(const trex::train::OptimizerOptions& options,
+                                        const std::string& out_dir) {
+  trex::test::write_tiny_training_data(out_dir);
+  RunConfig c = trex::test::tiny_run_config(out_dir, DataMode::kCpt);
   c.validation_file = c.train_file;
   c.steps = 12;
   c.eval_interval = 12;
   c.eval_batches = 2;
-  auto final_validation_loss = [&](trex::train::MomentDType moments, const std::string& name) {
-    RunConfig run = c;
-    run.optimizer.moment_dtype = moments;
-    run.out_dir = dir.path() + "/" + name;
-    Trainer trainer(run, {.quiet = true});
-    trainer.run();
-    const auto lines = trex::read_jsonl(run.out_dir + "/metrics.jsonl");
-    EXPECT_TRUE(lines.back().contains("val_loss"));
-    return std::pair(lines.back()["val_loss"].get<double>(), trainer.optimizer().state_bytes());
-  };
-  const auto [fp32_loss, fp32_bytes] = final_validation_loss(trex::train::MomentDType::kF32, "f32");
-  const auto [bf16_loss, bf16_bytes] =
-      final_validation_loss(trex::train::MomentDType::kBF16, "bf16");
-  EXPECT_NEAR(bf16_loss, fp32_loss, 0.01 * fp32_loss);
-  EXPECT_NE(bf16_loss, fp32_loss);
-  EXPECT_EQ(2 * bf16_bytes, fp32_bytes);
+  c.optimizer.moment_dtype = options.moment_dtype;
+  c.optimizer.master_weights = options.master_weights;
+  c.out_dir = out_dir + "/run";
+  Trainer trainer(c, {.quiet = true});
+  trainer.run();
+  const auto lines = trex::read_jsonl(c.out_dir + "/metrics.jsonl");
+  EXPECT_TRUE(lines.back().contains("val_loss"));
+  return {lines.back().value("val_loss", -1.0), trainer.optimizer().state_bytes(),
+          trainer.optimizer().master_bytes()};
+}
+
+// bf16 optimizer moments (DeepSeek-V3's recipe) train like fp32 ones: the
+// validation loss after the same steps agrees within 1%, yet the runs differ.
+TEST(TrainTrainer, Bf16MomentsReachTheFp32ValidationLoss) {
+  TempDir dir;
+  trex::train::OptimizerOptions bf16_moments;
+  bf16_moments.moment_dtype = trex::train::MomentDType::kBF16;
+  const ValidationRun fp32 = validation_after_12_steps({}, dir.path() + "/f32");
+  const ValidationRun bf16 = validation_after_12_steps(bf16_moments, dir.path() + "/bf16");
+  EXPECT_NEAR(bf16.loss, fp32.loss, 0.01 * fp32.loss);
+  EXPECT_NE(bf16.loss, fp32.loss);
+  EXPECT_EQ(2 * bf16.state_bytes, fp32.state_bytes);
 }
 
 // param_dtype = "bf16" (bf16 working weights, fp32 master in the optimizer):
 // the validation loss after the same steps agrees with the fp32 run within 1%.
 TEST(TrainTrainer, Bf16ParametersReachTheFp32ValidationLoss) {
   TempDir dir;
-  trex::test::write_tiny_training_data(dir.path());
-  RunConfig c = trex::test::tiny_run_config(dir.path(), DataMode::kCpt);
-  c.validation_file = c.train_file;
-  c.steps = 12;
-  c.eval_interval = 12;
-  c.eval_batches = 2;
-  auto final_validation_loss = [&](bool bf16_params, const std::string& name) {
-    RunConfig run = c;
-    run.optimizer.master_weights = bf16_params;
-    run.out_dir = dir.path() + "/" + name;
-    Trainer trainer(run, {.quiet = true});
-    trainer.run();
-    const auto lines = trex::read_jsonl(run.out_dir + "/metrics.jsonl");
-    EXPECT_TRUE(lines.back().contains("val_loss"));
-    return std::pair(lines.back()["val_loss"].get<double>(), trainer.optimizer().master_bytes());
-  };
-  const auto [fp32_loss, fp32_master] = final_validation_loss(false, "fp32");
-  const auto [bf16_loss, bf16_master] = final_validation_loss(true, "bf16");
-  EXPECT_NEAR(bf16_loss, fp32_loss, 0.01 * fp32_loss);
-  EXPECT_NE(bf16_loss, fp32_loss);
-  EXPECT_EQ(fp32_master, 0);
-  EXPECT_GT(bf16_master, 0);
+  trex::train::OptimizerOptions bf16_params;
+  bf16_params.master_weights = true;
+  const ValidationRun fp32 = validation_after_12_steps({}, dir.path() + "/fp32");
+  const ValidationRun bf16 = validation_after_12_steps(bf16_params, dir.path() + "/bf16");
+  EXPECT_NEAR(bf16.loss, fp32.loss, 0.01 * fp32.loss);
+  EXPECT_NE(bf16.loss, fp32.loss);
+  EXPECT_EQ(fp32.master_bytes, 0);
+  EXPECT_GT(bf16.master_bytes, 0);
 }
 
 TEST(TrainCheckpoint, KeepsTheLastKAndRefusesMissingResume) {
