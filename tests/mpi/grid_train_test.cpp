@@ -11,6 +11,7 @@
 #include <string>
 
 #include "mpi/train_harness.hpp"
+#include "sanitized_build.hpp"
 #include "test_paths.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/parallel/expert_shard.hpp"
@@ -181,6 +182,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GridTrain2,
 class GridTrain4 : public ::testing::TestWithParam<Layout> {};
 TEST_P(GridTrain4, TwentyStepsMatchOneRank) {
   if (trex::parallel::world()->size() != GetParam().ranks()) GTEST_SKIP() << "needs 4 ranks";
+  if (trex::test::kSanitizedBuild && GetParam().global_batch > 4)
+    GTEST_SKIP() << "8 micro-batches take 45-77 s under the sanitizers: the Release suite runs "
+                    "this layout; GridTrain2 and GridResume run DualPipeV here";
   expect_twenty_steps_match(GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "reliability/child_process.hpp"
+#include "sanitized_build.hpp"
 #include "test_paths.hpp"
 #include "train/trainer_fixtures.hpp"
 #include "trex/core/atomic_file.hpp"
@@ -39,10 +40,11 @@ using Snapshot = std::map<std::string, std::string>;  // relative path -> bytes
 constexpr uint64_t kSeed = 20261204;
 
 // How many deterministic kill points per writer (TREX_KILL_POINTS overrides,
-// e.g. for a long soak run) and random-delay kills.
+// e.g. for a long soak run). Under the sanitizers a sample of 6: every trial
+// there is a killed run, its inspection and a rerun at ASan speed.
 size_t kill_point_cap(size_t fallback) {
   if (const char* v = std::getenv("TREX_KILL_POINTS")) return std::stoul(v);
-  return fallback;
+  return trex::test::sanitizer_sample(fallback, 6);
 }
 
 Snapshot snapshot(const std::string& dir) {
@@ -349,7 +351,8 @@ Figures run_dataset_kills(const DatasetWriter& w, const TempDir& tmp) {
   std::uniform_real_distribution<double> delay(0.0, reference_seconds);
   std::vector<std::pair<long, double>> trials;
   for (long k : points) trials.push_back({k, -1.0});
-  for (size_t i = 0; i < w.timed; ++i) trials.push_back({0, delay(rng)});
+  for (size_t i = 0; i < trex::test::sanitizer_sample(w.timed, 1); ++i)
+    trials.push_back({0, delay(rng)});
   for (const auto& [k, after] : trials) {
     const std::string label =
         k > 0 ? "kill at event " + std::to_string(k) : "kill after " + std::to_string(after) + " s";
@@ -558,7 +561,8 @@ void kill_training(const TrainLaunch& launch) {
   std::uniform_real_distribution<double> delay(0.0, reference_seconds);
   std::vector<std::pair<long, double>> trials;
   for (long k : points) trials.push_back({k, -1.0});
-  for (size_t i = 0; i < launch.timed_kills; ++i) trials.push_back({0, delay(rng)});
+  for (size_t i = 0; i < trex::test::sanitizer_sample(launch.timed_kills, 1); ++i)
+    trials.push_back({0, delay(rng)});
 
   for (const auto& [k, after] : trials) {
     const std::string label =

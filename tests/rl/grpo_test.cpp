@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../sanitized_build.hpp"
 #include "../train/trainer_fixtures.hpp"
 #include "trex/core/error.hpp"
 #include "trex/io/tokenizer.hpp"
@@ -100,6 +101,9 @@ std::vector<MetricsRecord> run(const trex::train::RunConfig& c, trex::rl::GrpoOp
 }
 
 TEST(GrpoLoop, RaisesTheRewardItIsGiven) {
+  if (trex::test::kSanitizedBuild)
+    GTEST_SKIP() << "20 GRPO steps take ~3 min under the sanitizers: the Release suite runs "
+                    "this; the other GrpoLoop tests run the same loop here";
   const std::string dir = make_run_dir("learn");
   const trex::train::RunConfig c = config_in(dir, grpo_run_json(20));
   trex::rl::GrpoOptions o;
@@ -130,6 +134,9 @@ TEST(GrpoLoop, RaisesTheRewardItIsGiven) {
 }
 
 TEST(GrpoLoop, RolloutsAreSeededAndResumeEqualsAnUninterruptedRun) {
+  if (trex::test::kSanitizedBuild)
+    GTEST_SKIP() << "three GRPO runs take ~2 min under the sanitizers: the Release suite runs "
+                    "this; the other GrpoLoop tests run the same loop here";
   const std::string dir = make_run_dir("resume");
   nlohmann::json j = grpo_run_json(3);
   j["grpo"]["temperature"] = 0.8;
