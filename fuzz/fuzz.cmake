@@ -18,12 +18,14 @@ if(TREX_FUZZ)
   set(TREX_FUZZ_SANITIZERS address,undefined)
   # The parser sources the targets reach (and what those need), not all of trex_lib.
   set(TREX_FUZZ_LIB_SOURCES
-      core/atomic_file.cpp core/config_reader.cpp core/dtypes.cpp core/error.cpp core/jsonl.cpp
-      core/log.cpp core/progress.cpp core/strings.cpp
+      core/atomic_file.cpp core/checksum.cpp core/config_reader.cpp core/dtypes.cpp core/error.cpp
+      core/jsonl.cpp core/log.cpp core/process_pool.cpp core/progress.cpp core/strings.cpp
       io/checkpoint_files.cpp io/safetensors.cpp io/tokenizer.cpp io/tokenizer_regex.cpp
       io/tokenizer_train.cpp io/tokenizer_unicode_tables.cpp
-      model/config.cpp train/run_config.cpp train/schedule.cpp
-      plan/cluster.cpp parallel/expert_placement.cpp
+      model/activation_recompute.cpp model/config.cpp
+      train/run_config.cpp train/optim/moment_buffer.cpp train/optim/schedule.cpp
+      plan/cluster.cpp parallel/expert_load.cpp parallel/expert_map.cpp parallel/expert_placement.cpp
+      parallel/expert_plan.cpp parallel/expert_traffic.cpp parallel/rank_topology.cpp
       or/eval/extract.cpp or/eval/grade.cpp or/solver/linear_model.cpp)
   list(TRANSFORM TREX_FUZZ_LIB_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/src/trex/)
   add_library(trex_fuzz_lib STATIC ${TREX_FUZZ_LIB_SOURCES})

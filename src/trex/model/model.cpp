@@ -125,18 +125,6 @@ struct StageCache<T>::Impl {
   bool mtp_backward = false;
 };
 
-const char* activation_recompute_name(ActivationRecompute recompute) {
-  switch (recompute) {
-    case ActivationRecompute::kFull:
-      return "full";
-    case ActivationRecompute::kSelective:
-      return "selective";
-    case ActivationRecompute::kNone:
-      break;
-  }
-  return "none";
-}
-
 template <class T>
 StageCache<T>::StageCache() = default;
 template <class T>
