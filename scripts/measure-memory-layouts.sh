@@ -25,23 +25,25 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
   OMP_WAIT_POLICY=PASSIVE
 
-# name|ranks|dp|ep|pp|zero|recompute|pipeline_layers
+# name|ranks|dp|ep|pp|zero|recompute|pipeline_layers|param_dtype (default fp32)
 layouts=(
-  "1rank-none|1|1|1|1|0|none|"
-  "1rank-selective|1|1|1|1|0|selective|"
-  "1rank-full|1|1|1|1|0|full|"
-  "dp2-zero1|2|2|1|1|1|none|"
-  "dp2-zero2|2|2|1|1|2|none|"
-  "ep2-zero1|2|1|2|1|1|none|"
-  "pp2-1f1b|2|1|1|2|0|none|"
-  "pp4-full|4|1|1|4|0|full|2, 3, 3, 0"
-  "dp2-pp2-zero1-selective|4|2|1|2|1|selective|"
+  "1rank-none|1|1|1|1|0|none||"
+  "1rank-selective|1|1|1|1|0|selective||"
+  "1rank-full|1|1|1|1|0|full||"
+  "dp2-zero1|2|2|1|1|1|none||"
+  "dp2-zero2|2|2|1|1|2|none||"
+  "ep2-zero1|2|1|2|1|1|none||"
+  "pp2-1f1b|2|1|1|2|0|none||"
+  "pp4-full|4|1|1|4|0|full|2, 3, 3, 0|"
+  "dp2-pp2-zero1-selective|4|2|1|2|1|selective||"
+  "1rank-none-bf16|1|1|1|1|0|none||bf16"
+  "dp2-zero1-bf16|2|2|1|1|1|none||bf16"
 )
 
 printf "%-24s %4s %9s %9s %11s %11s %8s %13s %13s %8s\n" layout rank "rss MiB" "base MiB" \
   "rss-base" "account MiB" "ratio" "buf. peak MiB" "buf. acct MiB" "ratio"
 for entry in "${layouts[@]}"; do
-  IFS='|' read -r name ranks dp ep pp zero recompute layers <<<"$entry"
+  IFS='|' read -r name ranks dp ep pp zero recompute layers param_dtype <<<"$entry"
   [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]] && continue
   dir="$(realpath "$out")/$name"
   rm -rf "$dir" && mkdir -p "$dir"
@@ -53,6 +55,7 @@ for entry in "${layouts[@]}"; do
     echo "steps = ${STEPS:-2}"
     echo "precision = \"bf16\""
     echo "recompute = \"$recompute\""
+    echo "param_dtype = \"${param_dtype:-fp32}\""
     echo "checkpoint_interval = 0"
     echo "out_dir = \"$dir/out\""
     echo "[model]"
@@ -82,9 +85,9 @@ for entry in "${layouts[@]}"; do
     rss_kb=$(cat "$dir/rss.$r")
     awk -v name="$name" -v r="$r" -v dp="$dp" -v ep="$ep" -v rss_kb="$rss_kb" \
       -v act_peak="${act_peak:-0}" -v base="${base:-0}" '
-      # Role rows: stage, EP, ranks, params, grads, moments "min-max", opt work, activations,
-      # of which backend buffers, in flight, comm, total.
-      $1 ~ /^[0-9]+$/ && NF == 12 { total[$1 "/" $2] = $12; act[$1 "/" $2] = $9 }
+      # Role rows: stage, EP, ranks, params, decoded, grads, master, moments "min-max",
+      # opt work, activations, of which backend buffers, in flight, comm, total.
+      $1 ~ /^[0-9]+$/ && NF == 14 { total[$1 "/" $2] = $14; act[$1 "/" $2] = $11 }
       END {
         e = r % ep; p = int(r / (ep * dp)); key = p "/" e
         rss = rss_kb / 1024

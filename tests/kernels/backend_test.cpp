@@ -406,6 +406,31 @@ TYPED_TEST(BackendOps, LmHeadCrossEntropyEqualsItsKernel) {
   }
 }
 
+// A bf16 table (2-byte parameter storage) gathers into fp32 rows exactly; it
+// gathers into fp32 only, and a bf16 operand is refused by the other row ops.
+TEST(BackendOpsBf16, GatherRowsWidensABf16Table) {
+  const Backend& ops = cpu_backend();
+  const std::vector<float> wide = uniform<float>(74, 9 * 5);
+  std::vector<uint16_t> table(wide.size());
+  trex::f32_to_bf16(wide.data(), table.data(), static_cast<int64_t>(wide.size()));
+  std::vector<int64_t> index{2, 8, 2, 0};
+  std::vector<float> dst(4 * 3 * 5, -1.0f);
+  const Tensor bf16_table(table.data(), trex::DType::kBF16, {9, 5});
+  ops.gather_rows(bf16_table, Tensor::of(index.data(), {4}), Tensor::of(dst.data(), {4, 3, 5}));
+  for (int64_t m = 0; m < 4; ++m)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t i = 0; i < 5; ++i)
+        EXPECT_EQ(dst[static_cast<size_t>((m * 3 + j) * 5 + i)],
+                  trex::bf16_to_f32(table[static_cast<size_t>(index[m] * 5 + i)]));
+  std::vector<double> dst64(4 * 5);
+  EXPECT_THROW(
+      ops.gather_rows(bf16_table, Tensor::of(index.data(), {4}), Tensor::of(dst64.data(), {4, 5})),
+      trex::Error);
+  EXPECT_THROW(ops.scatter_add_rows(Tensor::of(dst.data(), {4, 3, 5}),
+                                    Tensor::of(index.data(), {4}), bf16_table),
+               trex::Error);
+}
+
 TYPED_TEST(BackendOps, RowOpsEqualTheirKernels) {
   using T = TypeParam;
   const Backend& ops = cpu_backend();

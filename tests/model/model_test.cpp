@@ -11,6 +11,7 @@
 #include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/core/rng.hpp"
+#include "trex/infer/decoder.hpp"
 #include "trex/io/safetensors.hpp"
 #include "trex/kernels/cpu/gemm.hpp"
 #include "trex/model/model.hpp"
@@ -291,6 +292,69 @@ TEST(V4Model, Bf16ComputeStaysCloseToFp32) {
   }
   EXPECT_LT(std::sqrt(num / den), 0.05);
   EXPECT_GT(std::sqrt(num / den), 0.0);  // bf16 really was used
+}
+
+// param_dtype = "bf16" storage: 2 bytes per trained value, decoded per block
+// for compute, computes bit for bit what an fp32 store holding the same
+// (rounded) values computes — loss, gradients, logits and incremental
+// decoding — and holds at most one block's and the globals' decoded weights.
+TEST(V4Model, Bf16StorageComputesLikeFp32StorageOfTheSameValues) {
+  using trex::model::OptimizerGroup;
+  using trex::model::ParamStorage;
+  Model<float> f32(tiny());
+  randomize(f32, 9);
+  for (const auto& spec : f32.params().specs())
+    if (spec.group != OptimizerGroup::kNotTrained)
+      trex::round_to_bf16(f32.params().value(spec.name), f32.params().value(spec.name),
+                          spec.numel());
+  Model<float> b16(f32.config(), f32.params(), f32.hash_tables());
+  b16.params().set_storage(ParamStorage::kBF16);
+  EXPECT_EQ(b16.params().storage(), ParamStorage::kBF16);
+  EXPECT_EQ(b16.params().copy_values(), f32.params().values());
+  EXPECT_LT(b16.params().value_bytes(), f32.params().value_bytes() * 51 / 100);
+  EXPECT_THROW(b16.params().values(), trex::Error);
+  EXPECT_THROW(b16.params().value("embed.weight"), trex::Error);
+  int64_t router_biases = 0;  // kept in fp32 beside the bf16 values, in place
+  for (const auto& spec : b16.params().specs())
+    if (spec.group == OptimizerGroup::kNotTrained) {
+      EXPECT_EQ(b16.params().value(spec.name)[0], f32.params().value(spec.name)[0]);
+      ++router_biases;
+    }
+  EXPECT_GT(router_biases, 0);
+
+  const auto batch = random_batch(f32.config(), 2, 32, 4);
+  const int64_t V = f32.config().vocab_size;
+  std::vector<float> logits32(static_cast<size_t>(batch.B * batch.S * V));
+  std::vector<float> logits16(logits32.size());
+  f32.params().zero_grads();
+  b16.params().zero_grads();
+  const auto r32 = f32.forward_backward(batch, {}, {}, logits32.data());
+  const auto r16 = b16.forward_backward(batch, {}, {}, logits16.data());
+  EXPECT_EQ(r16.total, r32.total);
+  EXPECT_EQ(r16.lm, r32.lm);
+  EXPECT_EQ(logits16, logits32);
+  EXPECT_TRUE(b16.params().grads() == static_cast<std::vector<float>>(f32.params().grads()));
+  // Decoded weights are dropped after each pass and never exceed the bound
+  // the memory accounting uses; an fp32 store decodes nothing.
+  EXPECT_EQ(b16.params().decoded_bytes(), 0);
+  const int64_t bound =
+      trex::model::decoded_weight_bytes_bound(b16.params().specs(), ParamStorage::kBF16);
+  EXPECT_GT(b16.params().peak_decoded_bytes(), bound / 2);
+  EXPECT_LE(b16.params().peak_decoded_bytes(), bound);
+  EXPECT_LT(bound, f32.params().value_bytes() / 2);  // far from a decoded model
+  EXPECT_EQ(f32.params().peak_decoded_bytes(), 0);
+
+  trex::infer::Decoder<float> d32(f32), d16(b16);
+  const int64_t s32 = d32.add_sequence(), s16 = d16.add_sequence();
+  const std::vector<int64_t> prompt(batch.input_ids.begin(), batch.input_ids.begin() + 7);
+  std::vector<float> out32(static_cast<size_t>(prompt.size() * V)), out16(out32.size());
+  d32.feed(std::vector<int64_t>(prompt.size(), s32), prompt, out32.data());
+  d16.feed(std::vector<int64_t>(prompt.size(), s16), prompt, out16.data());
+  EXPECT_EQ(out16, out32);
+
+  // Back to fp32 storage: the same values, exactly.
+  b16.params().set_storage(ParamStorage::kF32);
+  EXPECT_EQ(b16.params().values(), f32.params().values());
 }
 
 // Per-token loss weights (the policy-gradient step): the reported LM loss is

@@ -118,6 +118,41 @@ TEST(Communicator, PaddedCollectivesEqualTheVariableCountOnes) {
   }
 }
 
+// bf16 parameters travel as their 16 bits (half the bytes of fp32), in rounds,
+// padded or not; a reduction of bf16 values is refused (MPI would add the bits
+// as integers).
+TEST(Communicator, Bf16ValuesAreGatheredAsTheyAreAndNeverReduced) {
+  auto w = world();
+  const int r = w->rank(), n = w->size();
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) counts[static_cast<size_t>(i)] = (i * 5 + 4) % 7;  // 4, 2, 0, 5 …
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<uint16_t> want(static_cast<size_t>(total));
+  for (int i = 0, at = 0; i < n; ++i)
+    for (int64_t k = 0; k < counts[static_cast<size_t>(i)]; ++k, ++at)
+      want[static_cast<size_t>(at)] = static_cast<uint16_t>(0x3f80 + 97 * i + k);  // 1.0 and up
+  int64_t own_offset = 0;
+  for (int i = 0; i < r; ++i) own_offset += counts[static_cast<size_t>(i)];
+  const std::vector<uint16_t> own(want.begin() + own_offset,
+                                  want.begin() + own_offset + counts[static_cast<size_t>(r)]);
+  const int64_t bytes_before = w->stats().bytes_sent;
+  for (bool padded : {false, true}) {
+    trex::parallel::set_mpi_equal_counts_only(padded);
+    for (int64_t round : {int64_t{1}, int64_t{3}, int64_t{1} << 20}) {
+      std::vector<uint16_t> got(want.size(), 0xffff);
+      trex::parallel::all_gather_in_rounds(*w, own.data(), got.data(), counts, round);
+      EXPECT_EQ(got, want) << (padded ? "padded" : "unpadded") << " rounds of " << round;
+    }
+  }
+  trex::parallel::set_mpi_equal_counts_only(false);
+  if (n > 1) {
+    EXPECT_GT(w->stats().bytes_sent, bytes_before);
+    std::vector<uint16_t> values(4, 0x3f80);
+    EXPECT_THROW(w->all_reduce(values.data(), 4, DType::kBF16, ReduceOp::kSum), Error);
+  }
+  EXPECT_EQ(trex::parallel::dtype_size(DType::kBF16), 2u);
+}
+
 TEST(Communicator, AllToAllV) {
   auto w = world();
   const int r = w->rank(), n = w->size();

@@ -22,6 +22,7 @@
 #include "trex/model/checkpoint_export.hpp"
 #include "trex/parallel/communicator.hpp"
 #include "trex/train/checkpoint.hpp"
+#include "trex/train/state_accounting.hpp"
 #include "trex/train/trainer.hpp"
 
 namespace {
@@ -190,7 +191,7 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
     EXPECT_TRUE(trex::train::is_sharded_checkpoint(final_dir));
     EXPECT_FALSE(std::filesystem::exists(final_dir + "/optimizer.safetensors"));
     EXPECT_EQ(trex::model::Model<float>::from_checkpoint(final_dir).params().values(),
-              t.model().params().values());
+              t.model().params().copy_values());
     // `trex export` streams it into one HF (transformers-scheme) checkpoint.
     if (world.rank() == 0) {
       const std::string exported = shared_dir() + "/resume-exported";
@@ -198,7 +199,7 @@ TEST(DataParallelResume, LayoutChangeResumeMatchesUninterruptedRun) {
           final_dir, exported, trex::model::NamingScheme::kTransformers, trex::DType::kF32);
       EXPECT_EQ(summary.values, t.model().params().size());
       EXPECT_EQ(trex::model::Model<float>::from_checkpoint(exported).params().values(),
-                t.model().params().values());
+                t.model().params().copy_values());
     }
   }
   world.barrier();
@@ -228,6 +229,11 @@ TEST(DataParallelResume, Bf16ParametersSaveTheMasterInBothFormats) {
     master_values = static_cast<int64_t>(t.optimizer().master().size());
     EXPECT_EQ(master_values, t.optimizer().state_size());
     EXPECT_LT(master_values, t.model().params().size());  // only this rank's ranges
+    // The working weights are stored in 2 bytes (the ZeRO gather moved bf16),
+    // as the dry-run accounting says.
+    EXPECT_EQ(t.model().params().storage(), trex::model::ParamStorage::kBF16);
+    EXPECT_EQ(t.model().params().value_bytes(),
+              trex::train::state_of_rank(dp2, t.model().config(), world.rank()).params);
   }
   RunConfig dp2_whole = dp2;
   dp2_whole.checkpoint_format = trex::train::CheckpointFormat::kWhole;

@@ -140,7 +140,7 @@ void expect_twenty_steps_match(const Layout& l) {
   // The dry-run accounting (trex train --dry-run) is this rank's allocation, byte for byte.
   const trex::train::RankState want =
       trex::train::state_of_rank(c, trainer->model().config(), trex::parallel::world()->rank());
-  EXPECT_EQ(trainer->model().params().size() * 4, want.params) << l.name();
+  EXPECT_EQ(trainer->model().params().value_bytes(), want.params) << l.name();
   EXPECT_EQ(static_cast<int64_t>(trainer->model().params().grads().size() * 4), want.grads);
   EXPECT_EQ(trainer->optimizer().state_bytes(), want.moments) << l.name();
   if (l.zero > 0 && l.ep > 1) {

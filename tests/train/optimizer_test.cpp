@@ -2,6 +2,7 @@
 // independent naive (plain-loop, double) Muon written here from spec §6.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -446,6 +447,44 @@ TEST(TrainOptimizerMaster, UpdatesTheMasterAndStoresItsBf16Rounding) {
   EXPECT_EQ(from_fp32.values(), p16.values());
   for (int64_t i = 0; i < bias; ++i)
     EXPECT_EQ(opt_from_fp32.master()[static_cast<size_t>(i)], p32.values()[i]) << i;
+}
+
+// A bf16 parameter store (2 bytes per trained value) steps exactly like an
+// fp32 store holding the rounded values: the same master, the same working
+// weights, the router-bias-like tensor untouched; without a master it refuses.
+TEST(TrainOptimizerMaster, Bf16StorageStepsLikeFp32StorageOfTheRoundedValues) {
+  ParamStore<float> start(
+      {spec("a", {8, 6}, OptimizerGroup::kMuon), spec("v", {40}, OptimizerGroup::kAdamW),
+       spec("bias", {3}, OptimizerGroup::kNotTrained), spec("b", {8, 6}, OptimizerGroup::kMuon)});
+  for (int64_t i = 0; i < start.size(); ++i)
+    start.values()[i] = 0.05f * std::cos(static_cast<float>(5 * i)) + 1e-4f;
+  trex::train::OptimizerOptions options;
+  options.master_weights = true;
+  ParamStore<float> wide = start, narrow = start;
+  trex::train::Optimizer opt_wide(wide, options), opt_narrow(narrow, options);
+  opt_wide.round_working_params(wide);
+  opt_narrow.round_working_params(narrow);
+  narrow.set_storage(trex::model::ParamStorage::kBF16);
+  EXPECT_EQ(narrow.value_bytes(), (start.size() - 3) * 2 + 3 * 4);
+  EXPECT_EQ(narrow.copy_values(), wide.values());
+  for (int step = 1; step <= 4; ++step) {
+    trex::Rng rng(3, {static_cast<uint64_t>(step)});
+    for (int64_t i = 0; i < start.size(); ++i) {
+      const float g = static_cast<float>(0.01 * rng.normal());
+      wide.grads()[i] = g;
+      narrow.grads()[i] = g;
+    }
+    opt_wide.step(wide, 0.01);
+    opt_narrow.step(narrow, 0.01);
+    EXPECT_EQ(narrow.copy_values(), wide.values()) << "step " << step;
+  }
+  EXPECT_EQ(opt_narrow.master(), opt_wide.master());
+  std::vector<float> bias(3);
+  narrow.read(narrow.offset("bias"), narrow.offset("bias") + 3, bias.data());
+  EXPECT_TRUE(std::equal(bias.begin(), bias.end(), start.value("bias")));
+  // A bf16 store needs the master: an optimizer without one refuses to step it.
+  trex::train::Optimizer plain(narrow, {});
+  EXPECT_THROW(plain.step(narrow, 0.01), trex::Error);
 }
 
 // ZeRO: each shard keeps the master of its ranges only, and a sharded save

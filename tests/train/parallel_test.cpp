@@ -172,13 +172,34 @@ TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
   const trex::train::RankState m1 = trex::train::state_of_rank(c, m, 1);
   EXPECT_EQ(m0.master + m1.master, whole);
   EXPECT_GT(m0.master, 0);
-  EXPECT_EQ(m0.total(), r0.total() + m0.master);
+  // ... and stores 2 bytes per trained value (the router biases 4), plus the
+  // fp32 weights a pass decodes: the globals but the embedding (its rows are
+  // gathered from bf16) and the largest block.
+  int64_t not_trained = 0, globals = 0;
+  std::map<int64_t, int64_t> per_block;
+  for (const trex::model::ParamSpec& spec : trex::model::parameter_specs(m)) {
+    if (spec.group == trex::model::OptimizerGroup::kNotTrained) {
+      not_trained += spec.numel();
+      continue;
+    }
+    if (spec.name != "embed.weight")
+      (spec.layer < 0 ? globals : per_block[spec.layer]) += spec.numel();
+  }
+  int64_t largest_block = 0;
+  for (const auto& [layer, numel] : per_block) largest_block = std::max(largest_block, numel);
+  EXPECT_GT(not_trained, 0);
+  EXPECT_EQ(m0.params, whole / 2 + not_trained * 2);
+  EXPECT_EQ(m0.decoded, (globals + largest_block) * 4);
+  EXPECT_EQ(r0.decoded, 0);
+  EXPECT_EQ(m0.total(), r0.total() - r0.params + m0.params + m0.decoded + m0.master);
   const trex::train::StateAccount with_master = trex::train::account_state(c, m);
   EXPECT_EQ(with_master.roles[0].master, std::max(m0.master, m1.master));
   const nlohmann::json as_json =
       nlohmann::json::parse(trex::train::state_account_json(with_master, c));
   EXPECT_EQ(as_json["roles"][0]["master"].get<int64_t>(), with_master.roles[0].master);
   EXPECT_EQ(as_json["param_dtype"], "bf16");
+  EXPECT_EQ(as_json["parameter_bytes"], 2);
+  EXPECT_EQ(as_json["roles"][0]["decoded"].get<int64_t>(), m0.decoded);
   c.optimizer.master_weights = false;
   c.optimizer.moment_dtype = trex::train::MomentDType::kBF16;
   EXPECT_EQ(trex::train::state_of_rank(c, m, 0).moments * 2, r0.moments);

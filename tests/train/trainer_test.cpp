@@ -233,7 +233,7 @@ TEST(TrainTrainer, StepEqualsManualStep) {
   EXPECT_DOUBLE_EQ(rec.get("grad_norm"), norm);
   EXPECT_DOUBLE_EQ(rec.get("lr"), lr);
   EXPECT_EQ(rec.get("skipped"), 0.0);
-  const auto& a = trainer.model().params().values();
+  const auto a = trainer.model().params().copy_values();
   const auto& b = model.params().values();
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
@@ -284,12 +284,12 @@ TEST(TrainGuard, NonFiniteGradientStepIsSkipped) {
     if (step == 2) p.grads()[p.size() / 2] = NAN;
   });
   trainer.train_step();
-  const std::vector<float> before = trainer.model().params().values();
+  const std::vector<float> before = trainer.model().params().copy_values();
   const auto rec = trainer.train_step();
   EXPECT_EQ(rec.get("skipped"), 1.0);
   EXPECT_TRUE(std::isnan(rec.get("grad_norm")));
   EXPECT_EQ(trainer.optimizer().step_count(), 1);
-  const auto& after = trainer.model().params().values();
+  const auto after = trainer.model().params().copy_values();
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
   for (float g : trainer.model().params().grads()) ASSERT_EQ(g, 0.0f);
   EXPECT_EQ(trainer.summary().skip_reasons.size(), 1u);
@@ -345,7 +345,7 @@ TEST(TrainTrainer, Bf16PrecisionIsCloseToFp32AndStaysWithItsModel) {
   EXPECT_EQ(bf16.model().compute_precision(), trex::kernels::Precision::kBF16);
   EXPECT_NEAR(a.get("loss_lm"), b.get("loss_lm"), 2e-2);
   EXPECT_NE(a.get("loss_lm"), b.get("loss_lm"));
-  EXPECT_NE(fp32.model().params().values(), bf16.model().params().values());
+  EXPECT_NE(fp32.model().params().copy_values(), bf16.model().params().copy_values());
 }
 
 TEST(TrainGuard, NaNParameterGivesNonFiniteLossAndNoUpdate) {
@@ -398,8 +398,8 @@ void expect_bitwise_resume(DataMode mode,
   const auto summary_b = resumed.run();
   EXPECT_EQ(summary_b.steps, 4);
 
-  const auto& pa = a.model().params().values();
-  const auto& pb = resumed.model().params().values();
+  const auto pa = a.model().params().copy_values();
+  const auto pb = resumed.model().params().copy_values();
   ASSERT_EQ(pa.size(), pb.size());
   EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0);
   EXPECT_EQ(a.optimizer().first_moment(), resumed.optimizer().first_moment());
@@ -475,7 +475,7 @@ TEST(TrainTrainer, FullRecomputeTrainsBitwiseLikeNone) {
       losses.push_back(record.get("loss_lm", -1.0));
       losses.push_back(record.get("grad_norm", -1.0));
     }
-    return std::pair(losses, trainer.model().params().values());
+    return std::pair(losses, trainer.model().params().copy_values());
   };
   const auto none = run(trex::model::ActivationRecompute::kNone, "none");
   const auto full = run(trex::model::ActivationRecompute::kFull, "full");

@@ -59,7 +59,8 @@ train::RunConfig engine_run_config(const plan::Layout& l, const EngineJob& job,
 plan::MemoryEstimate largest_rank_memory(const train::StateAccount& account) {
   const train::StateRole& r = account.largest();
   plan::MemoryEstimate m;
-  m.weights = static_cast<double>(r.params);
+  // The stored values and, with bf16 parameters, the fp32 weights a pass decodes.
+  m.weights = static_cast<double>(r.params + r.decoded);
   m.gradients = static_cast<double>(r.grads);
   // The planner's optimizer bytes: the moments, the master weights (if any) and the update's
   // scratch.

@@ -180,6 +180,11 @@ struct AttentionScratch {
 
 template <class T>
 struct Decoder<T>::Impl {
+  // A model whose weights are stored as bf16 is decoded once for the
+  // decoder's lifetime (generation reads every layer per token); null when
+  // the model's store is fp32 and the decoder reads it in place.
+  std::unique_ptr<ParamStore<T>> decoded;
+  const ParamStore<T>& params() const { return decoded ? *decoded : model->params(); }
   const Model<T>* model = nullptr;
   kernels::OpContext ctx;  // the model's backend, GEMMs in fp32
   std::vector<LayerWeights<T>> layers;
@@ -370,8 +375,13 @@ Decoder<T>::Decoder(const Model<T>& model) : impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = model.config();
   impl_->model = &model;
   impl_->ctx = {model.op_context().backend, kPrecision};
+  if (model.params().storage() != model::ParamStorage::kF32) {
+    const ParamStore<T>& stored = model.params();
+    impl_->decoded = std::make_unique<ParamStore<T>>(stored.specs());
+    stored.read(0, stored.size(), impl_->decoded->values().data());
+  }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    impl_->layers.push_back(bind_layer(c, model.params(), model.hash_tables(), l));
+    impl_->layers.push_back(bind_layer(c, impl_->params(), model.hash_tables(), l));
   impl_->rope.resize(impl_->layers.size());
   impl_->ensure_rope(256);
 }
@@ -429,7 +439,7 @@ void Decoder<T>::feed(const std::vector<int64_t>& sequences, const std::vector<i
                       T* logits, const std::vector<int64_t>& logit_rows) {
   Impl& im = *impl_;
   const ModelConfig& c = im.model->config();
-  const ParamStore<T>& params = im.model->params();
+  const ParamStore<T>& params = im.params();
   if (sequences.size() != tokens.size())
     throw Error("feed: " + std::to_string(sequences.size()) + " sequences for " +
                 std::to_string(tokens.size()) + " tokens")

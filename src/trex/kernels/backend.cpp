@@ -373,11 +373,13 @@ void Backend::copy(const Tensor& src, const Tensor& dst) const {
 
 void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const {
   constexpr const char* op = "gather_rows";
-  expect_float(src, op, "src");
-  expect_tensor(src, op, "src", src.dtype(), {-1, -1});
   expect_float(dst, op, "dst");
+  // A bf16 table (2-byte parameter storage) gathers into fp32 rows.
+  const bool bf16_table = src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32;
+  if (!bf16_table) expect_float(src, op, "src");
+  expect_tensor(src, op, "src", src.dtype(), {-1, -1});
   const Rows d = rows_of(dst, op, "dst");
-  if (d.w != src.size(1) || dst.dtype() != src.dtype())
+  if (d.w != src.size(1) || (dst.dtype() != src.dtype() && !bf16_table))
     throw Error(std::string(op) + ": dst " + dst.shape_string() + " does not take rows of src " +
                 src.shape_string())
         .field("dst");

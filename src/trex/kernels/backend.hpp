@@ -191,7 +191,8 @@ class Backend {
   // dst = src (same shape).
   void copy(const Tensor& src, const Tensor& dst) const;
   // src [R, w], index I64 [M] (in [0, R)) -> dst [M, k, w] or [M, w] (k = 1):
-  // each of the k copies of row m is src[index[m]] (written).
+  // each of the k copies of row m is src[index[m]] (written). src may also be
+  // BF16 with dst F32 (an embedding stored in 2 bytes, rows widened exactly).
   void gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const;
   // src [M, k, w] or [M, w], index I64 [M] -> dst [R, w]: dst[index[m]] +=
   // src[m, j] for m, then j, in order.

@@ -190,13 +190,29 @@ void bind_attention(Attn& w, const Get& get) {
       get("attn.indexer.compressor.ape"), get("attn.indexer.compressor.norm.weight")};
 }
 
+// The compute values of a tensor the model must have (ParamStore::weight).
+template <class T>
+const T* required_weight(const ParamStore<T>& p, const std::string& name) {
+  const T* w = p.weight(name);
+  if (!w) throw Error("no parameter named '" + name + "'");
+  return w;
+}
+
+// Decoded weights of a bf16 store live for one forward or backward pass.
+template <class T>
+struct DecodedWeightsScope {
+  const ParamStore<T>& params;
+  ~DecodedWeightsScope() { params.release_decoded(); }
+};
+
 template <class T>
 BlockBinding<T> bind_block(const ModelConfig& c, ParamStore<T>& p, const HashTables& hash,
                            int64_t layer) {
   const std::string b = block_prefix(c, layer);
-  auto v = [&](const std::string& n) -> const T* { return p.value(b + n); };
+  // A bf16 store decodes this block's weights and forgets the other blocks'.
+  auto v = [&](const std::string& n) -> const T* { return required_weight(p, b + n); };
   auto g = [&](const std::string& n) -> T* { return p.grad(b + n); };
-  auto vo = [&](const std::string& n) -> const T* { return p.value_or_null(b + n); };
+  auto vo = [&](const std::string& n) -> const T* { return p.weight(b + n); };
   auto go = [&](const std::string& n) -> T* { return p.grad_or_null(b + n); };
   BlockBinding<T> r{};
   r.attn_hc = {v("hc_attn_fn"), v("hc_attn_base"), v("hc_attn_scale")};
@@ -780,6 +796,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
                                       const LossOptions& loss, const StepOptions& step,
                                       double gradient_weight, const T* x_in, T* x_out,
                                       StageCache<T>& cache, T* logits, T* mtp_logits) {
+  const DecodedWeightsScope<T> decoded{params_};
   const ModelConfig& c = config_;
   const profile::PhaseScope forward_phase(profile::Phase::kForward);
   check_stage(stage);
@@ -821,7 +838,10 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
   out.expert_load.resize(static_cast<size_t>(L));
 
   // Null on a pipeline stage that has neither the embedding nor the MTP block.
-  const Tensor embed = Tensor::optional(params_.value_or_null("embed.weight"), {V, d});
+  // A bf16 store's embedding is gathered from its 16 bits (never decoded whole).
+  const uint16_t* embed_bf16 = params_.bf16_weight("embed.weight");
+  const Tensor embed = embed_bf16 ? Tensor(const_cast<uint16_t*>(embed_bf16), DType::kBF16, {V, d})
+                                  : Tensor::optional(params_.weight("embed.weight"), {V, d});
   // The residual streams between blocks [N, n, d].
   kernels::Buffer x = ops.allocate(kernels::dtype_of<T>(), N * n * d);
   kernels::Buffer x_next = ops.allocate(kernels::dtype_of<T>(), N * n * d);
@@ -857,8 +877,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
 
   // Main head. The LM loss gradient is seeded here (fused with the loss).
   const MhcDims md = mhc_dims(c, N);
-  const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
-                                params_.value("hc_head_scale")};
+  const HcHeadWeights<T> head_w{required_weight(params_, "hc_head_fn"),
+                                required_weight(params_, "hc_head_base"),
+                                required_weight(params_, "hc_head_scale")};
   st.hc_out.resize(N * d, ops);
   st.inv_final.resize(N, ops);
   st.final_normed.resize(N * d, ops);
@@ -866,8 +887,8 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     TREX_PROFILE(profile::Op::kMhcHead);
     hc_head_forward(md, head_w, st.x_final.template data<T>(), st.hc_out.data(), st.head, ops_);
   }
-  rmsnorm_forward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.final_normed.data(),
-                  st.inv_final.data(), N, d, c.rms_norm_eps);
+  rmsnorm_forward(ops_, st.hc_out.data(), required_weight(params_, "norm.weight"),
+                  st.final_normed.data(), st.inv_final.data(), N, d, c.rms_norm_eps);
   st.targets.assign_from_host(targets.lm.data(), N, ops);
   const LmLossDims ld{N, d, V, 0};
   out.lm_tokens = counted_targets(targets.lm);
@@ -909,11 +930,11 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
       ops.scale(tempered.view({N, d}), 1.0 / tau);
       head_input = tempered.data();
     }
-    out.lm =
-        lm_head_cross_entropy(ld, head_input, params_.value("head.weight"), st.targets.data(),
-                              row_weights.empty() ? nullptr : row_weights.data(), scale, o, ops_)
-            .loss /
-        weight;
+    out.lm = lm_head_cross_entropy(
+                 ld, head_input, required_weight(params_, "head.weight"), st.targets.data(),
+                 row_weights.empty() ? nullptr : row_weights.data(), scale, o, ops_)
+                 .loss /
+             weight;
     if (tau != 1.0 && weighted) ops.scale(st.d_final.view({N, d}), 1.0 / tau);
     if (step.label_log_probs) {
       std::vector<double>& lp = *step.label_log_probs;
@@ -944,19 +965,19 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     mc.e_norm.resize(M * d, ops);
     mc.h_inv.resize(M * n, ops);
     mc.h_norm.resize(M * n * d, ops);
-    rmsnorm_forward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_norm.data(),
-                    mc.e_inv.data(), M, d, c.rms_norm_eps);
-    rmsnorm_forward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_norm.data(),
-                    mc.h_inv.data(), M * n, d, c.rms_norm_eps);
+    rmsnorm_forward(ops_, mc.e.data(), required_weight(params_, p + "enorm.weight"),
+                    mc.e_norm.data(), mc.e_inv.data(), M, d, c.rms_norm_eps);
+    rmsnorm_forward(ops_, mc.h.data(), required_weight(params_, p + "hnorm.weight"),
+                    mc.h_norm.data(), mc.h_inv.data(), M * n, d, c.rms_norm_eps);
     mc.e_proj.resize(M * d, ops);
     kernels::Array<T> xm(M * n * d, ops);
     {
       TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_flops(M * (n + 1), d, d));
       ops.linear_forward(mc.e_norm.view({M, d}),
-                         Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
+                         Tensor::of(required_weight(params_, p + "e_proj.weight"), {d, d}),
                          mc.e_proj.view({M, d}), {ops_.precision});
       ops.linear_forward(mc.h_norm.view({M * n, d}),
-                         Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
+                         Tensor::of(required_weight(params_, p + "h_proj.weight"), {d, d}),
                          xm.view({M * n, d}), {ops_.precision});
     }
     ops.broadcast_add(mc.e_proj.view({M, d}), xm.view({M, n, d}));
@@ -972,8 +993,9 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     if (st.recompute) keep_only_block_input(mc.block);
     if (st.selective) drop_recomputable(mc.block);
     const MhcDims mmd = mhc_dims(c, M);
-    const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
-                               params_.value(p + "hc_head_scale")};
+    const HcHeadWeights<T> mhw{required_weight(params_, p + "hc_head_fn"),
+                               required_weight(params_, p + "hc_head_base"),
+                               required_weight(params_, p + "hc_head_scale")};
     mc.hc_out.resize(M * d, ops);
     mc.inv_final.resize(M, ops);
     mc.final_normed.resize(M * d, ops);
@@ -981,7 +1003,7 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
       TREX_PROFILE(profile::Op::kMhcHead);
       hc_head_forward(mmd, mhw, mc.x_out.data(), mc.hc_out.data(), mc.head, ops_);
     }
-    rmsnorm_forward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
+    rmsnorm_forward(ops_, mc.hc_out.data(), required_weight(params_, p + "norm.weight"),
                     mc.final_normed.data(), mc.inv_final.data(), M, d, c.rms_norm_eps);
     mc.targets.assign_from_host(targets.mtp.data(), M, ops);
     out.mtp_tokens = counted_targets(targets.mtp);
@@ -1000,10 +1022,11 @@ LossBreakdown Model<T>::forward_stage(const StageSpec& stage, const Batch& batch
     const double scale =
         out.mtp_tokens > 0 ? mtp_weight / static_cast<double>(out.mtp_tokens) : 0.0;
     const LmLossDims mld{M, d, V, 0};
-    out.mtp = lm_head_cross_entropy(mld, mc.final_normed.data(), params_.value("head.weight"),
-                                    mc.targets.data(), scale, o, ops_)
-                  .loss /
-              mtp_weight;
+    out.mtp =
+        lm_head_cross_entropy(mld, mc.final_normed.data(), required_weight(params_, "head.weight"),
+                              mc.targets.data(), scale, o, ops_)
+            .loss /
+        mtp_weight;
   }
   out.total =
       out.lm + loss.mtp_weight * out.mtp + out.balance + loss.indexer_loss_weight * out.indexer;
@@ -1018,6 +1041,7 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
   const StageSpec& stage = st.stage;
   require(stage.has_head || d_out, "backward_stage: a stage without the head needs d_out");
   require(stage.has_embedding || d_in, "backward_stage: a stage without the embedding needs d_in");
+  const DecodedWeightsScope<T> decoded{params_};
   const ModelConfig& c = config_;
   const profile::PhaseScope backward_phase(profile::Phase::kBackward);
   const int64_t B = st.B, S = st.S, N = B * S, d = c.hidden_size, n = c.hc_mult;
@@ -1053,11 +1077,12 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
       const std::string p = block_prefix(c, layer);
       TREX_PROFILE(profile::Op::kMtpOther);
       const MhcDims mmd = mhc_dims(c, M);
-      const HcHeadWeights<T> mhw{params_.value(p + "hc_head_fn"), params_.value(p + "hc_head_base"),
-                                 params_.value(p + "hc_head_scale")};
+      const HcHeadWeights<T> mhw{required_weight(params_, p + "hc_head_fn"),
+                                 required_weight(params_, p + "hc_head_base"),
+                                 required_weight(params_, p + "hc_head_scale")};
       BlockBinding<T> bw = bind_block(c, params_, hash_tables_, layer);
       kernels::Array<T> dhc(M * d, ops), dxo(M * n * d, ops), dxm(M * n * d, ops);
-      rmsnorm_backward(ops_, mc.hc_out.data(), params_.value(p + "norm.weight"),
+      rmsnorm_backward(ops_, mc.hc_out.data(), required_weight(params_, p + "norm.weight"),
                        mc.inv_final.data(), st.d_mfinal.data(), dhc.data(),
                        params_.grad(p + "norm.weight"), M, d);
       HcHeadGrads<T> mhg{params_.grad(p + "hc_head_fn"), params_.grad(p + "hc_head_base"),
@@ -1079,19 +1104,23 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
       ops.sum_copies_add(dxm.view({M, n, d}), de_proj.view({M, d}));
       {
         TREX_PROFILE(profile::Op::kGemmMtpProj, profile::linear_backward_flops(M * (n + 1), d, d));
-        ops.linear_backward(
-            mc.h_norm.view({M * n, d}), Tensor::of(params_.value(p + "h_proj.weight"), {d, d}),
-            dxm.view({M * n, d}), dh_norm.view({M * n, d}),
-            Tensor::optional(params_.grad(p + "h_proj.weight"), {d, d}), {ops_.precision});
-        ops.linear_backward(
-            mc.e_norm.view({M, d}), Tensor::of(params_.value(p + "e_proj.weight"), {d, d}),
-            de_proj.view({M, d}), de_norm.view({M, d}),
-            Tensor::optional(params_.grad(p + "e_proj.weight"), {d, d}), {ops_.precision});
+        ops.linear_backward(mc.h_norm.view({M * n, d}),
+                            Tensor::of(required_weight(params_, p + "h_proj.weight"), {d, d}),
+                            dxm.view({M * n, d}), dh_norm.view({M * n, d}),
+                            Tensor::optional(params_.grad(p + "h_proj.weight"), {d, d}),
+                            {ops_.precision});
+        ops.linear_backward(mc.e_norm.view({M, d}),
+                            Tensor::of(required_weight(params_, p + "e_proj.weight"), {d, d}),
+                            de_proj.view({M, d}), de_norm.view({M, d}),
+                            Tensor::optional(params_.grad(p + "e_proj.weight"), {d, d}),
+                            {ops_.precision});
       }
-      rmsnorm_backward(ops_, mc.h.data(), params_.value(p + "hnorm.weight"), mc.h_inv.data(),
-                       dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"), M * n, d);
-      rmsnorm_backward(ops_, mc.e.data(), params_.value(p + "enorm.weight"), mc.e_inv.data(),
-                       de_norm.data(), de.data(), params_.grad(p + "enorm.weight"), M, d);
+      rmsnorm_backward(ops_, mc.h.data(), required_weight(params_, p + "hnorm.weight"),
+                       mc.h_inv.data(), dh_norm.data(), dh.data(), params_.grad(p + "hnorm.weight"),
+                       M * n, d);
+      rmsnorm_backward(ops_, mc.e.data(), required_weight(params_, p + "enorm.weight"),
+                       mc.e_inv.data(), de_norm.data(), de.data(), params_.grad(p + "enorm.weight"),
+                       M, d);
       // The MTP block's use of the embedding (shared with the first stage's) and of X^L.
       ops.scatter_add_rows(de.view({M, d}), mc.next_ids.view({M}),
                            Tensor::of(params_.grad("embed.weight"), {c.vocab_size, d}));
@@ -1100,11 +1129,13 @@ void Model<T>::backward_stage(StageCache<T>& cache, const T* d_out, T* d_in) {
     }
     // Main head backward.
     const MhcDims md = mhc_dims(c, N);
-    const HcHeadWeights<T> head_w{params_.value("hc_head_fn"), params_.value("hc_head_base"),
-                                  params_.value("hc_head_scale")};
+    const HcHeadWeights<T> head_w{required_weight(params_, "hc_head_fn"),
+                                  required_weight(params_, "hc_head_base"),
+                                  required_weight(params_, "hc_head_scale")};
     kernels::Array<T> dhc(N * d, ops), dxh(N * n * d, ops);
-    rmsnorm_backward(ops_, st.hc_out.data(), params_.value("norm.weight"), st.inv_final.data(),
-                     st.d_final.data(), dhc.data(), params_.grad("norm.weight"), N, d);
+    rmsnorm_backward(ops_, st.hc_out.data(), required_weight(params_, "norm.weight"),
+                     st.inv_final.data(), st.d_final.data(), dhc.data(),
+                     params_.grad("norm.weight"), N, d);
     HcHeadGrads<T> hg{params_.grad("hc_head_fn"), params_.grad("hc_head_base"),
                       params_.grad("hc_head_scale")};
     TREX_PROFILE(profile::Op::kMhcHead);

@@ -307,13 +307,18 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
                                         bool grads, NamingScheme scheme,
                                         const HashTables* hash_tables,
                                         const std::string& name_prefix) {
-  const T* flat = grads ? params.grads().data() : params.values().data();
   std::vector<NamedTensor> out;
   std::map<std::string, size_t> fused_index;
+  std::vector<T> value;  // a tensor's values (read() decodes a bf16 store)
   for (const ParamSpec& spec : params.specs()) {
     if (grads && spec.group == OptimizerGroup::kNotTrained) continue;  // router bias: no gradient
-    const T* src = flat + params.offset(spec.name);
-    const int64_t n = spec.numel();
+    const int64_t n = spec.numel(), at = params.offset(spec.name);
+    const T* src = params.grads().data() + at;
+    if (!grads) {
+      value.resize(static_cast<size_t>(n));
+      params.read(at, at + n, value.data());
+      src = value.data();
+    }
     if (scheme != NamingScheme::kTransformers) {
       const std::string name =
           scheme == NamingScheme::kReleased ? spec.name : hybrid_name(spec.name);
@@ -369,15 +374,18 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
     std::vector<TensorToStream> streams;
     const size_t element = float_dtype == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
     for (const ParamSpec& spec : params.specs()) {
-      const T* src = params.value(spec.name);
+      const int64_t at = params.offset(spec.name);
       const int64_t n = spec.numel();
       streams.push_back({spec.name, float_dtype, spec.shape, static_cast<size_t>(n) * element,
-                         [src, n, float_dtype](const TensorToStream::Sink& sink) {
+                         [&params, at, n, float_dtype](const TensorToStream::Sink& sink) {
                            constexpr int64_t kPiece = int64_t{1} << 22;  // values per piece
+                           std::vector<T> piece;
                            std::vector<float> f32;
                            for (int64_t begin = 0; begin < n; begin += kPiece) {
                              const int64_t count = std::min(kPiece, n - begin);
-                             f32.assign(src + begin, src + begin + count);
+                             piece.resize(static_cast<size_t>(count));
+                             params.read(at + begin, at + begin + count, piece.data());
+                             f32.assign(piece.begin(), piece.end());
                              if (float_dtype == DType::kF32) {
                                sink(std::string_view(reinterpret_cast<const char*>(f32.data()),
                                                      f32.size() * sizeof(float)));

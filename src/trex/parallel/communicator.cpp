@@ -22,6 +22,8 @@ size_t dtype_size(DType type) {
       return 4;
     case DType::kU8:
       return 1;
+    case DType::kBF16:
+      return 2;
   }
   throw Error("unknown communication data type");
 }
@@ -38,6 +40,8 @@ const char* dtype_name(DType type) {
       return "i32";
     case DType::kU8:
       return "u8";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }

@@ -19,7 +19,9 @@
 
 namespace trex::parallel {
 
-enum class DType { kF32, kF64, kI64, kI32, kU8 };
+// kBF16 moves 16-bit values as they are (gathers, broadcasts, point to
+// point); no reduction takes it (gradients reduce in fp32).
+enum class DType { kF32, kF64, kI64, kI32, kU8, kBF16 };
 size_t dtype_size(DType type);
 const char* dtype_name(DType type);
 

@@ -39,8 +39,17 @@ MPI_Datatype mpi_type(DType type) {
       return MPI_INT32_T;
     case DType::kU8:
       return MPI_UINT8_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;  // moved, never reduced (refuse_reduction)
   }
   throw Error("unknown communication data type");
+}
+
+// MPI has no bf16 arithmetic: summing the bits as integers would be a silent
+// wrong answer.
+void refuse_reduction(DType type, const char* what) {
+  if (type == DType::kBF16)
+    throw Error(std::string(what) + ": bf16 values are moved, not reduced (reduce in f32)");
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -299,6 +308,7 @@ class MpiCommunicator final : public Communicator {
   bool equal_counts_only() const override { return equal_counts_only_flag.load(); }
 
   Request iall_reduce(void* data, int64_t count, DType type, ReduceOp op) override {
+    refuse_reduction(type, "all_reduce");
     std::vector<Piece> parts = pieces(count, "all_reduce");
     account(count * static_cast<int64_t>(dtype_size(type)));
     MPI_Comm comm = comm_;
@@ -314,6 +324,7 @@ class MpiCommunicator final : public Communicator {
 
   Request ireduce_scatter(const void* send, void* recv, std::span<const int64_t> recv_counts,
                           DType type, ReduceOp op) override {
+    refuse_reduction(type, "reduce_scatter");
     check_counts(recv_counts, "reduce_scatter");
     check_equal_counts(recv_counts, "reduce_scatter");
     int64_t sent = 0;

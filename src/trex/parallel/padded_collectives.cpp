@@ -45,8 +45,9 @@ void PaddedReduceScatter::copy_out() {
 
 namespace {
 
-void gather_rounds(Communicator& comm, const float* send, float* recv,
-                   std::span<const int64_t> counts, int64_t round_elements, bool pad) {
+template <class T>
+void gather_rounds(Communicator& comm, const T* send, T* recv, std::span<const int64_t> counts,
+                   int64_t round_elements, bool pad, DType type) {
   if (static_cast<int>(counts.size()) != comm.size())
     throw Error("all-gather in rounds: " + std::to_string(counts.size()) + " counts for " +
                 std::to_string(comm.size()) + " ranks");
@@ -56,17 +57,17 @@ void gather_rounds(Communicator& comm, const float* send, float* recv,
   for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   const int64_t mine = counts[static_cast<size_t>(comm.rank())];
   const int64_t round = std::min(block, round_elements);
-  std::vector<float> out_block(static_cast<size_t>(round));
-  std::vector<float> gathered(static_cast<size_t>(round) * counts.size());
+  std::vector<T> out_block(static_cast<size_t>(round));
+  std::vector<T> gathered(static_cast<size_t>(round) * counts.size());
   std::vector<int64_t> sizes(counts.size());
   for (int64_t at = 0; at < block; at += round) {
     const int64_t n = std::min(round, block - at);
     // This round's piece of every rank's block (padded: all n long).
     for (size_t r = 0; r < counts.size(); ++r)
       sizes[r] = pad ? n : std::clamp<int64_t>(counts[r] - at, 0, n);
-    std::fill(out_block.begin(), out_block.end(), 0.0f);
+    std::fill(out_block.begin(), out_block.end(), T(0));
     if (at < mine) std::copy_n(send + at, std::min(n, mine - at), out_block.begin());
-    comm.all_gather(out_block.data(), gathered.data(), sizes, DType::kF32);
+    comm.all_gather(out_block.data(), gathered.data(), sizes, type);
     int64_t from = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
       if (at < counts[r])
@@ -80,12 +81,17 @@ void gather_rounds(Communicator& comm, const float* send, float* recv,
 
 void all_gather_in_rounds(Communicator& comm, const float* send, float* recv,
                           std::span<const int64_t> counts, int64_t round_elements) {
-  gather_rounds(comm, send, recv, counts, round_elements, comm.equal_counts_only());
+  gather_rounds(comm, send, recv, counts, round_elements, comm.equal_counts_only(), DType::kF32);
+}
+
+void all_gather_in_rounds(Communicator& comm, const uint16_t* send, uint16_t* recv,
+                          std::span<const int64_t> counts, int64_t round_elements) {
+  gather_rounds(comm, send, recv, counts, round_elements, comm.equal_counts_only(), DType::kBF16);
 }
 
 void all_gather_padded(Communicator& comm, const float* send, float* recv,
                        std::span<const int64_t> counts, int64_t round_elements) {
-  gather_rounds(comm, send, recv, counts, round_elements, true);
+  gather_rounds(comm, send, recv, counts, round_elements, true, DType::kF32);
 }
 
 }  // namespace trex::parallel

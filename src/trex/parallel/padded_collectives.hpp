@@ -42,6 +42,10 @@ class PaddedReduceScatter {
 void all_gather_in_rounds(Communicator& comm, const float* send, float* recv,
                           std::span<const int64_t> counts,
                           int64_t round_elements = int64_t{1} << 22);
+// The same for 16-bit values (bf16 parameters, DType::kBF16): half the bytes.
+void all_gather_in_rounds(Communicator& comm, const uint16_t* send, uint16_t* recv,
+                          std::span<const int64_t> counts,
+                          int64_t round_elements = int64_t{1} << 22);
 // The same, always padded (what an equal-count communicator needs).
 void all_gather_padded(Communicator& comm, const float* send, float* recv,
                        std::span<const int64_t> counts, int64_t round_elements = int64_t{1} << 22);

@@ -340,13 +340,14 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   constexpr int kValuesTag = 7100, kFirstMomentTag = 7101, kSecondMomentTag = 7102,
                 kMasterTag = 7103;
   const bool master = optimizer.has_master();
-  const std::vector<float>& own_values = model.params().values();
+  const model::ParamStore<float>& params = model.params();
   if (data_comm.rank() != 0) {
-    const Contribution mine =
-        contribution_of(setup, zero_level, data_comm.rank(), model.params().specs());
+    const Contribution mine = contribution_of(setup, zero_level, data_comm.rank(), params.specs());
     std::vector<float> values;
-    for (const parallel::OptimizerShard& r : mine.values)
-      values.insert(values.end(), own_values.begin() + r.begin, own_values.begin() + r.end);
+    for (const parallel::OptimizerShard& r : mine.values) {
+      values.resize(values.size() + static_cast<size_t>(r.end - r.begin));
+      params.read(r.begin, r.end, values.data() + values.size() - (r.end - r.begin));
+    }
     // The optimizer's buffers are its ranges already (or, unsharded, the whole layout).
     const std::vector<float> own_first = optimizer.first_moment();
     const std::vector<float> own_second = optimizer.second_moment();
@@ -403,6 +404,8 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   const std::vector<parallel::OptimizerShard> everything = {parallel::whole_shard(own_layout)};
   if (setup.ownership) {
     out->values.assign(static_cast<size_t>(total), 0.0f);
+    std::vector<float> own_values(static_cast<size_t>(params.size()));
+    params.read(0, params.size(), own_values.data());
     place(own_layout, everything, own_values.data(), out->values);
   }
   out->optimizer_gathered = true;
@@ -535,14 +538,23 @@ std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
     const std::vector<parallel::OptimizerShard> ranges =
         written_by(setup, setup.grid->coords().pp, d, own, model.config());
     std::vector<TensorToWrite> tensors;
-    const std::vector<float>& values = model.params().values();
-    for (const parallel::OptimizerShard& r : ranges)
+    // The written ranges' values as fp32 (a bf16 store decodes them here: the
+    // shard's share of the model, not the whole of it).
+    std::vector<std::vector<float>> values;
+    for (const parallel::OptimizerShard& r : ranges) {
+      if (r.first_spec >= r.end_spec) continue;
+      const model::ParamStore<float>& params = model.params();
+      const int64_t begin = params.offset(own[r.first_spec].name);
+      const int64_t end = params.offset(own[r.end_spec - 1].name) + own[r.end_spec - 1].numel();
+      values.emplace_back(static_cast<size_t>(end - begin));
+      params.read(begin, end, values.back().data());
       for (size_t i = r.first_spec; i < r.end_spec; ++i) {
         const model::ParamSpec& spec = own[i];
         tensors.push_back({spec.name, DType::kF32, spec.shape,
-                           values.data() + model.params().offset(spec.name),
+                           values.back().data() + (params.offset(spec.name) - begin),
                            static_cast<size_t>(spec.numel()) * sizeof(float)});
       }
+    }
     if (k == 0) {
       const std::vector<std::string> names = model::hash_table_names(model.config());
       for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i)
@@ -744,7 +756,12 @@ void load_checkpoint_on_rank(const std::string& dir, const RunConfig& config,
 
 std::vector<float> gather_full_parameters(const ParallelSetup& setup,
                                           const model::Model<float>& model) {
-  if (setup.rank_ownership().keeps_everything()) return model.params().values();
+  const model::ParamStore<float>& params = model.params();
+  if (setup.rank_ownership().keeps_everything()) {
+    std::vector<float> all(static_cast<size_t>(params.size()));
+    params.read(0, params.size(), all.data());
+    return all;
+  }
   const model::ModelConfig& config = model.config();
   const std::vector<model::ParamSpec> whole = model::parameter_specs(config);
   std::map<std::string, int64_t> offset_of;
@@ -756,13 +773,15 @@ std::vector<float> gather_full_parameters(const ParallelSetup& setup,
   std::vector<float> out(static_cast<size_t>(offset), 0.0f);
   // This rank's tensors (the tied embedding copy is the embedding stage's to give).
   for (const model::ParamSpec& spec : model.params().specs())
-    if (!(setup.tied_embedding && spec.name == "embed.weight"))
-      std::copy_n(model.params().value(spec.name), spec.numel(),
-                  out.begin() + offset_of.at(spec.name));
+    if (!(setup.tied_embedding && spec.name == "embed.weight")) {
+      const int64_t at = params.offset(spec.name);
+      params.read(at, at + spec.numel(), out.data() + offset_of.at(spec.name));
+    }
   if (setup.ownership) {
     // This rank's layout is its dense tensors, then its experts; each expert
     // of this stage comes from its owner.
-    const std::span<const float> local = model.params().values();
+    std::vector<float> local(static_cast<size_t>(params.size()));
+    params.read(0, params.size(), local.data());
     const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
     parallel::Communicator& ep = setup.grid->ep();
     std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));

@@ -27,8 +27,8 @@ void FaultInjector::note(const FaultInjection& f, const std::string& what) const
 }
 
 void FaultInjector::PoisonedRow::restore() {
-  if (row_) std::copy(saved_.begin(), saved_.end(), row_);
-  row_ = nullptr;
+  if (params_) params_->write(begin_, begin_ + static_cast<int64_t>(saved_.size()), saved_.data());
+  params_ = nullptr;
 }
 
 FaultInjector::PoisonedRow FaultInjector::poison_activation(
@@ -42,10 +42,14 @@ FaultInjector::PoisonedRow FaultInjector::poison_activation(
     return poisoned;
   const int64_t d = config.hidden_size;
   const int64_t token = micro_batches.front().input_ids.front();
-  poisoned.row_ = params.value("embed.weight") + token * d;
-  poisoned.saved_.assign(poisoned.row_, poisoned.row_ + d);
+  // Through read/write so that a bf16 store is poisoned (and restored) alike.
+  poisoned.params_ = &params;
+  poisoned.begin_ = params.offset("embed.weight") + token * d;
+  poisoned.saved_.resize(static_cast<size_t>(d));
+  params.read(poisoned.begin_, poisoned.begin_ + d, poisoned.saved_.data());
   const bool nan = f->kind == "nan_activation";
-  std::fill(poisoned.row_, poisoned.row_ + d, nan ? NAN : INFINITY);
+  const std::vector<float> poison(static_cast<size_t>(d), nan ? NAN : INFINITY);
+  params.write(poisoned.begin_, poisoned.begin_ + d, poison.data());
   note(*f, "the embedding activation of token " + std::to_string(token) + " set to " +
                (nan ? "NaN" : "Inf") + " for this step's forward");
   return poisoned;
@@ -97,15 +101,20 @@ void FaultInjector::poison_loaded_weights(model::ParamStore<float>& params) cons
   const FaultInjection* f = find("nan_weight_on_load", 0);
   if (!f) return;
   const model::ParamSpec& spec = params.specs()[params.specs().size() / 2];
-  params.value(spec.name)[0] = NAN;
+  const int64_t at = params.offset(spec.name);
+  const float nan = NAN;
+  params.write(at, at + 1, &nan);
   note(*f, "element 0 of loaded weight '" + spec.name + "' set to NaN");
 }
 
 void check_loaded_weights(const model::ParamStore<float>& params, const std::string& file,
                           parallel::Communicator& world) {
   std::string message;
+  std::vector<float> v;
   for (const model::ParamSpec& spec : params.specs()) {
-    const float* v = params.value(spec.name);
+    const int64_t begin = params.offset(spec.name);
+    v.resize(static_cast<size_t>(spec.numel()));
+    params.read(begin, begin + spec.numel(), v.data());  // either storage
     int64_t count = 0, first = -1;
     for (int64_t i = 0; i < spec.numel(); ++i)
       if (!std::isfinite(v[i])) {

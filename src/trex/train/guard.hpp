@@ -35,7 +35,8 @@ class FaultInjector {
 
    private:
     friend class FaultInjector;
-    float* row_ = nullptr;
+    model::ParamStore<float>* params_ = nullptr;
+    int64_t begin_ = 0;  // flat offset of the row
     std::vector<float> saved_;
   };
   PoisonedRow poison_activation(int64_t step, model::ParamStore<float>& params,

@@ -304,7 +304,13 @@ double ParallelGradients::clip_gradients(double max_norm) {
 // the dense tensors over `data`, the experts over the expert group.
 void ParallelGradients::after_update() {
   if (zero_ == 0) return;
-  std::vector<float>& values = model_.params().values();
+  model::ParamStore<float>& params = model_.params();
+  // A bf16 store gathers its 16-bit values (half the bytes); the not-trained
+  // router bias, kept in fp32 beside them, is the same on every rank (each
+  // rank applies the same all-reduced expert load), so it needs no gather.
+  const bool bf16 = params.storage() == model::ParamStorage::kBF16;
+  float* values = bf16 ? nullptr : params.values().data();
+  uint16_t* bits = bf16 ? params.bf16_values() : nullptr;
   auto gather = [&](parallel::Communicator& comm,
                     const std::vector<parallel::OptimizerShard>& parts) {
     if (comm.size() == 1 || parts.front().begin == parts.back().end) return;
@@ -314,8 +320,11 @@ void ParallelGradients::after_update() {
     // In bounded rounds (never the model in one message), padded to equal
     // counts where the communicator needs it (NCCL's model); this rank's
     // block is sent from where it lies (no copy of the shard).
-    parallel::all_gather_in_rounds(comm, values.data() + mine.begin,
-                                   values.data() + parts.front().begin, counts);
+    if (bf16)
+      parallel::all_gather_in_rounds(comm, bits + mine.begin, bits + parts.front().begin, counts);
+    else
+      parallel::all_gather_in_rounds(comm, values + mine.begin, values + parts.front().begin,
+                                     counts);
   };
   gather(setup_.grid->data(), zero_partition_.dense);
   gather(setup_.expert_comm(), zero_partition_.expert);

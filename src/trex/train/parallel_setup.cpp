@@ -180,8 +180,11 @@ Optimizer make_optimizer(const RunConfig& c, const model::ParamStore<float>& par
 
 int64_t state_bytes_on_largest_rank(const ParallelSetup& setup, const model::Model<float>& model,
                                     int64_t optimizer_state_bytes) {
-  const int64_t mine =
-      2 * model.params().size() * static_cast<int64_t>(sizeof(float)) + optimizer_state_bytes;
+  // The values as stored (param_dtype = "bf16": 2 bytes per trained value)
+  // plus the fp32 gradient buffer.
+  const int64_t mine = model.params().value_bytes() +
+                       model.params().size() * static_cast<int64_t>(sizeof(float)) +
+                       optimizer_state_bytes;
   return setup.grid->world().all_reduce_value(mine, parallel::ReduceOp::kMax);
 }
 
@@ -194,7 +197,8 @@ void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
   const auto mib = [](int64_t bytes) {
     return format_value(static_cast<double>(bytes) / (1024.0 * 1024.0), "%.1f");
   };
-  const int64_t param_bytes = model.params().size() * static_cast<int64_t>(sizeof(float));
+  const int64_t param_bytes = model.params().value_bytes();
+  const int64_t grad_bytes = model.params().size() * static_cast<int64_t>(sizeof(float));
   log::info(grid.shape().to_string(), ": ", c.accumulation_steps(), " micro-batches per step over ",
             grid.data_size(), " data-parallel ranks; ZeRO-", c.parallel.zero, ", ",
             gradient_buckets, " gradient buckets",
@@ -209,7 +213,8 @@ void log_parallel_layout(const ParallelSetup& setup, const RunConfig& c,
               ")" + (chunk.has_embedding ? " + embedding" : "") + (chunk.has_head ? " + head" : "");
     if (setup.tied_embedding) held += " + the MTP block's tied embedding";
   }
-  log::info("this rank: parameters ", mib(param_bytes), " MiB, gradient buffer ", mib(param_bytes),
+  log::info("this rank: parameters ", mib(param_bytes), " MiB (",
+            model::to_string(model.params().storage()), "), gradient buffer ", mib(grad_bytes),
             " MiB, optimizer state ", mib(optimizer_state_bytes), " MiB (whole model: parameters ",
             mib(whole * static_cast<int64_t>(sizeof(float))), " MiB); the largest rank holds ",
             mib(largest_state_bytes), " MiB of the three", held);

@@ -62,6 +62,10 @@ int64_t master_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& la
          static_cast<int64_t>(sizeof(float));
 }
 
+model::ParamStorage storage_of(const RunConfig& c) {
+  return c.optimizer.master_weights ? model::ParamStorage::kBF16 : model::ParamStorage::kF32;
+}
+
 // Micro-batches of a step each data rank runs (ParallelGradients::my_micro_batches).
 int64_t micro_batches_per_data_rank(const RunConfig& config) {
   const int64_t data = config.parallel.data_size();
@@ -239,7 +243,8 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       role.pp_rank = p;
       role.ep_rank = e;
       role.ranks = config.parallel.dp;
-      role.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
+      role.params = model::parameter_value_bytes(layout, storage_of(config));
+      role.decoded = model::decoded_weight_bytes_bound(layout, storage_of(config));
       const int64_t reduced = reduced_gradient_bytes(config, layout);
       role.grads = resident_gradient_bytes(config, layout, reduced);
       const std::optional<parallel::ZeroPartition> zero = zero_partition_of(config, layout);
@@ -280,8 +285,9 @@ RankState state_of_rank(const RunConfig& config, const model::ModelConfig& model
   const std::vector<model::ParamSpec> layout =
       layout_of(config, model, expert_owners(config, model), pp_rank, ep_rank);
   RankState s;
-  s.params = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
-  s.grads = s.params;
+  s.params = model::parameter_value_bytes(layout, storage_of(config));
+  s.decoded = model::decoded_weight_bytes_bound(layout, storage_of(config));
+  s.grads = parallel::total_numel(layout) * static_cast<int64_t>(sizeof(float));
   const std::vector<parallel::OptimizerShard> ranges = ranges_of_data_rank(
       config, layout, zero_partition_of(config, layout), dp_rank * ep + ep_rank);
   s.moments = moment_bytes(config, layout, ranges);
@@ -299,7 +305,7 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
       static_cast<long long>(config.parallel.dp), static_cast<long long>(config.parallel.ep),
       static_cast<long long>(config.parallel.pp), static_cast<long long>(config.parallel.zero),
       config.optimizer.master_weights
-          ? "bf16 parameters (held in fp32 storage) + fp32 master in the optimizer's ranges"
+          ? "bf16 parameters (fp32 router bias) + fp32 master in the optimizer's ranges"
           : "fp32 parameters",
       config.optimizer.moment_dtype == MomentDType::kBF16 ? "bf16" : "fp32",
       static_cast<long long>(config.micro_batch), static_cast<long long>(config.seq_len),
@@ -307,18 +313,18 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
       model::activation_recompute_name(config.recompute));
   out += line;
   std::snprintf(line, sizeof line,
-                "%-6s %-6s %6s %12s %12s %10s %18s %9s %12s %12s %9s %10s %12s\n", "stage", "EP",
-                "ranks", "parameters", "gradients", "master", "moments min-max", "opt work",
-                "activations", "of which buf", "in flight", "comm", "total max");
+                "%-6s %-6s %6s %12s %9s %12s %10s %18s %9s %12s %12s %9s %10s %12s\n", "stage",
+                "EP", "ranks", "parameters", "decoded", "gradients", "master", "moments min-max",
+                "opt work", "activations", "of which buf", "in flight", "comm", "total max");
   out += line;
   for (const StateRole& r : account.roles) {
     std::snprintf(line, sizeof line,
-                  "%-6d %-6d %6lld %12.1f %12.1f %10.1f %8.1f-%-9.1f %9.1f %12.1f %12.1f %9d "
-                  "%10.1f %12.1f\n",
+                  "%-6d %-6d %6lld %12.1f %9.1f %12.1f %10.1f %8.1f-%-9.1f %9.1f %12.1f %12.1f "
+                  "%9d %10.1f %12.1f\n",
                   r.pp_rank, r.ep_rank, static_cast<long long>(r.ranks), mib(r.params),
-                  mib(r.grads), mib(r.master), mib(r.moments_min), mib(r.moments_max),
-                  mib(r.optimizer_work), mib(r.activations), mib(r.activation_buffers), r.in_flight,
-                  mib(r.comm), mib(r.total_max()));
+                  mib(r.decoded), mib(r.grads), mib(r.master), mib(r.moments_min),
+                  mib(r.moments_max), mib(r.optimizer_work), mib(r.activations),
+                  mib(r.activation_buffers), r.in_flight, mib(r.comm), mib(r.total_max()));
     out += line;
   }
   const StateRole& big = account.largest();
@@ -330,6 +336,8 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
                 mib(account.total_parameters * static_cast<int64_t>(sizeof(float))));
   out += line;
   out +=
+      "decoded: with bf16 parameters, the fp32 weights of one block and the globals a "
+      "pass decodes (an upper bound); "
       "activations: the cached micro-batches (exact) plus one op's work set (an upper "
       "estimate) and the kernels' own temporaries; \"of which buf\": the backend's buffers; "
       "comm: gradient accumulation, reduction staging, the stage streams; opt work: the "
@@ -346,6 +354,8 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
          {"ep_rank", r.ep_rank},
          {"ranks", r.ranks},
          {"params", r.params},
+         // param_dtype = "bf16": the fp32 weights a pass decodes (0 for fp32).
+         {"decoded", r.decoded},
          {"grads", r.grads},
          // param_dtype = "fp32": the parameters are the master weights (0 here).
          {"master", r.master},
@@ -360,7 +370,8 @@ std::string state_account_json(const StateAccount& account, const RunConfig& con
          {"total", r.total_max()}});
   const nlohmann::json out = {
       {"total_parameters", account.total_parameters},
-      {"parameter_bytes", 4},
+      // Bytes per trained parameter value (the router bias stays fp32).
+      {"parameter_bytes", config.optimizer.master_weights ? 2 : 4},
       {"param_dtype", config.optimizer.master_weights ? "bf16" : "fp32"},
       {"layout",
        {{"dp", config.parallel.dp},

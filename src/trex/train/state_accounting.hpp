@@ -20,11 +20,16 @@ namespace trex::train {
 
 // One world rank's state, bytes.
 struct RankState {
-  int64_t params = 0;   // fp32 values of the tensors it stores
+  // The values of the tensors it stores: fp32, or (param_dtype = "bf16") 2
+  // bytes per trained + 4 per not-trained value (model::parameter_value_bytes).
+  int64_t params = 0;
+  // param_dtype = "bf16": the fp32 weights a forward or backward pass decodes
+  // (one block's and the globals': model::decoded_weight_bytes_bound); else 0.
+  int64_t decoded = 0;
   int64_t grads = 0;    // the fp32 gradient buffer of the same layout
   int64_t moments = 0;  // optimizer moments of its ZeRO ranges (or of everything)
   int64_t master = 0;   // fp32 master weights of the same ranges (param_dtype = "bf16")
-  int64_t total() const { return params + grads + moments + master; }
+  int64_t total() const { return params + decoded + grads + moments + master; }
 };
 
 // The ranks that hold the same tensors: one pipeline stage x one EP rank, its
@@ -34,7 +39,8 @@ struct StateRole {
   int pp_rank = 0;
   int ep_rank = 0;
   int64_t ranks = 0;
-  int64_t params = 0;
+  int64_t params = 0;   // as RankState::params
+  int64_t decoded = 0;  // as RankState::decoded
   // The gradient buffer's resident bytes at the peak: all of it, except under
   // ZeRO-2 without a pipeline, where the pages of reduced buckets go back.
   int64_t grads = 0;
@@ -42,7 +48,7 @@ struct StateRole {
   // fp32 master weights of the ZeRO ranges (param_dtype = "bf16"; else 0):
   // the largest over the role's data ranks, like the moments.
   int64_t master = 0;
-  int64_t state_max() const { return params + grads + moments_max + master; }
+  int64_t state_max() const { return params + decoded + grads + moments_max + master; }
   // Peak activations: the largest (cached micro-batches + one op's work set
   // + the kernels' own temporaries) over the rank's pipeline program;
   // `activation_caches` is the cached part at that moment,

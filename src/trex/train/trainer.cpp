@@ -256,6 +256,9 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   }
   s.faults.poison_loaded_weights(s.model.params());
   check_loaded_weights(s.model.params(), weights_origin, s.setup.grid->world());
+  // param_dtype = "bf16": from here on the store keeps 2 bytes per trained
+  // value (the values are bf16 already; the optimizer holds the fp32 master).
+  if (s.optimizer.has_master()) s.model.params().set_storage(model::ParamStorage::kBF16);
 }
 
 Trainer::~Trainer() = default;

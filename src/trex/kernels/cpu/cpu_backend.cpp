@@ -342,6 +342,17 @@ class CpuBackend final : public Backend {
   }
 
   void do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) const override {
+    if (src.dtype() == DType::kBF16) {  // bf16 table, fp32 rows (widening is exact)
+      const auto* table = static_cast<const uint16_t*>(src.raw());
+      const int64_t* rows = index.data<int64_t>();
+      const int64_t M = dst.size(0), k = dst.rank() == 3 ? dst.size(1) : 1, w = src.size(1);
+      float* out = dst.data<float>();
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < k; ++j)
+          for (int64_t i = 0; i < w; ++i)
+            out[(m * k + j) * w + i] = bf16_to_f32(table[rows[m] * w + i]);
+      return;
+    }
     with_float_type(src.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const int64_t k = dst.rank() == 3 ? dst.size(1) : 1;

@@ -231,13 +231,18 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
   if (params.size() != size_ || params.specs().size() != specs_.size())
     throw Error(
         "optimizer step: parameter layout differs from the one the optimizer was built for");
+  const bool bf16_store = params.storage() == model::ParamStorage::kBF16;
+  if (bf16_store && !options_.master_weights)
+    throw Error("optimizer: a bf16 parameter store needs master weights (param_dtype = \"bf16\")");
   ++step_;
   const profile::PhaseScope phase(profile::Phase::kOptimizer);
-  float* w = params.values().data();
+  // A bf16 store has no fp32 values to update in place: the updates run on the
+  // master (weights_of never reads w then).
+  float* w = bf16_store ? nullptr : params.values().data();
   const float* g = params.grads().data();
   // Built and stepped without round_working_params (tests, tools): the
   // master starts from the store's values as they are.
-  if (options_.master_weights && !master_set_) take_master_from(w);
+  if (options_.master_weights && !master_set_) take_master_from(params);
   // Muon matrices of one shape are updated together (one batched op per shape);
   // each matrix's update is independent of the others, so the grouping does
   // not change results.
@@ -257,19 +262,27 @@ void Optimizer::step(model::ParamStore<float>& params, double lr) {
     }
   }
   if (!options_.master_weights) return;
-  // The working parameters: the updated master rounded to bf16.
-  for (const Slot& slot : slots_)
-    if (slot.update != Update::kNone)
-      round_to_bf16(master_.data() + slot.state_offset, w + slot.param_offset,
-                    specs_[slot.spec].numel());
+  // The working parameters: the updated master rounded to bf16 (a bf16 store
+  // rounds what it is given; an fp32 store holds the rounded values).
+  for (const Slot& slot : slots_) {
+    if (slot.update == Update::kNone) continue;
+    const int64_t n = specs_[slot.spec].numel();
+    const float* master = master_.data() + slot.state_offset;
+    if (bf16_store)
+      params.write(slot.param_offset, slot.param_offset + n, master);
+    else
+      round_to_bf16(master, w + slot.param_offset, n);
+  }
 }
 
 void Optimizer::round_working_params(model::ParamStore<float>& params) {
   if (!options_.master_weights) return;
   if (params.size() != size_ || params.specs().size() != specs_.size())
     throw Error("optimizer: parameter layout differs from the one the optimizer was built for");
+  if (!master_set_) take_master_from(params);
+  // A bf16 store holds rounded values already (its writes round).
+  if (params.storage() == model::ParamStorage::kBF16) return;
   float* w = params.values().data();
-  if (!master_set_) take_master_from(w);
   for (const model::ParamSpec& spec : specs_)
     if (spec.group != model::OptimizerGroup::kNotTrained) {
       float* values = w + params.offset(spec.name);
@@ -277,12 +290,12 @@ void Optimizer::round_working_params(model::ParamStore<float>& params) {
     }
 }
 
-void Optimizer::take_master_from(const float* params) {
+void Optimizer::take_master_from(const model::ParamStore<float>& params) {
   // In place: the buffer was allocated with the optimizer.
   master_.resize(static_cast<size_t>(state_size()));
   int64_t at = 0;
   for (const parallel::OptimizerShard& r : ranges_) {
-    std::copy_n(params + r.begin, r.size(), master_.data() + at);
+    params.read(r.begin, r.end, master_.data() + at);
     at += r.size();
   }
   master_set_ = true;

@@ -165,7 +165,7 @@ class Optimizer {
   // This optimizer's ranges of a whole-model buffer, concatenated.
   std::vector<float> gather_ranges(const void* whole) const;  // F32 values
   // The master of the ranges := those ranges of the store's values.
-  void take_master_from(const float* params);
+  void take_master_from(const model::ParamStore<float>& params);
   // Where a slot's update reads and writes its weights: the master or the store.
   float* weights_of(const Slot& slot, float* params);
   void adamw_step(const Slot& slot, float* weights, const float* grads, double lr);
