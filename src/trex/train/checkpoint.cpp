@@ -404,9 +404,10 @@ std::unique_ptr<WholeState> gather_whole_state(const ParallelSetup& setup, int z
   const std::vector<parallel::OptimizerShard> everything = {parallel::whole_shard(own_layout)};
   if (setup.ownership) {
     out->values.assign(static_cast<size_t>(total), 0.0f);
-    std::vector<float> own_values(static_cast<size_t>(params.size()));
-    params.read(0, params.size(), own_values.data());
-    place(own_layout, everything, own_values.data(), out->values);
+    std::vector<float> decoded;  // a bf16 store's values; an fp32 store is read in place
+    if (params.storage() != model::ParamStorage::kF32) decoded = params.copy_values();
+    place(own_layout, everything, decoded.empty() ? params.values().data() : decoded.data(),
+          out->values);
   }
   out->optimizer_gathered = true;
   out->optimizer.first_moment.assign(static_cast<size_t>(total), 0.0f);
@@ -537,36 +538,46 @@ std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
   failure = attempt([&] {
     const std::vector<parallel::OptimizerShard> ranges =
         written_by(setup, setup.grid->coords().pp, d, own, model.config());
-    std::vector<TensorToWrite> tensors;
-    // The written ranges' values as fp32 (a bf16 store decodes them here: the
-    // shard's share of the model, not the whole of it).
-    std::vector<std::vector<float>> values;
-    for (const parallel::OptimizerShard& r : ranges) {
-      if (r.first_spec >= r.end_spec) continue;
-      const model::ParamStore<float>& params = model.params();
-      const int64_t begin = params.offset(own[r.first_spec].name);
-      const int64_t end = params.offset(own[r.end_spec - 1].name) + own[r.end_spec - 1].numel();
-      values.emplace_back(static_cast<size_t>(end - begin));
-      params.read(begin, end, values.back().data());
+    // Streamed tensor by tensor in bounded pieces (read() decodes a bf16
+    // store's piece): the writer holds no copy of the shard.
+    std::vector<TensorToStream> tensors;
+    const model::ParamStore<float>& params = model.params();
+    for (const parallel::OptimizerShard& r : ranges)
       for (size_t i = r.first_spec; i < r.end_spec; ++i) {
         const model::ParamSpec& spec = own[i];
+        const int64_t at = params.offset(spec.name), n = spec.numel();
         tensors.push_back({spec.name, DType::kF32, spec.shape,
-                           values.back().data() + (params.offset(spec.name) - begin),
-                           static_cast<size_t>(spec.numel()) * sizeof(float)});
+                           static_cast<size_t>(n) * sizeof(float),
+                           [&params, at, n](const TensorToStream::Sink& sink) {
+                             constexpr int64_t kPiece = int64_t{1} << 20;  // values per piece
+                             std::vector<float> piece;
+                             for (int64_t begin = 0; begin < n; begin += kPiece) {
+                               const int64_t count = std::min(kPiece, n - begin);
+                               piece.resize(static_cast<size_t>(count));
+                               params.read(at + begin, at + begin + count, piece.data());
+                               sink(std::string_view(reinterpret_cast<const char*>(piece.data()),
+                                                     piece.size() * sizeof(float)));
+                             }
+                           }});
       }
-    }
     if (k == 0) {
       const std::vector<std::string> names = model::hash_table_names(model.config());
-      for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i)
+      for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i) {
+        const std::vector<int64_t>& table = model.hash_tables()[i];
         tensors.push_back({names[i],
                            DType::kI64,
                            {model.config().vocab_size, model.config().num_experts_per_tok},
-                           model.hash_tables()[i].data(),
-                           model.hash_tables()[i].size() * sizeof(int64_t)});
+                           table.size() * sizeof(int64_t),
+                           [&table](const TensorToStream::Sink& sink) {
+                             sink(std::string_view(reinterpret_cast<const char*>(table.data()),
+                                                   table.size() * sizeof(int64_t)));
+                           }});
+      }
     }
     const fs::path model_file = temp_dir / checkpoint_shard_name("model", k, writers);
     const fs::path optimizer_file = temp_dir / checkpoint_shard_name("optimizer", k, writers);
-    write_safetensors(model_file.string(), tensors, {{"format", "pt"}, {"writer", "trex"}});
+    write_safetensors_streaming(model_file.string(), tensors,
+                                {{"format", "pt"}, {"writer", "trex"}});
     optimizer.save_state_shard(optimizer_file.string(), ranges, whole);
     const FileChecksum m = checksum_file(model_file.string());
     const FileChecksum o = checksum_file(optimizer_file.string());
@@ -780,8 +791,10 @@ std::vector<float> gather_full_parameters(const ParallelSetup& setup,
   if (setup.ownership) {
     // This rank's layout is its dense tensors, then its experts; each expert
     // of this stage comes from its owner.
-    std::vector<float> local(static_cast<size_t>(params.size()));
-    params.read(0, params.size(), local.data());
+    std::vector<float> decoded;  // a bf16 store's values; an fp32 store is read in place
+    if (params.storage() != model::ParamStorage::kF32) decoded = params.copy_values();
+    const std::span<const float> local =
+        decoded.empty() ? std::span<const float>(params.values()) : std::span<const float>(decoded);
     const int64_t dense = parallel::role_numel(model.params().specs(), model::ParamRole::kDense);
     parallel::Communicator& ep = setup.grid->ep();
     std::vector<std::vector<model::ParamSpec>> owned(static_cast<size_t>(ep.size()));
