@@ -280,13 +280,15 @@ void ParamStore<T>::set_storage(ParamStorage storage) {
           f32_to_bf16(src, bf16_.data() + offsets_[i], n);
       }
       storage_ = storage;
-      values_ = {};  // gives the fp32 buffer back
+      // Swapped out, not `= {}` (which keeps the capacity): the fp32 buffer
+      // goes back to the system.
+      std::vector<T>().swap(values_);
     } else {
       std::vector<T> values(static_cast<size_t>(total));
       read(0, total, values.data());
       values_ = std::move(values);
-      bf16_ = {};
-      side_ = {};
+      std::vector<uint16_t>().swap(bf16_);
+      std::vector<std::vector<T>>().swap(side_);
       storage_ = storage;
     }
   }
