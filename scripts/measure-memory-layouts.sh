@@ -2,9 +2,9 @@
 # Per-rank memory of real `trex train` runs against the dry-run accounting
 # (`trex train --dry-run`), for a list of layouts of the bench-cpu model:
 # each rank's peak RSS less what rank 0 held before building the model
-# (libraries, tokenizer, communicator: the summary's "before the model"),
-# and rank 0's measured activation peak (the backend's buffers, metrics
-# `activation_peak_mib`), beside the accounting's figures.
+# (libraries, tokenizer, data set, communicator: the summary's "before the
+# model"), and rank 0's measured activation peak (the backend's buffers,
+# metrics `activation_peak_mib`), beside the accounting's figures.
 #
 #   scripts/measure-memory-layouts.sh DEMO_DIR [OUT_DIR]
 #

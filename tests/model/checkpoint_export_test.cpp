@@ -1,18 +1,23 @@
 // `trex export`'s streaming writer: its files are byte for byte those of the
 // in-memory save_checkpoint (both schemes, F32 and BF16, one file or several),
-// while it holds one tensor at a time; bad sources are refused by tensor name.
+// while it holds one tensor at a time; bad sources are refused by tensor name;
+// a parameter streams from either storage of the store in bounded pieces.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "test_paths.hpp"
 #include "trex/core/atomic_file.hpp"
+#include "trex/core/dtypes.hpp"
 #include "trex/core/error.hpp"
 #include "trex/io/safetensors.hpp"
 #include "trex/model/checkpoint_export.hpp"
 #include "trex/model/model.hpp"
+#include "trex/model/weights.hpp"
 
 namespace {
 
@@ -118,3 +123,47 @@ TEST(CheckpointExport, AMissingOrExtraTensorIsRefusedByNameBeforeWriting) {
 }
 
 }  // namespace
+
+// A parameter streamed from the store, in pieces, as F32 and as BF16: the
+// bytes are the tensor's values (or their bf16 rounding), whichever storage
+// holds them — with a tensor longer than one piece and a short last piece.
+TEST(CheckpointExport, AStreamedParameterIsItsValuesInEitherStorage) {
+  using trex::model::ParamSpec;
+  using trex::model::ParamStorage;
+  const int64_t rows = 1025, cols = 1031;  // 1,056,775 values: a piece of 2^20 and a short one
+  trex::model::ParamStore<float> params(
+      std::vector<ParamSpec>{{"a.weight", {7}}, {"b.weight", {rows, cols}}});
+  std::vector<float> values(static_cast<size_t>(params.size()));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i % 4099) * 0.37f - 700.0f;
+  trex::round_to_bf16(values.data(), values.data(), params.size());
+  params.write(0, params.size(), values.data());
+  const ParamSpec& b = params.specs()[1];
+  const auto bytes_of = [&](DType dtype) {
+    const trex::TensorToStream stream = trex::model::stream_parameter(params, b, dtype);
+    EXPECT_EQ(stream.name, "b.weight");
+    EXPECT_EQ(stream.shape, (std::vector<int64_t>{rows, cols}));
+    std::string out;
+    int pieces = 0;
+    stream.produce([&](std::string_view piece) {
+      out.append(piece);
+      pieces += 1;
+    });
+    EXPECT_EQ(out.size(), stream.nbytes);
+    EXPECT_EQ(pieces, 2);
+    return out;
+  };
+  const float* b_values = values.data() + params.offset("b.weight");
+  std::vector<uint16_t> b_bf16(static_cast<size_t>(rows * cols));
+  trex::f32_to_bf16(b_values, b_bf16.data(), rows * cols);
+  const std::string f32_bytes(reinterpret_cast<const char*>(b_values),
+                              static_cast<size_t>(rows * cols) * sizeof(float));
+  const std::string bf16_bytes(reinterpret_cast<const char*>(b_bf16.data()),
+                               b_bf16.size() * sizeof(uint16_t));
+  for (const ParamStorage storage : {ParamStorage::kF32, ParamStorage::kBF16}) {
+    params.set_storage(storage);
+    EXPECT_TRUE(bytes_of(DType::kF32) == f32_bytes) << "F32 from storage " << int(storage);
+    EXPECT_TRUE(bytes_of(DType::kBF16) == bf16_bytes) << "BF16 from storage " << int(storage);
+  }
+  EXPECT_THROW(trex::model::stream_parameter(params, b, DType::kI64), trex::Error);
+}

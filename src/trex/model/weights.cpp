@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include "trex/core/atomic_file.hpp"
@@ -359,6 +360,59 @@ std::vector<NamedTensor> export_tensors(const ModelConfig& config, const ParamSt
 }
 
 template <class T>
+TensorToStream stream_parameter(const ParamStore<T>& params, const ParamSpec& spec, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16)
+    throw Error("internal: parameter '" + spec.name + "' streamed as " +
+                std::string(safetensors_name(dtype)));
+  const int64_t at = params.offset(spec.name), n = spec.numel();
+  const size_t element = dtype == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
+  return {spec.name, dtype, spec.shape, static_cast<size_t>(n) * element,
+          [&params, at, n, dtype](const TensorToStream::Sink& sink) {
+            constexpr int64_t kPiece = int64_t{1} << 20;  // values per piece
+            std::vector<T> piece;
+            std::vector<float> f32;
+            for (int64_t begin = 0; begin < n; begin += kPiece) {
+              const int64_t count = std::min(kPiece, n - begin);
+              piece.resize(static_cast<size_t>(count));
+              params.read(at + begin, at + begin + count, piece.data());
+              const float* values = nullptr;
+              if constexpr (std::is_same_v<T, float>) {
+                values = piece.data();
+              } else {
+                f32.assign(piece.begin(), piece.end());
+                values = f32.data();
+              }
+              if (dtype == DType::kF32) {
+                sink(std::string_view(reinterpret_cast<const char*>(values),
+                                      static_cast<size_t>(count) * sizeof(float)));
+              } else {
+                const std::vector<uint16_t> bf16 = to_bf16(values, count);
+                sink(std::string_view(reinterpret_cast<const char*>(bf16.data()),
+                                      bf16.size() * sizeof(uint16_t)));
+              }
+            }
+          }};
+}
+
+std::vector<TensorToStream> stream_hash_tables(const ModelConfig& config,
+                                               const HashTables& tables) {
+  std::vector<TensorToStream> out;
+  const std::vector<std::string> names = hash_table_names(config);
+  for (size_t i = 0; i < names.size() && i < tables.size(); ++i) {
+    const std::vector<int64_t>& table = tables[i];
+    out.push_back({names[i],
+                   DType::kI64,
+                   {config.vocab_size, config.num_experts_per_tok},
+                   table.size() * sizeof(int64_t),
+                   [&table](const TensorToStream::Sink& sink) {
+                     sink(std::string_view(reinterpret_cast<const char*>(table.data()),
+                                           table.size() * sizeof(int64_t)));
+                   }});
+  }
+  return out;
+}
+
+template <class T>
 void save_checkpoint(const std::string& dir, const ModelConfig& config, const ParamStore<T>& params,
                      const HashTables& hash_tables, NamingScheme scheme, DType float_dtype,
                      size_t max_shard_bytes) {
@@ -372,43 +426,10 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
     // Streamed from the store tensor by tensor (converted in pieces), so a
     // save holds no copy of the model; the released names are the store's.
     std::vector<TensorToStream> streams;
-    const size_t element = float_dtype == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
-    for (const ParamSpec& spec : params.specs()) {
-      const int64_t at = params.offset(spec.name);
-      const int64_t n = spec.numel();
-      streams.push_back({spec.name, float_dtype, spec.shape, static_cast<size_t>(n) * element,
-                         [&params, at, n, float_dtype](const TensorToStream::Sink& sink) {
-                           constexpr int64_t kPiece = int64_t{1} << 22;  // values per piece
-                           std::vector<T> piece;
-                           std::vector<float> f32;
-                           for (int64_t begin = 0; begin < n; begin += kPiece) {
-                             const int64_t count = std::min(kPiece, n - begin);
-                             piece.resize(static_cast<size_t>(count));
-                             params.read(at + begin, at + begin + count, piece.data());
-                             f32.assign(piece.begin(), piece.end());
-                             if (float_dtype == DType::kF32) {
-                               sink(std::string_view(reinterpret_cast<const char*>(f32.data()),
-                                                     f32.size() * sizeof(float)));
-                             } else {
-                               const std::vector<uint16_t> bf16 = to_bf16(f32.data(), count);
-                               sink(std::string_view(reinterpret_cast<const char*>(bf16.data()),
-                                                     bf16.size() * sizeof(uint16_t)));
-                             }
-                           }
-                         }});
-    }
-    const std::vector<std::string> names = hash_table_names(config);
-    for (size_t i = 0; i < names.size() && i < hash_tables.size(); ++i) {
-      const std::vector<int64_t>& table = hash_tables[i];
-      streams.push_back({names[i],
-                         DType::kI64,
-                         {config.vocab_size, config.num_experts_per_tok},
-                         table.size() * sizeof(int64_t),
-                         [&table](const TensorToStream::Sink& sink) {
-                           sink(std::string_view(reinterpret_cast<const char*>(table.data()),
-                                                 table.size() * sizeof(int64_t)));
-                         }});
-    }
+    for (const ParamSpec& spec : params.specs())
+      streams.push_back(stream_parameter(params, spec, float_dtype));
+    for (TensorToStream& table : stream_hash_tables(config, hash_tables))
+      streams.push_back(std::move(table));
     write_checkpoint_streaming(dir, streams, metadata, max_shard_bytes);
     save_checkpoint_config(dir, config, scheme, float_dtype);
     return;
@@ -466,7 +487,8 @@ LoadedCheckpoint<T> load_checkpoint(const std::string& dir) {
                                                       const std::string&);                       \
   template void save_checkpoint<T>(const std::string&, const ModelConfig&, const ParamStore<T>&, \
                                    const HashTables&, NamingScheme, DType, size_t);              \
-  template LoadedCheckpoint<T> load_checkpoint<T>(const std::string&);
+  template LoadedCheckpoint<T> load_checkpoint<T>(const std::string&);                           \
+  template TensorToStream stream_parameter<T>(const ParamStore<T>&, const ParamSpec&, DType);
 TREX_INSTANTIATE(float)
 TREX_INSTANTIATE(double)
 #undef TREX_INSTANTIATE

@@ -95,6 +95,15 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Pa
                      const HashTables& hash_tables, NamingScheme scheme, DType float_dtype,
                      size_t max_shard_bytes = 5ull << 30);
 
+// One parameter of `params` as a safetensors stream written as `dtype` (F32
+// or BF16): read in bounded pieces (read() decodes a bf16 store's piece), so a
+// writer holds no copy of the store. `params` must outlive the write.
+template <class T>
+TensorToStream stream_parameter(const ParamStore<T>& params, const ParamSpec& spec, DType dtype);
+// The hash tables as I64 streams named by hash_table_names(config) (as many
+// as both have); `tables` must outlive the write.
+std::vector<TensorToStream> stream_hash_tables(const ModelConfig& config, const HashTables& tables);
+
 // Writes only dir/config.json as save_checkpoint does (for writers that put
 // the tensors into the files themselves, e.g. the ranks of a sharded save).
 void save_checkpoint_config(const std::string& dir, const ModelConfig& config, NamingScheme scheme,

@@ -11,8 +11,8 @@
 //
 // A step: begin_step, then for each micro-batch whose gradients are reduced
 // begin_micro_batch / backward (hook) / finish_micro_batch, then finish.
-// ZeRO-0/1 reduce once per step (the trainer folds its earlier micro-batches
-// into the last one through `prepare`); ZeRO-2 (scatter) reduce-scatters every
+// ZeRO-0/1 reduce once per step (the trainer accumulates its micro-batches in
+// the buffer and arms only the last one); ZeRO-2 (scatter) reduce-scatters every
 // micro-batch and accumulates into this rank's shard, so no rank holds a
 // second full-size gradient buffer.
 //
@@ -70,7 +70,7 @@ class GradReducer {
   // Arms the reduction of the micro-batch whose backward runs next: the buffer
   // must hold its gradients (and nothing the reducer already took) when a
   // group is handed over. `prepare(begin, end)` runs on each bucket just before
-  // it is reduced (the trainer folds the earlier micro-batches in there).
+  // it is reduced (a caller may add values kept elsewhere; tests count ranges).
   void begin_micro_batch(RangeFn prepare = {});
   // The model's hook: layer's gradients are final (-1 = globals).
   void on_gradients_ready(int64_t layer);

@@ -538,42 +538,15 @@ std::string save_sharded_checkpoint(const RunConfig& config, int64_t step,
   failure = attempt([&] {
     const std::vector<parallel::OptimizerShard> ranges =
         written_by(setup, setup.grid->coords().pp, d, own, model.config());
-    // Streamed tensor by tensor in bounded pieces (read() decodes a bf16
-    // store's piece): the writer holds no copy of the shard.
+    // Streamed tensor by tensor in bounded pieces: the writer holds no copy
+    // of the shard.
     std::vector<TensorToStream> tensors;
-    const model::ParamStore<float>& params = model.params();
     for (const parallel::OptimizerShard& r : ranges)
-      for (size_t i = r.first_spec; i < r.end_spec; ++i) {
-        const model::ParamSpec& spec = own[i];
-        const int64_t at = params.offset(spec.name), n = spec.numel();
-        tensors.push_back({spec.name, DType::kF32, spec.shape,
-                           static_cast<size_t>(n) * sizeof(float),
-                           [&params, at, n](const TensorToStream::Sink& sink) {
-                             constexpr int64_t kPiece = int64_t{1} << 20;  // values per piece
-                             std::vector<float> piece;
-                             for (int64_t begin = 0; begin < n; begin += kPiece) {
-                               const int64_t count = std::min(kPiece, n - begin);
-                               piece.resize(static_cast<size_t>(count));
-                               params.read(at + begin, at + begin + count, piece.data());
-                               sink(std::string_view(reinterpret_cast<const char*>(piece.data()),
-                                                     piece.size() * sizeof(float)));
-                             }
-                           }});
-      }
-    if (k == 0) {
-      const std::vector<std::string> names = model::hash_table_names(model.config());
-      for (size_t i = 0; i < names.size() && i < model.hash_tables().size(); ++i) {
-        const std::vector<int64_t>& table = model.hash_tables()[i];
-        tensors.push_back({names[i],
-                           DType::kI64,
-                           {model.config().vocab_size, model.config().num_experts_per_tok},
-                           table.size() * sizeof(int64_t),
-                           [&table](const TensorToStream::Sink& sink) {
-                             sink(std::string_view(reinterpret_cast<const char*>(table.data()),
-                                                   table.size() * sizeof(int64_t)));
-                           }});
-      }
-    }
+      for (size_t i = r.first_spec; i < r.end_spec; ++i)
+        tensors.push_back(model::stream_parameter(model.params(), own[i], DType::kF32));
+    if (k == 0)
+      for (TensorToStream& table : model::stream_hash_tables(model.config(), model.hash_tables()))
+        tensors.push_back(std::move(table));
     const fs::path model_file = temp_dir / checkpoint_shard_name("model", k, writers);
     const fs::path optimizer_file = temp_dir / checkpoint_shard_name("optimizer", k, writers);
     write_safetensors_streaming(model_file.string(), tensors,

@@ -215,7 +215,7 @@ std::string format_summary(const TrainSummary& s) {
   if (s.peak_resident_bytes > 0)
     o << "memory           peak RSS " << format_value(s.peak_resident_bytes / 1048576.0, "%.1f")
       << " MiB, " << format_value(s.resident_before_model / 1048576.0, "%.1f")
-      << " MiB before the model (rank 0)\n";
+      << " MiB before the model (rank 0: libraries, tokenizer, data set, communicator)\n";
   o << "checkpoint       " << s.last_checkpoint << "\n";
   if (!s.metrics_jsonl.empty()) {
     o << "metrics          " << s.metrics_jsonl << "\n";

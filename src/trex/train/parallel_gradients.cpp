@@ -126,13 +126,14 @@ StepTotals ParallelGradients::forward_backward(const std::vector<model::Batch>& 
 // Forward and backward of this rank's micro-batches `mine` (gᵢ the engine's
 // per-micro-batch mean gradient, wᵢ = weights[i], applied by the engine
 // through StepOptions::gradient_weight); the reducer holds Σ wᵢ gᵢ reduced
-// once it finishes. ZeRO-0/1: the earlier micro-batches are summed into
-// `accumulated_` and folded into the last one range by range (the reducer's
-// prepare step), one reduction per step. ZeRO-2: every micro-batch is
-// reduce-scattered into this rank's shard (accumulated there), so there is
-// no second full-size buffer, and the buckets already sent give their pages
-// back (params' grad buffer). With overlap, each reduced backward hands every
-// finished layer to the reducer, which starts reducing it at once.
+// once it finishes. ZeRO-0/1: the micro-batches accumulate (+=, fp32) into
+// the engine's gradient buffer, zeroed once per step, and the last one's
+// backward hands it to the reducer: one reduction per step and no second
+// full-size buffer. ZeRO-2: every micro-batch is reduce-scattered into this
+// rank's shard (accumulated there) and the buckets already sent give their
+// pages back (params' grad buffer), so the buffer is zeroed per micro-batch.
+// With overlap, each reduced backward hands every finished layer to the
+// reducer, which starts reducing it at once.
 StepTotals ParallelGradients::local_gradients(const std::vector<model::Batch>& batches,
                                               const std::vector<int64_t>& trained,
                                               const std::vector<size_t>& mine,
@@ -147,7 +148,7 @@ StepTotals ParallelGradients::local_gradients(const std::vector<model::Batch>& b
     const size_t i = mine[k];
     const bool last = k + 1 == mine.size();
     const bool reduce = every_micro_batch || last;
-    {
+    if (every_micro_batch || k == 0) {
       TREX_PROFILE(profile::Op::kZeroGrads, profile::Phase::kOptimizer);
       params.zero_grads();
     }
@@ -156,14 +157,7 @@ StepTotals ParallelGradients::local_gradients(const std::vector<model::Batch>& b
     // parallelism an owned expert's gradient also holds other ranks' micro-batches.
     step_options.gradient_weight = weights[i];
     if (reduce) {
-      if (!every_micro_batch && k > 0)
-        // Fold the earlier micro-batches in just before a range is reduced.
-        reducer_.begin_micro_batch([this](int64_t b, int64_t e) {
-          float* g = model_.params().grads().data();
-          for (int64_t j = b; j < e; ++j) g[j] += accumulated_[static_cast<size_t>(j)];
-        });
-      else
-        reducer_.begin_micro_batch();
+      reducer_.begin_micro_batch();
       if (overlap_)
         step_options.on_gradients_ready = [this](int64_t layer) {
           reducer_.on_gradients_ready(layer);
@@ -177,13 +171,7 @@ StepTotals ParallelGradients::local_gradients(const std::vector<model::Batch>& b
                   std::to_string(r.lm_tokens) + " tokens, the step planned " +
                   std::to_string(trained[i]));
     local.add(r);
-    if (reduce) {
-      reducer_.finish_micro_batch();
-    } else {
-      const auto& g = params.grads();
-      if (k == 0) accumulated_.assign(g.size(), 0.0f);
-      for (size_t j = 0; j < accumulated_.size(); ++j) accumulated_[j] += g[j];
-    }
+    if (reduce) reducer_.finish_micro_batch();
     note_gradient_memory();
   }
   return local;
@@ -247,15 +235,14 @@ void ParallelGradients::reduce_step_totals(StepTotals& local) {
 }
 
 // Gradient memory this rank holds right now (resident pages of the engine's
-// buffer, the earlier micro-batches' sum, the ZeRO-2 shard); the step's
+// buffer, the ZeRO-2 shard); the step's
 // largest sample is reported as grad_memory_mib.
 void ParallelGradients::note_gradient_memory() {
   const int64_t resident = model::resident_bytes(model_.params().grads());
   const int64_t buffer = resident >= 0
                              ? resident
                              : static_cast<int64_t>(model_.params().grads().size() * sizeof(float));
-  const int64_t held = buffer + static_cast<int64_t>(accumulated_.capacity() * sizeof(float)) +
-                       reducer_.shard_bytes();
+  const int64_t held = buffer + reducer_.shard_bytes();
   gradient_bytes_ = std::max(gradient_bytes_, held);
 }
 

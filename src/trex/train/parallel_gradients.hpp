@@ -83,7 +83,6 @@ class ParallelGradients final : public GradientStrategy {
   std::unique_ptr<parallel::PipelineRunner> pipeline_;
   // The pp rank holding the other copy of embed.weight (-1: no tied copy).
   int tied_embedding_peer_ = -1;
-  std::vector<float> accumulated_;  // Σ nᵢ gᵢ over this rank's earlier micro-batches
   double reduce_wait_seconds_ = 0.0;
   int64_t groups_started_early_ = 0;
   int64_t gradient_bytes_ = 0;    // the step's largest gradient memory sample

@@ -184,26 +184,19 @@ int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::Par
   return std::min(whole, by_layer[-1] + largest_layer + in_flight_bucket_bytes(c, reduced));
 }
 
-// Communication and accumulation buffers of a rank: the sum of its earlier
-// micro-batches' gradients (ZeRO-0/1 without a pipeline), or the ZeRO-2
-// shard accumulator; the staging of the gradient reduction; the pipeline's
-// stage streams. Open MPI's non-blocking collectives keep a temporary of each
+// Communication and accumulation buffers of a rank: the ZeRO-2 shard
+// accumulator (ZeRO-0/1 accumulate the micro-batches in the gradient buffer
+// itself); the staging of the gradient reduction; the pipeline's stage
+// streams. Open MPI's non-blocking collectives keep a temporary of each
 // message until it completes, and the reducer runs at most
 // max_in_flight_buckets at once: the staging is that many buckets of the
 // part reduced over more than one rank (`reduced`; all of it without a bound).
 int64_t comm_bytes(const RunConfig& c, const model::ModelConfig& m,
-                   const std::vector<model::ParamSpec>& layout,
-                   const std::vector<parallel::OptimizerShard>& ranges, int64_t reduced,
-                   int64_t micro_batches) {
+                   const std::vector<parallel::OptimizerShard>& ranges, int64_t reduced) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
-  const int64_t grads = parallel::total_numel(layout) * value;
   int64_t out = in_flight_bucket_bytes(c, reduced);
-  if (c.parallel.zero >= 2) {
-    if (c.parallel.data_size() > 1)
-      for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
-  } else if (c.parallel.pp == 1 && micro_batches > 1) {
-    out += grads;
-  }
+  if (c.parallel.zero >= 2 && c.parallel.data_size() > 1)
+    for (const parallel::OptimizerShard& r : ranges) out += r.size() * value;
   // The runner's stage streams: the receives posted ahead and the running
   // action's, its output and one send not yet completed.
   if (c.parallel.pp > 1)
@@ -260,8 +253,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
                                        Optimizer::work_elements(layout, ranges, config.optimizer) *
                                            static_cast<int64_t>(sizeof(float)));
         role.moments_min = std::min(role.moments_min, moments);
-        role.comm = std::max(role.comm, comm_bytes(config, model, layout, ranges, reduced,
-                                                   out.micro_batches_per_rank));
+        role.comm = std::max(role.comm, comm_bytes(config, model, ranges, reduced));
       }
       role.activations = acts.peak;
       role.activation_caches = acts.caches;

@@ -37,6 +37,13 @@ std::string weights_file_of(const std::string& dir) {
   return dir;
 }
 
+// The run's training data (every rank holds all of it; none for GRPO).
+std::optional<DataSource> load_data(const RunConfig& config, const io::Tokenizer& tokenizer) {
+  if (config.mode == DataMode::kGrpo) return std::nullopt;
+  return std::optional<DataSource>(std::in_place, config, tokenizer, config.train_file,
+                                   config.shuffle);
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -46,11 +53,13 @@ struct Trainer::Impl {
   bool root = true;      // world rank 0: writes metrics, logs and checkpoints
   FaultInjector faults;  // debug.inject (tests of the guard only)
   io::Tokenizer tokenizer;
-  int64_t resident_before_model = 0;  // set between the tokenizer and the model (member order)
+  std::optional<DataSource> data;  // none with data.mode = "grpo" (the rl layer brings rollouts)
+  // Set between the data set and the model (member order): what the process
+  // holds outside the training state the memory accounting counts.
+  int64_t resident_before_model = 0;
   model::Model<float> model;
   ParallelGradients gradients;  // ZeRO partition, gradient reducer, pipeline runner
   Optimizer optimizer;
-  std::optional<DataSource> data;  // none with data.mode = "grpo" (the rl layer brings rollouts)
   int64_t total_steps = 0;
   int64_t step = 0;
   int64_t consumed_tokens = 0;
@@ -73,6 +82,7 @@ struct Trainer::Impl {
         root(setup.is_root()),
         faults(config.debug_inject, root),
         tokenizer(io::Tokenizer::load(config.tokenizer)),
+        data(load_data(config, tokenizer)),
         resident_before_model(resident_bytes()),
         model(build_model(config, setup)),
         gradients(model, setup, config),
@@ -91,8 +101,6 @@ struct Trainer::Impl {
                   std::to_string(model.config().vocab_size))
           .file(config.tokenizer)
           .field("tokenizer");
-    if (config.mode != DataMode::kGrpo)
-      data.emplace(config, tokenizer, config.train_file, config.shuffle);
     if (config.steps > 0) {
       total_steps = config.steps;
     } else {
