@@ -21,6 +21,7 @@
 #include "trex/core/rng.hpp"
 #include "trex/model/activation_memory.hpp"
 #include "trex/model/model.hpp"
+#include "trex/model/page_buffer.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/grad_reducer.hpp"
 #include "trex/parallel/pending.hpp"
@@ -220,15 +221,35 @@ TEST(TrainStateAccounting, LayoutsAddUpToTheWholeModel) {
   c.parallel.max_in_flight_buckets = 4;
   // ZeRO-2: the buffer keeps what backward wrote and has not handed over
   // (the globals, the largest layer) and the buckets in flight; the shard
-  // accumulator and the staging are communication buffers.
+  // accumulator and the staging are communication buffers. Of the
+  // embedding's gradient only the pages of the rows a micro-batch can touch
+  // (its tokens and the MTP blocks' next tokens, each row's pages plus one
+  // it may straddle) count.
   c.parallel.zero = 2;
-  std::map<int64_t, int64_t> by_layer;
-  for (const auto& spec : trex::model::parameter_specs(m)) by_layer[spec.layer] += spec.numel() * 4;
-  int64_t largest_layer = 0;
-  for (const auto& [layer, bytes] : by_layer)
-    if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
+  const auto zero2_gradient_bytes = [&](const trex::model::ModelConfig& model) {
+    std::map<int64_t, int64_t> by_layer;
+    for (const auto& spec : trex::model::parameter_specs(model))
+      by_layer[spec.layer] += spec.numel() * 4;
+    int64_t largest_layer = 0;
+    for (const auto& [layer, bytes] : by_layer)
+      if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
+    const int64_t page = static_cast<int64_t>(trex::model::page_memory::page_size());
+    const int64_t embedding = model.vocab_size * model.hidden_size * 4;
+    const int64_t rows = c.micro_batch * c.seq_len * (1 + model.num_nextn_predict_layers);
+    const int64_t touched =
+        std::min(embedding, rows * ((model.hidden_size * 4 + page - 1) / page + 1) * page);
+    return std::pair{by_layer[-1] - embedding + touched + largest_layer + 4 * bucket,
+                     embedding - touched};
+  };
   const trex::train::StateAccount zero2 = trex::train::account_state(c, m);
-  EXPECT_EQ(zero2.roles[0].grads, by_layer[-1] + largest_layer + 4 * bucket);
+  EXPECT_EQ(zero2.roles[0].grads, zero2_gradient_bytes(m).first);
+  // A vocabulary much larger than a micro-batch's tokens: most of the
+  // embedding's gradient is never written, and not counted.
+  trex::model::ModelConfig large_vocabulary = m;
+  large_vocabulary.vocab_size = 1 << 16;
+  const auto [expected, untouched] = zero2_gradient_bytes(large_vocabulary);
+  EXPECT_GT(untouched, large_vocabulary.vocab_size * large_vocabulary.hidden_size * 4 * 9 / 10);
+  EXPECT_EQ(trex::train::account_state(c, large_vocabulary).roles[0].grads, expected);
   EXPECT_LT(zero2.roles[0].grads, whole / 2);
   const auto partition =
       trex::parallel::partition_for_zero_by_role(trex::model::parameter_specs(m), 2, 2);

@@ -10,6 +10,7 @@
 #include "trex/core/error.hpp"
 #include "trex/kernels/backend.hpp"
 #include "trex/model/activation_memory.hpp"
+#include "trex/model/page_buffer.hpp"
 #include "trex/model/params.hpp"
 #include "trex/parallel/expert_shard.hpp"
 #include "trex/parallel/pipeline.hpp"
@@ -167,12 +168,15 @@ int64_t reduced_gradient_bytes(const RunConfig& c, const std::vector<model::Para
 // it. ZeRO-2: the pages of a bucket go back once its reduce-scatter is done,
 // so during backward the buffer holds what backward wrote and has not handed
 // over yet — the globals (head, final norm, embedding: written first, handed
-// over last) and the largest layer — plus the buckets in flight. (During the
-// update it holds this rank's ranges, no more than the shard accumulator it
-// replaces, counted in comm. With a pipeline the reduction starts after the
-// schedule and gives nothing back: all of it.)
-int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::ParamSpec>& layout,
-                                int64_t reduced) {
+// over last) and the largest layer — plus the buckets in flight. The
+// embedding's gradient is written row by row (scatter-add) for the micro-
+// batch's tokens and its MTP blocks' next tokens, so only those rows' pages
+// ever become resident there. (During the update it holds this rank's
+// ranges, no more than the shard accumulator it replaces, counted in comm.
+// With a pipeline the reduction starts after the schedule and gives nothing
+// back: all of it.)
+int64_t resident_gradient_bytes(const RunConfig& c, const model::ModelConfig& m,
+                                const std::vector<model::ParamSpec>& layout, int64_t reduced) {
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t whole = parallel::total_numel(layout) * value;
   if (c.parallel.zero < 2 || c.parallel.pp > 1 || reduced == 0) return whole;
@@ -181,6 +185,15 @@ int64_t resident_gradient_bytes(const RunConfig& c, const std::vector<model::Par
   int64_t largest_layer = 0;
   for (const auto& [layer, bytes] : by_layer)
     if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
+  const int64_t page = static_cast<int64_t>(model::page_memory::page_size());
+  for (const model::ParamSpec& spec : layout) {
+    if (spec.name != "embed.weight") continue;
+    const int64_t rows =
+        std::min(spec.shape[0], c.micro_batch * c.seq_len * (1 + m.num_nextn_predict_layers));
+    const int64_t row_pages = (spec.shape[1] * value + page - 1) / page + 1;  // + a straddled one
+    const int64_t all = spec.numel() * value;
+    by_layer[-1] -= all - std::min(all, rows * row_pages * page);
+  }
   return std::min(whole, by_layer[-1] + largest_layer + in_flight_bucket_bytes(c, reduced));
 }
 
@@ -239,7 +252,7 @@ StateAccount account_state(const RunConfig& config, const model::ModelConfig& mo
       role.params = model::parameter_value_bytes(layout, storage_of(config));
       role.decoded = model::decoded_weight_bytes_bound(layout, storage_of(config));
       const int64_t reduced = reduced_gradient_bytes(config, layout);
-      role.grads = resident_gradient_bytes(config, layout, reduced);
+      role.grads = resident_gradient_bytes(config, model, layout, reduced);
       const std::optional<parallel::ZeroPartition> zero = zero_partition_of(config, layout);
       role.moments_min = INT64_MAX;
       for (int d = e; d < static_cast<int>(config.parallel.data_size());
@@ -332,7 +345,7 @@ std::string format_state_account(const StateAccount& account, const RunConfig& c
       "pass decodes (an upper bound); "
       "activations: the cached micro-batches (exact) plus one op's work set (an upper "
       "estimate) and the kernels' own temporaries; \"of which buf\": the backend's buffers; "
-      "comm: gradient accumulation, reduction staging, the stage streams; opt work: the "
+      "comm: the ZeRO-2 shard accumulator, reduction staging, the stage streams; opt work: the "
       "optimizer's scratch kept between steps\n";
   return out;
 }
