@@ -180,20 +180,20 @@ int64_t resident_gradient_bytes(const RunConfig& c, const model::ModelConfig& m,
   const int64_t value = static_cast<int64_t>(sizeof(float));
   const int64_t whole = parallel::total_numel(layout) * value;
   if (c.parallel.zero < 2 || c.parallel.pp > 1 || reduced == 0) return whole;
-  std::map<int64_t, int64_t> by_layer;
-  for (const model::ParamSpec& spec : layout) by_layer[spec.layer] += spec.numel() * value;
-  int64_t largest_layer = 0;
-  for (const auto& [layer, bytes] : by_layer)
-    if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
   const int64_t page = static_cast<int64_t>(model::page_memory::page_size());
-  for (const model::ParamSpec& spec : layout) {
-    if (spec.name != "embed.weight") continue;
+  const auto written_bytes = [&](const model::ParamSpec& spec) {
+    const int64_t all = spec.numel() * value;
+    if (spec.name != "embed.weight") return all;
     const int64_t rows =
         std::min(spec.shape[0], c.micro_batch * c.seq_len * (1 + m.num_nextn_predict_layers));
     const int64_t row_pages = (spec.shape[1] * value + page - 1) / page + 1;  // + a straddled one
-    const int64_t all = spec.numel() * value;
-    by_layer[-1] -= all - std::min(all, rows * row_pages * page);
-  }
+    return std::min(all, rows * row_pages * page);
+  };
+  std::map<int64_t, int64_t> by_layer;
+  for (const model::ParamSpec& spec : layout) by_layer[spec.layer] += written_bytes(spec);
+  int64_t largest_layer = 0;
+  for (const auto& [layer, bytes] : by_layer)
+    if (layer >= 0) largest_layer = std::max(largest_layer, bytes);
   return std::min(whole, by_layer[-1] + largest_layer + in_flight_bucket_bytes(c, reduced));
 }
 
